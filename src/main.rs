@@ -1,1 +1,58 @@
-fn main() {}
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use keeper::manager::{self, RunArgs};
+use keeper::{crdgen, telemetry};
+
+/// keeper: S3 tenants, S3 buckets and RDS databases for Kubernetes, safe from creation to teardown.
+#[derive(Parser, Debug)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the operator: the S3Tenant, S3Bucket and CloudDatabase controllers in one process.
+    Run(RunArgs),
+    /// Write the CustomResourceDefinitions generated from the API types.
+    Crdgen {
+        /// Directory to write one YAML file per CRD into.
+        #[arg(long, default_value = "crds")]
+        output_dir: PathBuf,
+    },
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match run().await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // `{:#}` prints the whole cause chain on one line, without a backtrace.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
+    // One rustls crypto provider for kube, reqwest and the AWS SDK, installed before any of them
+    // builds a TLS config (two providers in one process make rustls panic).
+    rustls::crypto::aws_lc_rs::default_provider()
+        .install_default()
+        .expect("no other rustls provider is installed this early");
+    match Cli::parse().command {
+        Command::Run(args) => {
+            telemetry::init(args.log_format);
+            manager::run(args).await
+        }
+        Command::Crdgen { output_dir } => {
+            for name in crdgen::write(&output_dir)? {
+                println!("wrote {}", output_dir.join(name).display());
+            }
+            Ok(())
+        }
+    }
+}

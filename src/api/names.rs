@@ -1,0 +1,271 @@
+//! Validation and parsing of the string values users write in specs: bucket names, durations and
+//! quantities. The CRD schema carries the same rules as patterns so the API server rejects bad input
+//! early; these functions guard the values keeper computes itself (a defaulted bucket name) and
+//! turn strings into numbers.
+
+use std::time::Duration;
+
+/// S3 bucket names: 3-63 characters (length is checked separately), lowercase letters, digits,
+/// hyphens and dots, starting and ending with a letter or digit, no two dots in a row.
+pub const BUCKET_NAME_PATTERN: &str = r"^[a-z0-9](\.?[a-z0-9-])*\.?[a-z0-9]$";
+
+/// Go-style durations as Kubernetes users write them: `30s`, `5m`, `1h30m`.
+pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
+
+/// Kubernetes quantities keeper accepts for sizes: a decimal number with an optional binary
+/// (`Ki`..`Ei`) or decimal (`k`..`E`) suffix.
+pub const QUANTITY_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
+
+/// Why a bucket name is not acceptable to S3.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InvalidBucketName {
+    #[error("bucket name {0:?} must be 3 to 63 characters long")]
+    Length(String),
+    #[error(
+        "bucket name {0:?} may contain only lowercase letters, digits, hyphens and dots, must start and end with a letter or digit, and must not contain two dots in a row"
+    )]
+    Characters(String),
+    #[error("bucket name {0:?} must not be formatted as an IP address")]
+    IpAddress(String),
+}
+
+/// Checks a bucket name against the S3 naming rules.
+pub fn validate_bucket_name(name: &str) -> Result<(), InvalidBucketName> {
+    if !(3..=63).contains(&name.len()) {
+        return Err(InvalidBucketName::Length(name.to_string()));
+    }
+    let bytes = name.as_bytes();
+    let allowed = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.';
+    let edge = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if !bytes.iter().all(|&b| allowed(b))
+        || !edge(bytes[0])
+        || !edge(bytes[bytes.len() - 1])
+        || name.contains("..")
+    {
+        return Err(InvalidBucketName::Characters(name.to_string()));
+    }
+    if name.parse::<std::net::Ipv4Addr>().is_ok() || is_dotted_quad(name) {
+        return Err(InvalidBucketName::IpAddress(name.to_string()));
+    }
+    Ok(())
+}
+
+/// Four dot-separated runs of digits, whatever their value (`999.1.1.1` is refused by S3 too).
+fn is_dotted_quad(name: &str) -> bool {
+    let parts: Vec<&str> = name.split('.').collect();
+    parts.len() == 4
+        && parts
+            .iter()
+            .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The bucket name keeper uses when the spec names none: `<namespace>-<name>`.
+pub fn default_bucket_name(namespace: &str, name: &str) -> String {
+    format!("{namespace}-{name}")
+}
+
+/// A duration string that does not parse.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid duration {0:?}: expected a duration such as 30s, 5m or 1h30m")]
+pub struct InvalidDuration(pub String);
+
+/// Parses a Go-style duration (`30s`, `5m`, `1h30m`, `1.5h`).
+pub fn parse_duration(value: &str) -> Result<Duration, InvalidDuration> {
+    let invalid = || InvalidDuration(value.to_string());
+    if value.is_empty() {
+        return Err(invalid());
+    }
+    let mut total = 0f64;
+    let mut rest = value;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(invalid)?;
+        let number: f64 = rest[..digits].parse().map_err(|_| invalid())?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let seconds = match &rest[..unit_len] {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(invalid()),
+        };
+        total += number * seconds;
+        rest = &rest[unit_len..];
+    }
+    Duration::try_from_secs_f64(total).map_err(|_| invalid())
+}
+
+/// Formats a duration the way Kubernetes prints `metav1.Duration` (`3m0s`, `1h0m0s`, `45s`).
+pub fn format_duration(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    let (h, m, s) = (secs / 3600, (secs % 3600) / 60, secs % 60);
+    match (h, m) {
+        (0, 0) => format!("{s}s"),
+        (0, _) => format!("{m}m{s}s"),
+        _ => format!("{h}h{m}m{s}s"),
+    }
+}
+
+/// A quantity string that does not parse.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error("invalid quantity {0:?}: expected a size such as 500Gi, 2T or 1000000")]
+pub struct InvalidQuantity(pub String);
+
+/// Converts a Kubernetes quantity (`500Gi`, `2T`, `1.5Ti`) into bytes, rounding up to a whole byte.
+pub fn parse_quantity_bytes(value: &str) -> Result<u64, InvalidQuantity> {
+    let invalid = || InvalidQuantity(value.to_string());
+    let split = value
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(value.len());
+    let (number, suffix) = value.split_at(split);
+    if number.is_empty() || number.starts_with('.') || number.ends_with('.') {
+        return Err(invalid());
+    }
+    let number: f64 = number.parse().map_err(|_| invalid())?;
+    let multiplier: f64 = match suffix {
+        "" => 1.0,
+        "k" => 1e3,
+        "M" => 1e6,
+        "G" => 1e9,
+        "T" => 1e12,
+        "P" => 1e15,
+        "E" => 1e18,
+        "Ki" => 1024f64,
+        "Mi" => 1024f64.powi(2),
+        "Gi" => 1024f64.powi(3),
+        "Ti" => 1024f64.powi(4),
+        "Pi" => 1024f64.powi(5),
+        "Ei" => 1024f64.powi(6),
+        _ => return Err(invalid()),
+    };
+    let bytes = (number * multiplier).ceil();
+    if !bytes.is_finite() || bytes > u64::MAX as f64 {
+        return Err(invalid());
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_bucket_names_pass() {
+        for name in [
+            "abc",
+            "my-bucket",
+            "team.logs.2026",
+            "a1-b2.c3",
+            "0bucket9",
+            &"a".repeat(63),
+        ] {
+            assert_eq!(validate_bucket_name(name), Ok(()), "{name}");
+        }
+    }
+
+    #[test]
+    fn short_and_long_bucket_names_are_refused() {
+        for name in ["", "ab", &"a".repeat(64)] {
+            assert!(matches!(
+                validate_bucket_name(name),
+                Err(InvalidBucketName::Length(_))
+            ));
+        }
+    }
+
+    #[test]
+    fn uppercase_underscores_and_bad_edges_are_refused() {
+        for name in [
+            "MyBucket",
+            "my_bucket",
+            "-bucket",
+            "bucket-",
+            ".bucket",
+            "bucket.",
+            "a..b",
+            "bück",
+            "my bucket",
+        ] {
+            assert!(
+                matches!(
+                    validate_bucket_name(name),
+                    Err(InvalidBucketName::Characters(_))
+                ),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn ip_shaped_bucket_names_are_refused() {
+        for name in ["192.168.5.4", "10.0.0.1", "999.999.999.999"] {
+            assert!(
+                matches!(
+                    validate_bucket_name(name),
+                    Err(InvalidBucketName::IpAddress(_))
+                ),
+                "{name}"
+            );
+        }
+        assert_eq!(validate_bucket_name("192.168.5"), Ok(()));
+    }
+
+    #[test]
+    fn the_pattern_agrees_with_the_validator() {
+        let re = regex_lite::Regex::new(BUCKET_NAME_PATTERN).unwrap();
+        for name in [
+            "abc",
+            "a.b-c",
+            "a..b",
+            "-ab",
+            "ab-",
+            "AbC",
+            "a_b",
+            "team.logs.2026",
+        ] {
+            assert_eq!(
+                re.is_match(name),
+                validate_bucket_name(name).is_ok(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn durations_parse_like_go() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h30m"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        for bad in ["", "5", "m", "5x", "1h-5m", "1..5s"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        let re = regex_lite::Regex::new(DURATION_PATTERN).unwrap();
+        assert!(re.is_match("1h30m") && !re.is_match("5") && !re.is_match("5d"));
+    }
+
+    #[test]
+    fn durations_format_like_kubernetes() {
+        assert_eq!(format_duration(Duration::from_secs(180)), "3m0s");
+        assert_eq!(format_duration(Duration::from_secs(45)), "45s");
+        assert_eq!(format_duration(Duration::from_secs(3600)), "1h0m0s");
+    }
+
+    #[test]
+    fn quantities_convert_to_bytes() {
+        assert_eq!(parse_quantity_bytes("500Gi"), Ok(500 * 1024u64.pow(3)));
+        assert_eq!(parse_quantity_bytes("2T"), Ok(2_000_000_000_000));
+        assert_eq!(parse_quantity_bytes("1.5Ki"), Ok(1536));
+        assert_eq!(parse_quantity_bytes("1000"), Ok(1000));
+        for bad in ["", "Gi", "5X", "-1Gi", "1.Gi", ".5G", "1e3"] {
+            assert!(parse_quantity_bytes(bad).is_err(), "{bad}");
+        }
+        let re = regex_lite::Regex::new(QUANTITY_PATTERN).unwrap();
+        assert!(re.is_match("500Gi") && !re.is_match("500gb"));
+    }
+}

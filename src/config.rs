@@ -1,0 +1,470 @@
+//! Operator configuration: the YAML file named by `--config` (sample in `config/keeper.yaml`),
+//! with some values overridable by flags and environment variables.
+//!
+//! Parsing is strict: an unknown field, a malformed URL or duration, or a missing required value
+//! fails at start with a message that names the field, instead of surfacing later as a
+//! confusing reconcile error.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+use crate::api::DatabaseSize;
+use crate::api::names::parse_duration;
+
+/// Why the configuration could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid configuration in {path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// The whole operator configuration.
+#[derive(Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OperatorConfig {
+    /// Storage backends by name; an S3Tenant picks one with `spec.provider`.
+    #[serde(default)]
+    pub providers: BTreeMap<String, Provider>,
+    /// Settings for CloudDatabase instances.
+    #[serde(default)]
+    pub rds: RdsConfig,
+}
+
+/// One storage backend: exactly one of `storageGrid` or `s3Compatible`.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(try_from = "ProviderEntry")]
+pub enum Provider {
+    /// A NetApp StorageGRID grid, managed through its grid and tenant management API.
+    StorageGrid(StorageGridProvider),
+    /// Any S3-compatible store (AWS S3, MinIO, Ceph RGW); a tenant is a credential scope.
+    S3Compatible(S3CompatibleProvider),
+}
+
+/// The YAML shape of a provider. An enum would be more direct, but serde_yaml drops the path and
+/// message of errors inside enum variants, and naming the bad field is the point of strict parsing.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ProviderEntry {
+    storage_grid: Option<StorageGridProvider>,
+    s3_compatible: Option<S3CompatibleProvider>,
+}
+
+impl TryFrom<ProviderEntry> for Provider {
+    type Error = String;
+
+    fn try_from(entry: ProviderEntry) -> Result<Self, String> {
+        match (entry.storage_grid, entry.s3_compatible) {
+            (Some(grid), None) => Ok(Provider::StorageGrid(grid)),
+            (None, Some(s3)) => Ok(Provider::S3Compatible(s3)),
+            _ => Err("a provider needs exactly one of `storageGrid` or `s3Compatible`".to_string()),
+        }
+    }
+}
+
+impl Provider {
+    /// Drain settings of the provider, overridable per bucket.
+    pub fn drain(&self) -> &DrainDefaults {
+        match self {
+            Provider::StorageGrid(p) => &p.drain,
+            Provider::S3Compatible(p) => &p.drain,
+        }
+    }
+}
+
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StorageGridProvider {
+    /// Base URL of the admin node, such as `https://grid.example.com` (the client adds `/api/v4`).
+    pub admin_endpoint: Endpoint,
+    /// Secret with keys `username` and `password` of a grid administrator.
+    pub admin_credentials_secret: SecretRef,
+    /// URL of the grid's S3 endpoint, published to tenants and applications.
+    pub s3_endpoint: Endpoint,
+    /// Region name published with the credentials.
+    #[serde(default = "default_region")]
+    pub region: String,
+    #[serde(default)]
+    pub tls: TlsConfig,
+    #[serde(default)]
+    pub drain: DrainDefaults,
+}
+
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct S3CompatibleProvider {
+    /// URL of the S3 endpoint.
+    pub endpoint: Endpoint,
+    #[serde(default = "default_region")]
+    pub region: String,
+    /// Secret with keys `accessKeyId` and `secretAccessKey`.
+    pub credentials_secret: SecretRef,
+    /// Address buckets as `endpoint/bucket` instead of `bucket.endpoint` (MinIO and most
+    /// self-hosted stores need this).
+    #[serde(default = "default_true")]
+    pub force_path_style: bool,
+    #[serde(default)]
+    pub tls: TlsConfig,
+    #[serde(default)]
+    pub drain: DrainDefaults,
+}
+
+/// A Secret keeper reads; the namespace defaults to keeper's own namespace.
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SecretRef {
+    pub name: String,
+    #[serde(default)]
+    pub namespace: Option<String>,
+}
+
+/// TLS settings for a backend's HTTPS endpoints.
+#[derive(Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file with the CA certificates to trust in addition to the system roots.
+    #[serde(default)]
+    pub ca_bundle_file: Option<PathBuf>,
+    /// Skip certificate verification. Only for test grids: keeper logs a warning at start.
+    #[serde(default)]
+    pub insecure_skip_verify: bool,
+}
+
+/// Drain polling settings of a provider (precedence: bucket spec > provider > built-in defaults).
+#[derive(Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DrainDefaults {
+    /// Poll interval during the first hour of a drain (default 3m).
+    #[serde(default, deserialize_with = "duration_opt")]
+    pub initial_poll_interval: Option<Duration>,
+    /// Poll interval after the first hour (default 15m).
+    #[serde(default, deserialize_with = "duration_opt")]
+    pub long_running_poll_interval: Option<Duration>,
+    /// Warn when the object count has not moved for this long (default 3h).
+    #[serde(default, deserialize_with = "duration_opt")]
+    pub stuck_threshold: Option<Duration>,
+    /// Client-side drains only: most objects deleted per second (default 1000).
+    #[serde(default)]
+    pub max_deletes_per_second: Option<u32>,
+}
+
+/// RDS settings.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RdsConfig {
+    /// AWS region; defaults to the standard AWS configuration chain.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Endpoint override, for RDS-compatible test servers.
+    #[serde(default)]
+    pub endpoint: Option<Endpoint>,
+    /// Instance class and default storage per size.
+    #[serde(default = "default_sizes", deserialize_with = "sizes")]
+    pub sizes: BTreeMap<DatabaseSize, SizeClass>,
+    /// DB subnet group for new instances.
+    #[serde(default)]
+    pub db_subnet_group_name: Option<String>,
+    /// VPC security groups for new instances.
+    #[serde(default)]
+    pub vpc_security_group_ids: Vec<String>,
+}
+
+impl Default for RdsConfig {
+    fn default() -> Self {
+        RdsConfig {
+            region: None,
+            endpoint: None,
+            sizes: default_sizes(),
+            db_subnet_group_name: None,
+            vpc_security_group_ids: Vec::new(),
+        }
+    }
+}
+
+/// What a size means on RDS.
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SizeClass {
+    pub instance_class: String,
+    #[serde(rename = "storageGiB")]
+    pub storage_gib: i32,
+}
+
+fn default_sizes() -> BTreeMap<DatabaseSize, SizeClass> {
+    [
+        (DatabaseSize::Small, "db.t3.micro", 20),
+        (DatabaseSize::Medium, "db.t3.medium", 50),
+        (DatabaseSize::Large, "db.m6i.large", 100),
+    ]
+    .into_iter()
+    .map(|(size, class, gib)| {
+        (
+            size,
+            SizeClass {
+                instance_class: class.to_string(),
+                storage_gib: gib,
+            },
+        )
+    })
+    .collect()
+}
+
+/// Sizes named in the file replace the defaults one by one; the others keep their default.
+fn sizes<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<DatabaseSize, SizeClass>, D::Error> {
+    let mut merged = default_sizes();
+    merged.extend(BTreeMap::<DatabaseSize, SizeClass>::deserialize(d)?);
+    Ok(merged)
+}
+
+fn default_region() -> String {
+    "us-east-1".to_string()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn duration_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    Option::<String>::deserialize(d)?
+        .map(|s| parse_duration(&s).map_err(serde::de::Error::custom))
+        .transpose()
+}
+
+/// An absolute http(s) URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint(pub reqwest::Url);
+
+impl<'de> Deserialize<'de> for Endpoint {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = String::deserialize(d)?;
+        let url = reqwest::Url::parse(&raw)
+            .map_err(|e| serde::de::Error::custom(format!("invalid URL {raw:?}: {e}")))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(serde::de::Error::custom(format!(
+                "invalid URL {raw:?}: expected http:// or https:// with a host"
+            )));
+        }
+        Ok(Endpoint(url))
+    }
+}
+
+impl std::fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0.as_str().trim_end_matches('/'))
+    }
+}
+
+impl OperatorConfig {
+    /// Reads and validates the configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|message| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses configuration text; the error names the offending field.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        // An empty file is a valid, empty configuration.
+        if text.trim().is_empty() {
+            return Ok(Self::default());
+        }
+        // serde_path_to_error names the full path of the failing field, which serde_yaml alone
+        // stops short of for values rejected by a custom deserializer (URLs, durations).
+        let config: OperatorConfig = serde_path_to_error::deserialize(
+            serde_yaml::Deserializer::from_str(text),
+        )
+        .map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            // serde_yaml prefixes its own (shorter) path; keep only the full one.
+            let inner = inner.to_string();
+            let inner = inner
+                .split_once(": ")
+                .filter(|(p, _)| path.starts_with(p))
+                .map_or(inner.as_str(), |(_, m)| m)
+                .to_string();
+            if path == "." {
+                inner
+            } else {
+                format!("{path}: {inner}")
+            }
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        for (name, provider) in &self.providers {
+            let valid_name = !name.is_empty()
+                && name.len() <= 63
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !valid_name {
+                return Err(format!(
+                    "providers.{name}: provider names must be 1-63 lowercase letters, digits or hyphens"
+                ));
+            }
+            let (secret, kind) = match provider {
+                Provider::StorageGrid(p) => (
+                    &p.admin_credentials_secret,
+                    "storageGrid.adminCredentialsSecret",
+                ),
+                Provider::S3Compatible(p) => {
+                    (&p.credentials_secret, "s3Compatible.credentialsSecret")
+                }
+            };
+            if secret.name.is_empty() {
+                return Err(format!("providers.{name}.{kind}.name: must not be empty"));
+            }
+        }
+        for (size, class) in &self.rds.sizes {
+            let size = serde_json::to_value(size).unwrap_or_default();
+            let size = size.as_str().unwrap_or_default();
+            if class.instance_class.is_empty() {
+                return Err(format!("rds.sizes.{size}.instanceClass: must not be empty"));
+            }
+            if !(20..=65536).contains(&class.storage_gib) {
+                return Err(format!(
+                    "rds.sizes.{size}.storageGiB: must be between 20 and 65536, got {}",
+                    class.storage_gib
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: &str = include_str!("../config/keeper.yaml");
+
+    #[test]
+    fn the_sample_configuration_parses() {
+        let config = OperatorConfig::parse(SAMPLE).unwrap();
+        assert!(matches!(
+            config.providers.get("default"),
+            Some(Provider::StorageGrid(_))
+        ));
+        assert!(matches!(
+            config.providers.get("s3"),
+            Some(Provider::S3Compatible(_))
+        ));
+    }
+
+    #[test]
+    fn an_empty_file_gives_the_defaults() {
+        let config = OperatorConfig::parse("").unwrap();
+        assert!(config.providers.is_empty());
+        assert_eq!(
+            config.rds.sizes[&DatabaseSize::Small].instance_class,
+            "db.t3.micro"
+        );
+        assert_eq!(config.rds.sizes[&DatabaseSize::Medium].storage_gib, 50);
+        assert_eq!(
+            config.rds.sizes[&DatabaseSize::Large].instance_class,
+            "db.m6i.large"
+        );
+    }
+
+    #[test]
+    fn sizes_override_one_by_one() {
+        let config = OperatorConfig::parse(
+            "rds:\n  sizes:\n    large:\n      instanceClass: db.r6g.xlarge\n      storageGiB: 500\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.rds.sizes[&DatabaseSize::Large].instance_class,
+            "db.r6g.xlarge"
+        );
+        assert_eq!(
+            config.rds.sizes[&DatabaseSize::Small].instance_class,
+            "db.t3.micro"
+        );
+    }
+
+    #[test]
+    fn an_unknown_field_is_named() {
+        let err = OperatorConfig::parse(
+            "providers:\n  default:\n    storageGrid:\n      adminEndpont: https://grid\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("adminEndpont"), "{err}");
+        assert!(err.contains("providers.default"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_top_level_field_is_named() {
+        let err = OperatorConfig::parse("rdss: {}\n").unwrap_err();
+        assert!(err.contains("unknown field `rdss`"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_provider_kind_is_named() {
+        let err = OperatorConfig::parse("providers:\n  x:\n    minio: {}\n").unwrap_err();
+        assert!(err.contains("minio"), "{err}");
+        let err = OperatorConfig::parse("providers:\n  x: {}\n").unwrap_err();
+        assert!(
+            err.contains("providers.x") && err.contains("exactly one"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_bad_url_is_named() {
+        let err = OperatorConfig::parse(
+            "providers:\n  s3:\n    s3Compatible:\n      endpoint: not a url\n      credentialsSecret: {name: x}\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("providers.s3.s3Compatible.endpoint"), "{err}");
+        assert!(err.contains("invalid URL"), "{err}");
+    }
+
+    #[test]
+    fn a_bad_duration_is_named() {
+        let err = OperatorConfig::parse(
+            "providers:\n  s3:\n    s3Compatible:\n      endpoint: http://s3\n      credentialsSecret: {name: x}\n      drain:\n        stuckThreshold: 3 hours\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("drain.stuckThreshold"), "{err}");
+        assert!(err.contains("invalid duration"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_required_field_is_named() {
+        let err = OperatorConfig::parse(
+            "providers:\n  s3:\n    s3Compatible:\n      endpoint: http://s3\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("credentialsSecret"), "{err}");
+    }
+
+    #[test]
+    fn semantic_errors_are_named() {
+        let err = OperatorConfig::parse(
+            "rds:\n  sizes:\n    small:\n      instanceClass: db.t3.micro\n      storageGiB: 5\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("rds.sizes.small.storageGiB"), "{err}");
+        let err = OperatorConfig::parse(
+            "providers:\n  Bad_Name:\n    s3Compatible:\n      endpoint: http://s3\n      credentialsSecret: {name: x}\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("providers.Bad_Name"), "{err}");
+    }
+}

@@ -1,0 +1,14 @@
+//! keeper: a Kubernetes operator for S3 tenants, S3 buckets and RDS databases.
+//!
+//! One manager process runs three isolated controllers (one module each under [`controllers`])
+//! that share one kube client, one Prometheus registry and the mechanics in [`runtime`].
+
+pub mod api;
+pub mod config;
+pub mod controllers;
+pub mod crdgen;
+pub mod manager;
+pub mod metrics;
+pub mod runtime;
+pub mod server;
+pub mod telemetry;

@@ -1,0 +1,152 @@
+//! `keeper run`: one process running the enabled controllers with a shared client, registry
+//! and HTTP endpoint, stopping gracefully on SIGTERM or SIGINT.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{Endpoint, OperatorConfig};
+use crate::controllers::ControllerKind;
+use crate::metrics::Metrics;
+use crate::runtime::Shared;
+use crate::server::{self, Readiness, ServerState};
+use crate::telemetry::LogFormat;
+
+/// Flags of `keeper run`. Each flag can also be set by the environment variable it names.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// Operator configuration file (YAML; see config/keeper.yaml). Without it keeper runs with
+    /// no storage providers and the default RDS settings.
+    #[arg(long, env = "KEEPER_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Controllers to run, comma-separated. Leave one out to switch it off.
+    #[arg(
+        long,
+        env = "KEEPER_CONTROLLERS",
+        value_delimiter = ',',
+        default_value = "tenant,bucket,database"
+    )]
+    pub controllers: Vec<ControllerKind>,
+
+    /// Address of the HTTP endpoint serving /metrics, /healthz and /readyz.
+    #[arg(
+        long,
+        env = "KEEPER_METRICS_BIND_ADDRESS",
+        default_value = "0.0.0.0:8080"
+    )]
+    pub metrics_bind_address: SocketAddr,
+
+    /// keeper's own namespace: where Secrets named in the configuration are read by default.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "keeper-system")]
+    pub namespace: String,
+
+    /// Log format.
+    #[arg(long, env = "KEEPER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// AWS region for RDS; overrides `rds.region` in the configuration.
+    #[arg(long, env = "KEEPER_RDS_REGION")]
+    pub rds_region: Option<String>,
+
+    /// RDS endpoint override (for RDS-compatible test servers); overrides `rds.endpoint`.
+    #[arg(long, env = "KEEPER_RDS_ENDPOINT")]
+    pub rds_endpoint: Option<String>,
+}
+
+impl RunArgs {
+    /// Loads the configuration file and applies the flag overrides.
+    pub fn load_config(&self) -> anyhow::Result<OperatorConfig> {
+        let mut config = match &self.config {
+            Some(path) => OperatorConfig::load(path)?,
+            None => OperatorConfig::default(),
+        };
+        if let Some(region) = &self.rds_region {
+            config.rds.region = Some(region.clone());
+        }
+        if let Some(endpoint) = &self.rds_endpoint {
+            let url = reqwest::Url::parse(endpoint)
+                .with_context(|| format!("--rds-endpoint: invalid URL {endpoint:?}"))?;
+            config.rds.endpoint = Some(Endpoint(url));
+        }
+        Ok(config)
+    }
+}
+
+/// The kube client, identified as `keeper/<version>` in API-server logs.
+async fn kube_client() -> anyhow::Result<kube::Client> {
+    let mut config = kube::Config::infer()
+        .await
+        .context("cannot find a Kubernetes configuration (in-cluster or kubeconfig)")?;
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(concat!("keeper/", env!("CARGO_PKG_VERSION"))),
+    ));
+    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler can be installed");
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+    }
+}
+
+pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    let config = args.load_config()?;
+    let client = kube_client().await?;
+    let metrics = Arc::new(Metrics::new());
+    let mut controllers = args.controllers.clone();
+    controllers.sort();
+    controllers.dedup();
+    let readiness = Readiness::new(controllers.len());
+    let shared = Shared {
+        client,
+        config: Arc::new(config),
+        metrics: metrics.clone(),
+        operator_namespace: args.namespace.clone(),
+    };
+    let shutdown = CancellationToken::new();
+
+    let listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.metrics_bind_address))?;
+    tracing::info!(address = %listener.local_addr()?, "serving /metrics, /healthz and /readyz");
+    let server = tokio::spawn(server::serve(
+        listener,
+        ServerState {
+            metrics,
+            readiness: readiness.clone(),
+        },
+        shutdown.clone(),
+    ));
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for kind in controllers {
+        let (shared, readiness, shutdown) = (shared.clone(), readiness.clone(), shutdown.clone());
+        tasks.spawn(async move { kind.run(shared, readiness, shutdown).await });
+    }
+
+    tokio::select! {
+        () = shutdown_signal() => {}
+        Some(result) = tasks.join_next() => {
+            // A controller only returns on its own when it cannot start.
+            shutdown.cancel();
+            result.context("controller task panicked")??;
+            anyhow::bail!("a controller stopped unexpectedly");
+        }
+    }
+    shutdown.cancel();
+    while let Some(result) = tasks.join_next().await {
+        result.context("controller task panicked")??;
+    }
+    server.await.context("HTTP server task panicked")??;
+    tracing::info!("all controllers stopped");
+    Ok(())
+}

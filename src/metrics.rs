@@ -1,0 +1,212 @@
+//! The one Prometheus registry of the process and the metrics every controller shares.
+//!
+//! Reconcile metrics are recorded by the shared controller runtime, backend metrics by
+//! [`Metrics::backend_call`], so no controller records them by hand.
+
+use std::future::Future;
+use std::time::Instant;
+
+use prometheus::core::Collector;
+use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+
+/// Classifies the outcome of a backend call for `keeper_backend_requests_total{outcome}`.
+pub trait BackendOutcome {
+    /// A short, low-cardinality label such as `not_found`, `conflict`, `transient` or `permanent`.
+    fn outcome(&self) -> &'static str;
+}
+
+pub struct Metrics {
+    registry: Registry,
+    reconcile_total: IntCounterVec,
+    reconcile_duration: HistogramVec,
+    reconcile_errors: IntCounterVec,
+    backend_requests: IntCounterVec,
+    backend_duration: HistogramVec,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let reconcile_total = IntCounterVec::new(
+            Opts::new(
+                "keeper_reconcile_total",
+                "Reconciliations by controller and result.",
+            ),
+            &["controller", "result"],
+        )
+        .expect("valid metric");
+        let reconcile_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "keeper_reconcile_duration_seconds",
+                "Time spent in one reconciliation.",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+            &["controller"],
+        )
+        .expect("valid metric");
+        let reconcile_errors = IntCounterVec::new(
+            Opts::new(
+                "keeper_reconcile_errors_total",
+                "Failed reconciliations by controller and error reason.",
+            ),
+            &["controller", "reason"],
+        )
+        .expect("valid metric");
+        let backend_requests = IntCounterVec::new(
+            Opts::new(
+                "keeper_backend_requests_total",
+                "Calls to storage and database backends by outcome.",
+            ),
+            &["backend", "operation", "outcome"],
+        )
+        .expect("valid metric");
+        let backend_duration = HistogramVec::new(
+            HistogramOpts::new(
+                "keeper_backend_request_duration_seconds",
+                "Duration of calls to storage and database backends.",
+            )
+            .buckets(vec![
+                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+            ]),
+            &["backend", "operation"],
+        )
+        .expect("valid metric");
+        let metrics = Metrics {
+            registry,
+            reconcile_total,
+            reconcile_duration,
+            reconcile_errors,
+            backend_requests,
+            backend_duration,
+        };
+        metrics.register(metrics.reconcile_total.clone());
+        metrics.register(metrics.reconcile_duration.clone());
+        metrics.register(metrics.reconcile_errors.clone());
+        metrics.register(metrics.backend_requests.clone());
+        metrics.register(metrics.backend_duration.clone());
+        metrics
+    }
+
+    /// Registers a controller's own collector in the shared registry.
+    ///
+    /// Panics on a duplicate name: that is a programming error caught by every test that starts a controller.
+    pub fn register<C: Collector + 'static>(&self, collector: C) {
+        self.registry
+            .register(Box::new(collector))
+            .expect("metric registered twice");
+    }
+
+    /// Records one finished reconciliation.
+    pub fn reconciled(&self, controller: &str, started: Instant, error_reason: Option<&str>) {
+        self.reconcile_duration
+            .with_label_values(&[controller])
+            .observe(started.elapsed().as_secs_f64());
+        let result = if error_reason.is_some() {
+            "error"
+        } else {
+            "success"
+        };
+        self.reconcile_total
+            .with_label_values(&[controller, result])
+            .inc();
+        if let Some(reason) = error_reason {
+            self.reconcile_errors
+                .with_label_values(&[controller, reason])
+                .inc();
+        }
+    }
+
+    /// Runs one backend call, recording its duration and outcome.
+    pub async fn backend_call<T, E, F>(
+        &self,
+        backend: &str,
+        operation: &str,
+        call: F,
+    ) -> Result<T, E>
+    where
+        F: Future<Output = Result<T, E>>,
+        E: BackendOutcome,
+    {
+        let started = Instant::now();
+        let result = call.await;
+        self.backend_duration
+            .with_label_values(&[backend, operation])
+            .observe(started.elapsed().as_secs_f64());
+        let outcome = match &result {
+            Ok(_) => "success",
+            Err(e) => e.outcome(),
+        };
+        self.backend_requests
+            .with_label_values(&[backend, operation, outcome])
+            .inc();
+        result
+    }
+
+    /// The text exposition format served on `/metrics`.
+    pub fn encode(&self) -> String {
+        TextEncoder::new()
+            .encode_to_string(&self.registry.gather())
+            .unwrap_or_else(|e| format!("# failed to encode metrics: {e}\n"))
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Failure;
+    impl BackendOutcome for Failure {
+        fn outcome(&self) -> &'static str {
+            "transient"
+        }
+    }
+
+    #[tokio::test]
+    async fn backend_calls_are_counted_by_outcome() {
+        let metrics = Metrics::new();
+        let ok: Result<(), Failure> = metrics
+            .backend_call("rds", "describe", async { Ok(()) })
+            .await;
+        assert!(ok.is_ok());
+        let err: Result<(), Failure> = metrics
+            .backend_call("rds", "describe", async { Err(Failure) })
+            .await;
+        assert!(err.is_err());
+        let text = metrics.encode();
+        assert!(text.contains(
+            r#"keeper_backend_requests_total{backend="rds",operation="describe",outcome="success"} 1"#
+        ), "{text}");
+        assert!(text.contains(
+            r#"keeper_backend_requests_total{backend="rds",operation="describe",outcome="transient"} 1"#
+        ), "{text}");
+        assert!(text.contains(
+            r#"keeper_backend_request_duration_seconds_count{backend="rds",operation="describe"} 2"#
+        ));
+    }
+
+    #[test]
+    fn reconciles_are_counted_with_error_reasons() {
+        let metrics = Metrics::new();
+        metrics.reconciled("s3bucket", Instant::now(), None);
+        metrics.reconciled("s3bucket", Instant::now(), Some("backend"));
+        let text = metrics.encode();
+        assert!(
+            text.contains(r#"keeper_reconcile_total{controller="s3bucket",result="success"} 1"#)
+        );
+        assert!(text.contains(r#"keeper_reconcile_total{controller="s3bucket",result="error"} 1"#));
+        assert!(text.contains(
+            r#"keeper_reconcile_errors_total{controller="s3bucket",reason="backend"} 1"#
+        ));
+        assert!(
+            text.contains(r#"keeper_reconcile_duration_seconds_count{controller="s3bucket"} 2"#)
+        );
+    }
+}
