@@ -6,6 +6,8 @@
 
 mod backoff;
 pub mod conditions;
+pub mod gauges;
+pub mod secrets;
 mod status;
 
 use std::fmt::Debug;
