@@ -1,0 +1,56 @@
+# keeper — see README.md. `make test` is the one test command.
+SHELL := /bin/bash
+# One target dir reused across runs and clones (set CARGO_TARGET_DIR to share it).
+export CARGO_TARGET_DIR ?= $(CURDIR)/target
+CARGO ?= cargo
+NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
+
+.PHONY: all build crds fmt fmt-check clippy unit e2e test deps dev-up dev-down demo
+
+all: build
+
+build:
+	$(CARGO) build --workspace
+
+## crds: regenerate crds/ from the Rust types
+crds:
+	$(CARGO) run --quiet -p keeper -- crdgen --output-dir crds
+
+fmt:
+	$(CARGO) fmt --all
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## unit: unit tests and the emulators' own suites (no stack needed)
+unit: deps
+ifeq ($(NEXTEST),yes)
+	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) nextest run --workspace --exclude keeper-e2e --no-fail-fast
+else
+	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) test --workspace --exclude keeper-e2e --no-fail-fast
+endif
+
+## e2e: the end-to-end scenarios with kubectl against the local control plane
+## (or against the cluster in KEEPER_E2E_KUBECONFIG; see README)
+e2e: deps
+	e2e/run-e2e.sh
+
+## test: everything CI runs
+test: fmt-check clippy unit e2e
+
+## deps: install what the local stack needs (moto in a Python venv, Debian's prometheus)
+deps:
+	e2e/stack.sh deps
+
+dev-up:
+	e2e/stack.sh up
+
+dev-down:
+	e2e/stack.sh down
+
+## demo: the local stack, keeper, and the samples, Ready
+demo:
+	e2e/stack.sh demo

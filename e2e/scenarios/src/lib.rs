@@ -1,0 +1,244 @@
+//! Harness for keeper's end-to-end scenarios. A scenario drives the real `keeper` binary with
+//! real `kubectl`, exactly as a user would, against either the local control plane started by
+//! `e2e/run-e2e.sh` (environment from `.keeper-dev/env`) or a real cluster
+//! (`KEEPER_E2E_KUBECONFIG` plus `KEEPER_E2E_CONFIG`; see the README).
+//!
+//! Every scenario runs in a namespace of its own and stops what it started: the keeper process
+//! is killed when its handle drops, the namespace is deleted at the end.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+/// What a scenario needs to know about its environment.
+#[derive(Clone, Debug)]
+pub struct Env {
+    pub kubeconfig: PathBuf,
+    pub keeper_bin: PathBuf,
+    /// keeper's configuration for this environment.
+    pub keeper_config: PathBuf,
+    /// Extra environment for the keeper process (AWS credentials for the RDS test server).
+    pub keeper_env: Vec<(String, String)>,
+    /// The namespace keeper reads provider Secrets from.
+    pub operator_namespace: String,
+    /// Set when running against the local control plane (the API emulator's request log).
+    pub apiserver_url: Option<String>,
+    pub storagegrid_url: Option<String>,
+    pub s3_endpoint: Option<String>,
+    pub rds_endpoint: Option<String>,
+}
+
+fn var(name: &str) -> anyhow::Result<String> {
+    std::env::var(name).with_context(|| format!("{name} is not set: run the scenarios with `make e2e`"))
+}
+
+impl Env {
+    pub fn from_env() -> anyhow::Result<Env> {
+        if let Ok(kubeconfig) = std::env::var("KEEPER_E2E_KUBECONFIG") {
+            return Ok(Env {
+                kubeconfig: kubeconfig.into(),
+                keeper_bin: var("KEEPER_BIN")?.into(),
+                keeper_config: var("KEEPER_E2E_CONFIG")?.into(),
+                keeper_env: Vec::new(),
+                operator_namespace: std::env::var("KEEPER_E2E_OPERATOR_NAMESPACE").unwrap_or_else(|_| "keeper-system".into()),
+                apiserver_url: None,
+                storagegrid_url: None,
+                s3_endpoint: std::env::var("KEEPER_S3_ENDPOINT").ok(),
+                rds_endpoint: std::env::var("KEEPER_RDS_ENDPOINT").ok(),
+            });
+        }
+        let dev = var("KEEPER_DEV_DIR")?;
+        Ok(Env {
+            kubeconfig: var("KUBECONFIG")?.into(),
+            keeper_bin: var("KEEPER_BIN")?.into(),
+            keeper_config: Path::new(&dev).join("keeper.yaml"),
+            keeper_env: [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_REGION", "us-east-1")]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            operator_namespace: "keeper-system".into(),
+            apiserver_url: Some(var("KEEPER_APISERVER_URL")?),
+            storagegrid_url: Some(var("KEEPER_STORAGEGRID_ENDPOINT")?),
+            s3_endpoint: Some(var("KEEPER_S3_ENDPOINT")?),
+            rds_endpoint: Some(var("KEEPER_RDS_ENDPOINT")?),
+        })
+    }
+
+    /// Runs kubectl and returns its output, whatever its exit code.
+    pub fn kubectl_output(&self, args: &[&str]) -> anyhow::Result<Output> {
+        Command::new("kubectl")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .output()
+            .context("cannot run kubectl")
+    }
+
+    /// Runs kubectl and fails unless it succeeds; returns stdout.
+    pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
+        let out = self.kubectl_output(args)?;
+        if !out.status.success() {
+            bail!("kubectl {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `kubectl apply -f -` with the given manifest.
+    pub fn apply(&self, namespace: &str, manifest: &str) -> anyhow::Result<String> {
+        use std::io::Write;
+        let mut child = Command::new("kubectl")
+            .args(["apply", "-n", namespace, "-f", "-"])
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("cannot run kubectl")?;
+        child.stdin.take().expect("piped").write_all(manifest.as_bytes())?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!("kubectl apply failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The object as JSON, or `None` when it does not exist.
+    pub fn get_json(&self, namespace: &str, resource: &str) -> anyhow::Result<Option<Value>> {
+        let out = self.kubectl_output(&["get", "-n", namespace, resource, "-o", "json"])?;
+        if !out.status.success() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if stderr.contains("NotFound") || stderr.contains("not found") {
+                return Ok(None);
+            }
+            bail!("kubectl get {resource} failed: {stderr}");
+        }
+        Ok(Some(serde_json::from_slice(&out.stdout)?))
+    }
+
+    /// Creates a fresh namespace for one scenario; it is deleted when the guard drops.
+    pub fn namespace(&self, prefix: &str) -> anyhow::Result<Namespace> {
+        let name = format!("{prefix}-{}", std::process::id() % 100000);
+        self.kubectl(&["create", "namespace", &name])?;
+        Ok(Namespace { env: self.clone(), name })
+    }
+}
+
+/// A namespace owned by one scenario.
+pub struct Namespace {
+    env: Env,
+    pub name: String,
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = self.env.kubectl_output(&["delete", "namespace", &self.name, "--wait=false"]);
+    }
+}
+
+/// A running `keeper run` process, killed when dropped.
+pub struct Keeper {
+    child: Child,
+    pub metrics_url: String,
+    pub log: PathBuf,
+}
+
+impl Keeper {
+    /// Starts keeper and waits until /readyz answers 200.
+    pub fn start(env: &Env) -> anyhow::Result<Keeper> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let log = std::env::temp_dir().join(format!("keeper-e2e-{}-{port}.log", std::process::id()));
+        let file = std::fs::File::create(&log)?;
+        let child = Command::new(&env.keeper_bin)
+            .args(["run", "--namespace", &env.operator_namespace, "--metrics-bind-address"])
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--config")
+            .arg(&env.keeper_config)
+            .env("KUBECONFIG", &env.kubeconfig)
+            .envs(env.keeper_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .stdout(file.try_clone()?)
+            .stderr(file)
+            .spawn()
+            .context("cannot start keeper")?;
+        let keeper = Keeper {
+            child,
+            metrics_url: format!("http://127.0.0.1:{port}"),
+            log,
+        };
+        let ready = format!("{}/readyz", keeper.metrics_url);
+        wait_until(Duration::from_secs(60), "keeper to become ready", || {
+            Ok(reqwest::blocking_get_ok(&ready))
+        })
+        .with_context(|| format!("keeper log: {}", keeper.log_text()))?;
+        Ok(keeper)
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGKILL, as a crash or an OOM kill would.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait for a graceful exit; returns the exit code.
+    pub fn terminate(mut self) -> anyhow::Result<Option<i32>> {
+        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
+        anyhow::ensure!(status.success(), "kill -TERM failed");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                return Ok(status.code());
+            }
+            anyhow::ensure!(Instant::now() < deadline, "keeper did not stop within 30s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `check` until it returns true, for at most `timeout`.
+pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    let mut last_error = None;
+    loop {
+        match check() {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => last_error = Some(e),
+        }
+        if Instant::now() >= deadline {
+            match last_error {
+                Some(e) => bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}"),
+                None => bail!("timed out after {timeout:?} waiting for {what}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The status of condition `type_` of an object, if present.
+pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+mod reqwest {
+    /// A tiny blocking GET on loopback (the harness is synchronous; keeper's own client is async).
+    pub fn blocking_get_ok(url: &str) -> bool {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+            return false;
+        };
+        runtime.block_on(async {
+            matches!(::reqwest::get(url).await, Ok(r) if r.status().is_success())
+        })
+    }
+}

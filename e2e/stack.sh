@@ -1,0 +1,254 @@
+#!/usr/bin/env bash
+# The local control plane: a Kubernetes API emulator, a StorageGRID emulator, a moto server (S3 and
+# RDS) and Prometheus, started as plain processes on free 127.0.0.1 ports.
+#
+#   e2e/stack.sh deps    install what the stack needs (Python venv with moto, Debian's prometheus)
+#   e2e/stack.sh up      start the stack (safe to run twice), install the CRDs, write .keeper-dev/env
+#   e2e/stack.sh keeper  start `keeper run` against the stack (with the admission webhook registered)
+#   e2e/stack.sh demo    up + keeper + the samples in config/samples, then wait until they are Ready
+#   e2e/stack.sh down    stop everything this script started, by PID
+#
+# Everything lives in .keeper-dev/ (git-ignored): env, kubeconfig, pids, logs, generated configs.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+DEV="$ROOT/.keeper-dev"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+VENV="${KEEPER_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/keeper/venv}"
+MOTO_VERSION="5.2.5"
+ADMIN_USER="root"
+
+log() { printf '==> %s\n' "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# Waits until a command succeeds, for at most $1 seconds.
+wait_for() {
+  local seconds=$1; shift
+  local deadline=$((SECONDS + seconds))
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.2
+  done
+}
+
+pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+
+# Starts a background process, records its PID under a name, and logs to .keeper-dev/logs/NAME.log.
+start() {
+  local name=$1; shift
+  mkdir -p "$DEV/logs"
+  nohup "$@" >"$DEV/logs/$name.log" 2>&1 </dev/null &
+  local pid=$!
+  echo "$name $pid" >>"$DEV/pids"
+  echo "$pid"
+}
+
+recorded_pid() { [ -f "$DEV/pids" ] && awk -v n="$1" '$1==n {p=$2} END {print p}' "$DEV/pids"; }
+
+cmd_deps() {
+  command -v kubectl >/dev/null || die "kubectl is required (see README: Prerequisites)"
+  command -v python3 >/dev/null || die "python3 is required (see README: Prerequisites)"
+  if ! "$VENV/bin/python" -c "import moto, flask" 2>/dev/null \
+     || [ "$("$VENV/bin/python" -c 'import moto; print(moto.__version__)')" != "$MOTO_VERSION" ]; then
+    log "installing moto[server]==$MOTO_VERSION into $VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+  fi
+  if ! command -v prometheus >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      log "installing Debian's prometheus package"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 \
+        || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >/dev/null; }
+    else
+      die "prometheus is not installed: run 'sudo apt-get install prometheus' (see README: Prerequisites)"
+    fi
+  fi
+  command -v openssl >/dev/null || die "openssl is required for the webhook certificate"
+}
+
+build() {
+  log "building keeper and the emulators"
+  (cd "$ROOT" && cargo build --quiet -p keeper -p keeper-e2e-apiserver -p keeper-e2e-storagegrid)
+}
+
+cmd_up() {
+  if [ -f "$DEV/env" ] && pid_alive "$(recorded_pid apiserver)"; then
+    log "the stack is already up (source .keeper-dev/env)"
+    return 0
+  fi
+  [ ! -f "$DEV/pids" ] || cmd_down
+  cmd_deps
+  build
+  mkdir -p "$DEV"
+  rm -f "$DEV"/*.ready
+  local bin="$CARGO_TARGET_DIR/debug"
+
+  local moto_port; moto_port=$(free_port)
+  local moto_pid; moto_pid=$(start moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$moto_port")
+  local moto="http://127.0.0.1:$moto_port"
+  wait_for 30 curl -sf "$moto/moto-api/" || die "moto did not start (see $DEV/logs/moto.log)"
+
+  local api_pid; api_pid=$(start apiserver "$bin/keeper-apiserver" --listen 127.0.0.1:0 \
+    --kubeconfig "$DEV/kubeconfig" --ready-file "$DEV/apiserver.ready")
+  wait_for 30 test -s "$DEV/apiserver.ready" || die "the API emulator did not start (see $DEV/logs/apiserver.log)"
+  local apiserver; apiserver=$(cat "$DEV/apiserver.ready")
+
+  local admin_password; admin_password=$(openssl rand -hex 16)
+  local sg_pid; sg_pid=$(start storagegrid "$bin/keeper-storagegrid" --listen 127.0.0.1:0 --s3-listen 127.0.0.1:0 \
+    --moto-endpoint "$moto" --admin-user "$ADMIN_USER" --admin-password "$admin_password" \
+    --drain-rate "${KEEPER_DRAIN_RATE:-200}" --ready-file "$DEV/storagegrid.ready")
+  wait_for 30 test -s "$DEV/storagegrid.ready" || die "the StorageGRID emulator did not start (see $DEV/logs/storagegrid.log)"
+  local sg_mgmt sg_s3
+  sg_mgmt=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["management"])' "$DEV/storagegrid.ready")
+  sg_s3=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["s3"])' "$DEV/storagegrid.ready")
+
+  local metrics_port; metrics_port=$(free_port)
+  local prom_port; prom_port=$(free_port)
+  cat >"$DEV/prometheus.yml" <<YAML
+global:
+  scrape_interval: 5s
+scrape_configs:
+  - job_name: keeper
+    static_configs:
+      - targets: ["127.0.0.1:$metrics_port"]
+YAML
+  local prom_pid; prom_pid=$(start prometheus prometheus --config.file="$DEV/prometheus.yml" \
+    --storage.tsdb.path="$DEV/prometheus-data" --web.listen-address="127.0.0.1:$prom_port")
+  local prom="http://127.0.0.1:$prom_port"
+  wait_for 30 curl -sf "$prom/-/ready" || die "prometheus did not start (see $DEV/logs/prometheus.log)"
+
+  log "installing the CRDs"
+  KUBECONFIG="$DEV/kubeconfig" kubectl apply -f "$ROOT/crds/" >/dev/null
+  KUBECONFIG="$DEV/kubeconfig" kubectl wait --for condition=established --timeout=30s -f "$ROOT/crds/" >/dev/null
+
+  cat >"$DEV/env" <<ENV
+# Generated by e2e/stack.sh; source it to use the local control plane.
+export KUBECONFIG="$DEV/kubeconfig"
+export KEEPER_APISERVER_URL="$apiserver"
+export KEEPER_S3_ENDPOINT="$moto"
+export KEEPER_RDS_ENDPOINT="$moto"
+export KEEPER_MOTO_SERVER="$VENV/bin/moto_server"
+export KEEPER_STORAGEGRID_ENDPOINT="$sg_mgmt"
+export KEEPER_STORAGEGRID_S3_ENDPOINT="$sg_s3"
+export KEEPER_STORAGEGRID_ADMIN_USER="$ADMIN_USER"
+export KEEPER_STORAGEGRID_ADMIN_PASSWORD="$admin_password"
+export KEEPER_PROMETHEUS_URL="$prom"
+export KEEPER_METRICS_ADDR="127.0.0.1:$metrics_port"
+export KEEPER_BIN="$bin/keeper"
+export KEEPER_MOTO_PID=$moto_pid
+export KEEPER_APISERVER_PID=$api_pid
+export KEEPER_STORAGEGRID_PID=$sg_pid
+export KEEPER_PROMETHEUS_PID=$prom_pid
+ENV
+  log "the stack is up: source .keeper-dev/env"
+}
+
+# Writes the operator configuration and the Secrets it names, for the processes in .keeper-dev/env.
+write_keeper_config() {
+  # shellcheck source=/dev/null
+  . "$DEV/env"
+  kubectl create namespace keeper-system --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  kubectl -n keeper-system create secret generic storagegrid-admin \
+    --from-literal=username="$KEEPER_STORAGEGRID_ADMIN_USER" \
+    --from-literal=password="$KEEPER_STORAGEGRID_ADMIN_PASSWORD" \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  # moto accepts any keys; a real S3-compatible store would get real ones here.
+  kubectl -n keeper-system create secret generic s3-credentials \
+    --from-literal=accessKeyId=testing --from-literal=secretAccessKey=testing \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+  cat >"$DEV/keeper.yaml" <<YAML
+providers:
+  default:
+    storageGrid:
+      adminEndpoint: $KEEPER_STORAGEGRID_ENDPOINT
+      adminCredentialsSecret: {name: storagegrid-admin}
+      s3Endpoint: $KEEPER_STORAGEGRID_S3_ENDPOINT
+      region: us-east-1
+  s3:
+    s3Compatible:
+      endpoint: $KEEPER_S3_ENDPOINT
+      region: us-east-1
+      credentialsSecret: {name: s3-credentials}
+rds:
+  region: us-east-1
+  endpoint: $KEEPER_RDS_ENDPOINT
+YAML
+}
+
+cmd_keeper() {
+  [ -f "$DEV/env" ] || die "the stack is not up: run 'make dev-up' first"
+  if pid_alive "$(recorded_pid keeper)"; then
+    log "keeper is already running"
+    return 0
+  fi
+  write_keeper_config
+  # shellcheck source=/dev/null
+  . "$DEV/env"
+  # keeper reaches RDS through the standard AWS chain; moto accepts these test keys.
+  local pid; pid=$(AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 \
+    start keeper "$KEEPER_BIN" run --config "$DEV/keeper.yaml" --namespace keeper-system \
+    --metrics-bind-address "$KEEPER_METRICS_ADDR")
+  {
+    echo "export KEEPER_PID=$pid"
+    echo "export KEEPER_METRICS_URL=http://$KEEPER_METRICS_ADDR/metrics"
+  } >>"$DEV/env"
+  wait_for 60 curl -sf "http://$KEEPER_METRICS_ADDR/readyz" \
+    || die "keeper did not become ready (see $DEV/logs/keeper.log)"
+  log "keeper is running (PID $pid, log $DEV/logs/keeper.log)"
+}
+
+cmd_demo() {
+  cmd_up
+  cmd_keeper
+  # shellcheck source=/dev/null
+  . "$DEV/env"
+  log "applying config/samples"
+  kubectl apply -f "$ROOT/config/samples/"
+  log "waiting for the samples to be Ready"
+  kubectl wait --for=condition=Ready --timeout=120s s3tenant/team-a s3bucket/assets s3bucket/logs clouddatabase/orders-db
+  echo
+  kubectl get keeper -A
+  cat <<TXT
+
+The demo runs in the background until 'make dev-down'. Point kubectl at it with:
+
+  source .keeper-dev/env
+
+Then try:
+  kubectl describe s3bucket logs                          # status, conditions and events
+  kubectl get secret assets-credentials -o yaml           # the bucket's own credentials
+  kubectl annotate s3bucket logs keeper.dev/drain=true    # drain a bucket: watch Draining -> Ready
+  kubectl delete s3tenant team-a --wait=false             # refused while buckets remain: see the warning
+  kubectl delete s3bucket --all && kubectl get s3tenant   # then the tenant goes too
+  curl -s \$KEEPER_METRICS_URL | grep keeper_             # metrics (Prometheus: \$KEEPER_PROMETHEUS_URL)
+TXT
+}
+
+cmd_down() {
+  if [ ! -f "$DEV/pids" ]; then
+    log "nothing to stop"
+    return 0
+  fi
+  local pids; pids=$(awk '{print $2}' "$DEV/pids" | tac)
+  for pid in $pids; do pid_alive "$pid" && kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in $pids; do
+    for _ in $(seq 50); do pid_alive "$pid" || break; sleep 0.1; done
+    if pid_alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
+  done
+  rm -rf "$DEV/pids" "$DEV/env" "$DEV"/*.ready "$DEV/prometheus-data"
+  log "the stack is down"
+}
+
+case "${1:-}" in
+  deps) cmd_deps ;;
+  moto-path) echo "$VENV/bin/moto_server" ;;
+  up) cmd_up ;;
+  keeper) cmd_keeper ;;
+  demo) cmd_demo ;;
+  down) cmd_down ;;
+  *) echo "usage: $0 deps|moto-path|up|keeper|demo|down" >&2; exit 2 ;;
+esac
