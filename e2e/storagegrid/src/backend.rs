@@ -56,6 +56,10 @@ pub struct BucketUsage {
 #[derive(Clone)]
 pub struct Backend {
     client: Client,
+    raw: hyper_util::client::legacy::Client<
+        hyper_util::client::legacy::connect::HttpConnector,
+        http_body_util::Full<bytes::Bytes>,
+    >,
     endpoint: String,
 }
 
@@ -78,6 +82,8 @@ impl Backend {
             .build();
         Backend {
             client: Client::from_conf(conf),
+            raw: hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .build_http(),
             endpoint: endpoint.trim_end_matches('/').to_owned(),
         }
     }
@@ -243,17 +249,54 @@ impl Backend {
     }
 
     /// `(versioningEnabled, versioningSuspended)`.
+    ///
+    /// Read with a plain HTTP GET: moto answers with a `<GetBucketVersioningResponse>` root
+    /// element instead of S3's `<VersioningConfiguration>`, which the SDK refuses to decode.
     pub async fn get_versioning(&self, name: &str) -> Result<(bool, bool), BackendError> {
-        let out = self
-            .client
-            .get_bucket_versioning()
-            .bucket(name)
-            .send()
-            .await?;
-        Ok(match out.status() {
-            Some(BucketVersioningStatus::Enabled) => (true, false),
-            Some(BucketVersioningStatus::Suspended) => (false, true),
-            _ => (false, false),
+        let uri: http::Uri = format!("{}/{}?versioning", self.endpoint, name)
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| BackendError {
+                status: None,
+                code: None,
+                message: e.to_string(),
+            })?;
+        let req = http::Request::get(uri)
+            .header(
+                http::header::AUTHORIZATION,
+                "AWS4-HMAC-SHA256 Credential=keeper-storagegrid/20250101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=0",
+            )
+            .body(http_body_util::Full::new(bytes::Bytes::new()))
+            .expect("static request");
+        let io = |e: &dyn std::fmt::Display| BackendError {
+            status: None,
+            code: None,
+            message: e.to_string(),
+        };
+        let resp = self.raw.request(req).await.map_err(|e| io(&e))?;
+        let status = resp.status().as_u16();
+        let body = http_body_util::BodyExt::collect(resp.into_body())
+            .await
+            .map_err(|e| io(&e))?
+            .to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        if status != 200 {
+            let code = text
+                .split("<Code>")
+                .nth(1)
+                .and_then(|r| r.split("</Code>").next())
+                .map(str::to_owned);
+            return Err(BackendError {
+                status: Some(status),
+                code,
+                message: text.into_owned(),
+            });
+        }
+        Ok(if text.contains("<Status>Enabled</Status>") {
+            (true, false)
+        } else if text.contains("<Status>Suspended</Status>") {
+            (false, true)
+        } else {
+            (false, false)
         })
     }
 

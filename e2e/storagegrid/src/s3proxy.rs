@@ -511,7 +511,10 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Bo
         }
     }
 
-    let resp = forward(&ctx, req).await;
+    let mut resp = forward(&ctx, req).await;
+    if op.action == "s3:GetBucketVersioning" && resp.status() == StatusCode::OK {
+        resp = fix_versioning_root(resp).await;
+    }
     match registration {
         Registration::Created(name) if !resp.status().is_success() => {
             ctx.lock().buckets.remove(&name);
@@ -522,6 +525,28 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Bo
         _ => {}
     }
     resp
+}
+
+/// moto names the GetBucketVersioning root element `GetBucketVersioningResponse`; S3 (and
+/// StorageGRID) use `VersioningConfiguration`, which strict clients such as the Rust SDK require.
+async fn fix_versioning_root(resp: Response<Body>) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    let bytes = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => {
+            return s3_error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "ServiceUnavailable",
+                &e.to_string(),
+                "",
+                false,
+            );
+        }
+    };
+    let text = String::from_utf8_lossy(&bytes)
+        .replace("GetBucketVersioningResponse", "VersioningConfiguration");
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, full(text))
 }
 
 async fn forward(ctx: &Ctx, req: Request<Incoming>) -> Response<Body> {
