@@ -11,8 +11,9 @@ use aws_sdk_s3::config::{
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::DateTimeFormat;
 use aws_sdk_s3::types::{
-    BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration, Delete,
-    ObjectIdentifier, VersioningConfiguration,
+    BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration, DefaultRetention,
+    Delete, ObjectIdentifier, ObjectLockConfiguration, ObjectLockEnabled, ObjectLockRetentionMode,
+    ObjectLockRule, VersioningConfiguration,
 };
 
 /// A failed call to moto.
@@ -298,6 +299,45 @@ impl Backend {
         } else {
             (false, false)
         })
+    }
+
+    /// Applies an StorageGRID `defaultRetentionSetting` (`{mode, days|years}`) as the bucket's
+    /// S3 Object Lock default retention.
+    pub async fn put_default_retention(
+        &self,
+        name: &str,
+        setting: &serde_json::Value,
+    ) -> Result<(), BackendError> {
+        let mode = match setting.get("mode").and_then(serde_json::Value::as_str) {
+            Some("governance") => ObjectLockRetentionMode::Governance,
+            _ => ObjectLockRetentionMode::Compliance,
+        };
+        let num = |k: &str| {
+            setting
+                .get(k)
+                .and_then(crate::util::lenient_u64)
+                .map(|n| n.min(i32::MAX as u64) as i32)
+        };
+        let retention = DefaultRetention::builder()
+            .mode(mode)
+            .set_days(num("days"))
+            .set_years(num("years"))
+            .build();
+        let conf = ObjectLockConfiguration::builder()
+            .object_lock_enabled(ObjectLockEnabled::Enabled)
+            .rule(
+                ObjectLockRule::builder()
+                    .default_retention(retention)
+                    .build(),
+            )
+            .build();
+        self.client
+            .put_object_lock_configuration()
+            .bucket(name)
+            .object_lock_configuration(conf)
+            .send()
+            .await?;
+        Ok(())
     }
 
     pub async fn put_versioning(&self, name: &str, enabled: bool) -> Result<(), BackendError> {

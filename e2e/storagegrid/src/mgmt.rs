@@ -1203,7 +1203,7 @@ fn list_containers(ctx: &Ctx, rq: &Rq, caller: &Caller) -> ApiResult {
             v["crossGridReplication"] = json!({"rules": []});
         }
         if has("quotaObjectBytes") {
-            v["quotaObjectBytes"] = Value::Null;
+            v["quotaObjectBytes"] = json!(b.quota_object_bytes);
         }
         out.push(v);
     }
@@ -1225,21 +1225,9 @@ pub(crate) fn valid_bucket_name(name: &str) -> bool {
         && name.parse::<std::net::Ipv4Addr>().is_err()
 }
 
-async fn create_container(ctx: &Arc<Ctx>, rq: &mut Rq, caller: &Caller) -> ApiResult {
-    let body = rq.json_object()?;
-    let name = str_field(&body, "name")?
-        .ok_or_else(|| unprocessable("name is required"))?
-        .to_owned();
-    if !valid_bucket_name(&name) {
-        return Err(unprocessable(format!("invalid bucket name {name:?}")));
-    }
-    let region = str_field(&body, "region")?
-        .unwrap_or("us-east-1")
-        .to_owned();
-    if !ctx.cfg.regions.contains(&region) {
-        return Err(unprocessable(format!("unknown region {region}")));
-    }
-    let lock = match body.get("s3ObjectLock") {
+/// Validates an `s3ObjectLock` object; `days`/`years` are kept as strings (as the server returns them).
+fn parse_object_lock(v: Option<&Value>) -> Result<Value, ApiError> {
+    Ok(match v {
         None | Some(Value::Null) => json!({"enabled": false}),
         Some(Value::Object(o)) => {
             let enabled = bool_field(o, "enabled", false)?;
@@ -1273,7 +1261,24 @@ async fn create_container(ctx: &Arc<Ctx>, rq: &mut Rq, caller: &Caller) -> ApiRe
             v
         }
         Some(_) => return Err(unprocessable("s3ObjectLock must be an object")),
-    };
+    })
+}
+
+async fn create_container(ctx: &Arc<Ctx>, rq: &mut Rq, caller: &Caller) -> ApiResult {
+    let body = rq.json_object()?;
+    let name = str_field(&body, "name")?
+        .ok_or_else(|| unprocessable("name is required"))?
+        .to_owned();
+    if !valid_bucket_name(&name) {
+        return Err(unprocessable(format!("invalid bucket name {name:?}")));
+    }
+    let region = str_field(&body, "region")?
+        .unwrap_or("us-east-1")
+        .to_owned();
+    if !ctx.cfg.regions.contains(&region) {
+        return Err(unprocessable(format!("unknown region {region}")));
+    }
+    let lock = parse_object_lock(body.get("s3ObjectLock"))?;
     if body.get("compliance").is_some_and(|c| !c.is_null()) && lock["enabled"] == json!(true) {
         return Err(unprocessable(
             "legacy compliance cannot be combined with s3ObjectLock",
@@ -1308,11 +1313,20 @@ async fn create_container(ctx: &Arc<Ctx>, rq: &mut Rq, caller: &Caller) -> ApiRe
                 region: region.clone(),
                 creation_time: SystemTime::now(),
                 s3_object_lock: lock.clone(),
+                quota_object_bytes: None,
                 drain: Drain::default(),
             },
         );
     }
     let mut result = ctx.backend.create_bucket(&name, &region, object_lock).await;
+    if result.is_ok()
+        && let Some(r) = lock.get("defaultRetentionSetting")
+    {
+        result = ctx.backend.put_default_retention(&name, r).await;
+        if result.is_err() {
+            let _ = ctx.backend.delete_bucket(&name).await;
+        }
+    }
     if result.is_ok() && versioning && !object_lock {
         result = ctx.backend.put_versioning(&name, true).await;
     }
@@ -1416,14 +1430,58 @@ async fn container(
             }
             _ => Err(method_not_allowed()),
         },
-        ["object-lock"] => {
-            rq.op = "getContainerObjectLock";
-            need(view, "view buckets")?;
-            if m != Method::GET {
-                return Err(method_not_allowed());
+        ["object-lock"] => match m {
+            Method::GET => {
+                rq.op = "getContainerObjectLock";
+                need(view, "view buckets")?;
+                ok(bucket.s3_object_lock.clone())
             }
-            ok(bucket.s3_object_lock.clone())
-        }
+            Method::PUT => {
+                rq.op = "updateContainerObjectLock";
+                need(p.manage_all_containers, "change buckets")?;
+                let lock = parse_object_lock(Some(&rq.json()?))?;
+                if bucket.s3_object_lock["enabled"] != json!(true) || lock["enabled"] != json!(true)
+                {
+                    return Err(unprocessable(
+                        "S3 Object Lock can only be enabled when the bucket is created",
+                    ));
+                }
+                if let Some(r) = lock.get("defaultRetentionSetting") {
+                    ctx.backend
+                        .put_default_retention(&name, r)
+                        .await
+                        .map_err(|e| internal(format!("cannot set default retention: {e}")))?;
+                }
+                if let Some(b) = ctx.lock().buckets.get_mut(&name) {
+                    b.s3_object_lock = lock.clone();
+                }
+                ok(lock)
+            }
+            _ => Err(method_not_allowed()),
+        },
+        ["quota-object-bytes"] => match m {
+            Method::GET => {
+                rq.op = "getContainerQuota";
+                need(view, "view buckets")?;
+                ok(json!({"quotaObjectBytes": bucket.quota_object_bytes}))
+            }
+            Method::PUT => {
+                rq.op = "updateContainerQuota";
+                need(p.manage_all_containers, "change buckets")?;
+                let body = rq.json_object()?;
+                let quota = match body.get("quotaObjectBytes") {
+                    None | Some(Value::Null) => None,
+                    Some(v) => Some(lenient_u64(v).filter(|q| *q >= 1).ok_or_else(|| {
+                        unprocessable("quotaObjectBytes must be an integer >= 1 or null")
+                    })?),
+                };
+                if let Some(b) = ctx.lock().buckets.get_mut(&name) {
+                    b.quota_object_bytes = quota;
+                }
+                ok(json!({"quotaObjectBytes": quota}))
+            }
+            _ => Err(method_not_allowed()),
+        },
         ["region"] => {
             rq.op = "getContainerRegion";
             need(view, "view buckets")?;

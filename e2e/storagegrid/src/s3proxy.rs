@@ -443,6 +443,7 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Bo
                             .and_then(|v| v.to_str().ok())
                             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
                     }),
+                    quota_object_bytes: None,
                     drain: Default::default(),
                 },
             );

@@ -68,6 +68,8 @@ pub(crate) struct Bucket {
     pub region: String,
     pub creation_time: SystemTime,
     pub s3_object_lock: Value,
+    /// Per-bucket quota (11.9+); stored and reported, not enforced.
+    pub quota_object_bytes: Option<u64>,
     pub drain: Drain,
 }
 
@@ -311,6 +313,7 @@ impl State {
                 "region": b.region,
                 "creationTime": rfc3339(b.creation_time),
                 "s3ObjectLock": b.s3_object_lock,
+                "quotaObjectBytes": b.quota_object_bytes,
                 "deleteObjectStatus": b.delete_object_status(),
             })).collect::<Vec<_>>(),
             "users": self.users.values().map(|u| {

@@ -1272,3 +1272,119 @@ async fn fault_injection() {
         .await;
     assert_eq!(bad.status, 422);
 }
+
+#[tokio::test]
+async fn object_lock_retention_and_bucket_quota() {
+    let s = Stack::start().await;
+    let grid = s.grid_token().await;
+    let (_, t) = s.tenant(&grid, "t").await;
+    s.post(
+        "/org/containers",
+        &t,
+        json!({"name":"locked","s3ObjectLock":{"enabled":true,"defaultRetentionSetting":{"mode":"governance","years":"1"}}}),
+    )
+    .await
+    .assert_ok(201);
+    let s3 = s.s3(&s.key(&t, "current-user").await);
+    let conf = s3
+        .get_object_lock_configuration()
+        .bucket("locked")
+        .send()
+        .await
+        .unwrap();
+    let rule = conf
+        .object_lock_configuration()
+        .unwrap()
+        .rule()
+        .unwrap()
+        .default_retention()
+        .unwrap()
+        .clone();
+    assert_eq!(rule.years(), Some(1));
+    assert_eq!(rule.mode().unwrap().as_str(), "GOVERNANCE");
+
+    let r = s
+        .put(
+            "/org/containers/locked/object-lock",
+            &t,
+            json!({"enabled":true,"defaultRetentionSetting":{"mode":"compliance","days":7}}),
+        )
+        .await
+        .assert_ok(200);
+    assert_eq!(
+        r.data()["defaultRetentionSetting"],
+        json!({"mode":"compliance","days":"7"})
+    );
+    let conf = s3
+        .get_object_lock_configuration()
+        .bucket("locked")
+        .send()
+        .await
+        .unwrap();
+    let rule = conf
+        .object_lock_configuration()
+        .unwrap()
+        .rule()
+        .unwrap()
+        .default_retention()
+        .unwrap()
+        .clone();
+    assert_eq!(rule.days(), Some(7));
+    let l = s
+        .get("/org/containers?include=s3ObjectLock", &t)
+        .await
+        .assert_ok(200);
+    assert_eq!(
+        l.data()[0]["s3ObjectLock"]["defaultRetentionSetting"]["days"],
+        "7"
+    );
+
+    // Object lock cannot be turned on later.
+    s.create_bucket(&t, "plain").await;
+    s.put(
+        "/org/containers/plain/object-lock",
+        &t,
+        json!({"enabled":true}),
+    )
+    .await
+    .assert_error(422);
+
+    // Per-bucket quota (11.9+): stored and reported.
+    assert_eq!(
+        s.get("/org/containers/plain/quota-object-bytes", &t)
+            .await
+            .assert_ok(200)
+            .data(),
+        &json!({"quotaObjectBytes": null})
+    );
+    s.put(
+        "/org/containers/plain/quota-object-bytes",
+        &t,
+        json!({"quotaObjectBytes": 1000}),
+    )
+    .await
+    .assert_ok(200);
+    s.put(
+        "/org/containers/plain/quota-object-bytes",
+        &t,
+        json!({"quotaObjectBytes": 0}),
+    )
+    .await
+    .assert_error(422);
+    let l = s
+        .get("/org/containers?include=quotaObjectBytes", &t)
+        .await
+        .assert_ok(200);
+    let plain = l
+        .data()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "plain")
+        .unwrap()
+        .clone();
+    assert_eq!(plain["quotaObjectBytes"], 1000);
+    s.get("/org/containers?include=bogus", &t)
+        .await
+        .assert_error(422);
+}

@@ -565,3 +565,45 @@ async fn s3_faults_and_disabled_users() {
         "AccessDenied"
     );
 }
+
+#[tokio::test]
+async fn expired_keys_stop_working() {
+    let s = Stack::start().await;
+    let grid = s.grid_token().await;
+    let (_, t) = s.tenant(&grid, "t").await;
+    s.create_bucket(&t, "expiring").await;
+    let expires = std::time::SystemTime::now() + Duration::from_secs(2);
+    let r = s
+        .post(
+            "/org/users/current-user/s3-access-keys",
+            &t,
+            json!({"expires": humantime_rfc3339(expires)}),
+        )
+        .await
+        .assert_ok(201);
+    let key = (
+        r.data()["accessKey"].as_str().unwrap().to_owned(),
+        r.data()["secretAccessKey"].as_str().unwrap().to_owned(),
+    );
+    let s3 = s.s3(&key);
+    s3.list_objects_v2()
+        .bucket("expiring")
+        .send()
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        s3_code(s3.list_objects_v2().bucket("expiring").send().await),
+        "InvalidAccessKeyId"
+    );
+    // Expired keys are removed from the listing.
+    let l = s
+        .get("/org/users/current-user/s3-access-keys", &t)
+        .await
+        .assert_ok(200);
+    assert_eq!(l.data(), &json!([]));
+}
+
+fn humantime_rfc3339(t: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
