@@ -607,3 +607,66 @@ async fn expired_keys_stop_working() {
 fn humantime_rfc3339(t: std::time::SystemTime) -> String {
     humantime::format_rfc3339_millis(t).to_string()
 }
+
+#[tokio::test]
+async fn prefix_scoped_policy_with_encoded_keys() {
+    let s = Stack::start().await;
+    let grid = s.grid_token().await;
+    let (_, t) = s.tenant(&grid, "t").await;
+    s.create_bucket(&t, "prefixed").await;
+    let root = s.s3(&s.key(&t, "current-user").await);
+    let odd = "dir/with space/ü+x=y.txt";
+    root.put_object()
+        .bucket("prefixed")
+        .key(odd)
+        .body(b"odd".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(body_of(&root, "prefixed", odd).await, b"odd");
+    root.put_object()
+        .bucket("prefixed")
+        .key("other/x")
+        .body(b"o".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+
+    let g = s
+        .post(
+            "/org/groups",
+            &t,
+            json!({"uniqueName":"group/dir","policies":{"s3":{"Statement":[
+                {"Effect":"Allow","Action":"s3:Get*","Resource":"arn:aws:s3:::prefixed/dir/*"}]}}}),
+        )
+        .await
+        .assert_ok(201);
+    let u = s
+        .post(
+            "/org/users",
+            &t,
+            json!({"uniqueName":"user/dir","memberOf":[g.data()["id"]]}),
+        )
+        .await
+        .assert_ok(201);
+    let app = s.s3(&s.key(&t, u.data()["id"].as_str().unwrap()).await);
+    assert_eq!(body_of(&app, "prefixed", odd).await, b"odd");
+    assert_eq!(
+        s3_code(
+            app.get_object()
+                .bucket("prefixed")
+                .key("other/x")
+                .send()
+                .await
+        ),
+        "AccessDenied"
+    );
+    assert_eq!(
+        s3_code(app.list_objects_v2().bucket("prefixed").send().await),
+        "AccessDenied"
+    );
+    assert_eq!(
+        s3_code(app.delete_object().bucket("prefixed").key(odd).send().await),
+        "AccessDenied"
+    );
+}
