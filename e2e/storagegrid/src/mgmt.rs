@@ -1593,7 +1593,7 @@ async fn drain_loop(ctx: Arc<Ctx>, name: String, epoch: u64) {
         }
         let started = Instant::now();
         match ctx.backend.delete_batch(&name, batch).await {
-            Ok(0) => tokio::time::sleep(Duration::from_millis(200)).await,
+            Ok(0) => tokio::time::sleep(Duration::from_millis(500)).await,
             Ok(n) => {
                 let budget = Duration::from_secs_f64(n as f64 / rate as f64);
                 if let Some(left) = budget.checked_sub(started.elapsed()) {
