@@ -12,7 +12,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
-DEV="$ROOT/.keeper-dev"
+# KEEPER_DEV_DIR lets the e2e suite run its own stack beside a developer's demo.
+DEV="${KEEPER_DEV_DIR:-$ROOT/.keeper-dev}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="${KEEPER_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/keeper/venv}"
 MOTO_VERSION="5.2.5"
@@ -139,6 +140,7 @@ export KEEPER_STORAGEGRID_ADMIN_PASSWORD="$admin_password"
 export KEEPER_PROMETHEUS_URL="$prom"
 export KEEPER_METRICS_ADDR="127.0.0.1:$metrics_port"
 export KEEPER_BIN="$bin/keeper"
+export KEEPER_DEV_DIR="$DEV"
 export KEEPER_MOTO_PID=$moto_pid
 export KEEPER_APISERVER_PID=$api_pid
 export KEEPER_STORAGEGRID_PID=$sg_pid
@@ -247,8 +249,9 @@ case "${1:-}" in
   deps) cmd_deps ;;
   moto-path) echo "$VENV/bin/moto_server" ;;
   up) cmd_up ;;
+  config) write_keeper_config ;;
   keeper) cmd_keeper ;;
   demo) cmd_demo ;;
   down) cmd_down ;;
-  *) echo "usage: $0 deps|moto-path|up|keeper|demo|down" >&2; exit 2 ;;
+  *) echo "usage: $0 deps|moto-path|up|config|keeper|demo|down" >&2; exit 2 ;;
 esac

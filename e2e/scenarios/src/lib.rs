@@ -226,6 +226,23 @@ pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> anyh
     }
 }
 
+/// An RDS client for the environment's RDS endpoint (moto locally; AWS with a real cluster).
+pub async fn rds_client(env: &Env) -> aws_sdk_rds::Client {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if env.apiserver_url.is_some() {
+        loader = loader
+            .region(aws_config::Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_rds::config::Credentials::new("testing", "testing", None, None, "e2e"));
+    }
+    let sdk = loader.load().await;
+    let mut config = aws_sdk_rds::config::Builder::from(&sdk);
+    if let Some(endpoint) = &env.rds_endpoint {
+        config = config.endpoint_url(endpoint);
+    }
+    aws_sdk_rds::Client::from_conf(config.build())
+}
+
 /// The status of condition `type_` of an object, if present.
 pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
     obj["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)

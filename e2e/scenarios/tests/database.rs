@@ -1,0 +1,113 @@
+//! CloudDatabase end to end (issue 6): Ready with a complete connection Secret and our tags;
+//! deletion with each policy, the CR disappearing only once RDS reports the instance gone.
+
+use std::time::Duration;
+
+use keeper_e2e::{Env, Keeper, condition, rds_client, wait_until};
+
+fn database(name: &str, policy: &str) -> String {
+    format!(
+        "apiVersion: keeper.dev/v1alpha1\nkind: CloudDatabase\nmetadata:\n  name: {name}\nspec:\n  engine: postgres\n  size: small\n  databaseName: app\n  deletionPolicy: {policy}\n"
+    )
+}
+
+async fn describe(env: &Env, id: &str) -> Option<aws_sdk_rds::types::DbInstance> {
+    let rds = rds_client(env).await;
+    match rds.describe_db_instances().db_instance_identifier(id).send().await {
+        Ok(out) => out.db_instances().first().cloned(),
+        Err(e) if e.as_service_error().is_some_and(|e| e.is_db_instance_not_found_fault()) => None,
+        Err(e) => panic!("describe {id}: {e:?}"),
+    }
+}
+
+fn wait_ready(env: &Env, ns: &str, name: &str) -> serde_json::Value {
+    let mut obj = serde_json::Value::Null;
+    wait_until(Duration::from_secs(90), "the database to be Ready", || {
+        obj = env.get_json(ns, &format!("clouddatabase/{name}"))?.unwrap_or_default();
+        Ok(condition(&obj, "Ready").is_some_and(|c| c["status"] == "True"))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\nlast seen: {obj:#}"));
+    obj
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_database_becomes_ready_with_secret_and_tags_and_each_policy_deletes_as_promised() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-db").unwrap();
+    let keeper = Keeper::start(&env).unwrap();
+
+    for (name, policy) in [("snap", "Snapshot"), ("gone", "Delete"), ("kept", "Retain")] {
+        env.apply(&ns.name, &database(name, policy)).unwrap();
+    }
+    for name in ["snap", "gone", "kept"] {
+        let obj = wait_ready(&env, &ns.name, name);
+        assert_eq!(obj["status"]["phase"], "Ready");
+        let id = obj["status"]["instanceId"].as_str().expect("instanceId in status").to_string();
+
+        let secret = env.get_json(&ns.name, &format!("secret/{name}-connection")).unwrap().expect("connection Secret");
+        for key in ["host", "port", "username", "password", "database", "engine", "uri"] {
+            assert!(secret["data"][key].is_string(), "connection Secret lacks {key}: {secret:#}");
+        }
+        let instance = describe(&env, &id).await.expect("the instance exists");
+        let tags: Vec<(String, String)> = instance
+            .tag_list()
+            .iter()
+            .map(|t| (t.key().unwrap_or_default().to_string(), t.value().unwrap_or_default().to_string()))
+            .collect();
+        let uid = obj["metadata"]["uid"].as_str().unwrap().to_string();
+        assert!(tags.contains(&("keeper.dev/owner-uid".into(), uid)), "{tags:?}");
+        assert!(tags.contains(&("keeper.dev/namespace".into(), ns.name.clone())), "{tags:?}");
+        assert!(tags.contains(&("keeper.dev/name".into(), name.into())), "{tags:?}");
+    }
+
+    let ids: Vec<(String, String)> = ["snap", "gone", "kept"]
+        .iter()
+        .map(|n| {
+            let obj = env.get_json(&ns.name, &format!("clouddatabase/{n}")).unwrap().unwrap();
+            (n.to_string(), obj["status"]["instanceId"].as_str().unwrap().to_string())
+        })
+        .collect();
+    for (name, _) in &ids {
+        env.kubectl(&["delete", "-n", &ns.name, &format!("clouddatabase/{name}"), "--wait=false"]).unwrap();
+    }
+    let mut snapshot_id = None;
+    for (name, id) in &ids {
+        wait_until(Duration::from_secs(60), "the CR to disappear", || {
+            let obj = env.get_json(&ns.name, &format!("clouddatabase/{name}"))?;
+            if let Some(obj) = &obj {
+                if let Some(s) = obj["status"]["finalSnapshotId"].as_str() {
+                    snapshot_id = Some(s.to_string());
+                }
+            }
+            Ok(obj.is_none())
+        })
+        .unwrap();
+        let instance = describe(&env, id).await;
+        match name.as_str() {
+            "kept" => {
+                let instance = instance.expect("Retain leaves the instance");
+                assert!(
+                    !instance.tag_list().iter().any(|t| t.key().is_some_and(|k| k.starts_with("keeper.dev/"))),
+                    "Retain removes keeper's tags: {:?}",
+                    instance.tag_list()
+                );
+            }
+            _ => assert!(instance.is_none(), "{name}: the CR went before the instance"),
+        }
+    }
+
+    let rds = rds_client(&env).await;
+    let snapshots = rds.describe_db_snapshots().send().await.unwrap();
+    let snapshot_ids: Vec<&str> = snapshots.db_snapshots().iter().filter_map(|s| s.db_snapshot_identifier()).collect();
+    let snapshot_id = snapshot_id.expect("status.finalSnapshotId was recorded before the delete");
+    assert!(snapshot_ids.contains(&snapshot_id.as_str()), "{snapshot_id} not in {snapshot_ids:?}");
+    let gone_id = &ids.iter().find(|(n, _)| n == "gone").unwrap().1;
+    assert!(
+        !snapshots.db_snapshots().iter().any(|s| s.db_instance_identifier() == Some(gone_id.as_str())),
+        "Delete took a snapshot"
+    );
+    // Leave nothing behind: the retained instance is ours to clean up in this test.
+    let kept_id = &ids.iter().find(|(n, _)| n == "kept").unwrap().1;
+    let _ = rds.delete_db_instance().db_instance_identifier(kept_id).skip_final_snapshot(true).send().await;
+    drop(keeper);
+}
