@@ -61,8 +61,13 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
         *target = Value::Object(Map::new());
     }
     let mut retain: Option<Vec<String>> = None;
+    let mut orders: Vec<(String, Vec<Value>)> = Vec::new();
     for (k, v) in p {
-        if k == "$patch" || k.starts_with("$setElementOrder/") {
+        if let Some(field) = k.strip_prefix("$setElementOrder/") {
+            orders.push((field.to_string(), v.as_array().cloned().unwrap_or_default()));
+            continue;
+        }
+        if k == "$patch" {
             continue;
         }
         if k == "$retainKeys" {
@@ -103,6 +108,26 @@ pub fn strategic_merge(target: &mut Value, patch: &Value) {
     if let (Some(keep), Some(t)) = (retain, target.as_object_mut()) {
         t.retain(|k, _| keep.contains(k));
     }
+    for (field, order) in orders {
+        if let Some(list) = target[field.as_str()].as_array_mut() {
+            set_element_order(list, &order);
+        }
+    }
+}
+
+/// `$setElementOrder`: listed elements first, in the given order; others keep their relative order after.
+fn set_element_order(list: &mut Vec<Value>, order: &[Value]) {
+    let matches = |item: &Value, o: &Value| match o {
+        Value::Object(m) => m.iter().all(|(k, v)| &item[k] == v),
+        prim => item == prim,
+    };
+    let mut rest = std::mem::take(list);
+    for o in order {
+        if let Some(i) = rest.iter().position(|item| matches(item, o)) {
+            list.push(rest.remove(i));
+        }
+    }
+    list.extend(rest);
 }
 
 fn merge_list_smp(cur: &mut Value, items: &[Value], field: &str) {

@@ -226,7 +226,7 @@ pub fn builtins() -> Vec<Arc<ResDef>> {
     ));
     let mut ev = builtin("", "v1", "events", "Event", true, &["ev"], &[], false);
     ev.columns = vec![
-        col("Last Seen", "string", ".lastTimestamp", 0),
+        col("Last Seen", "string", "#lastseen", 0),
         col("Type", "string", ".type", 0),
         col("Reason", "string", ".reason", 0),
         col("Object", "string", "#involved", 0),

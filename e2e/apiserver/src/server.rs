@@ -1406,7 +1406,6 @@ fn finish_update(
     let def = &t.def;
     let name = meta_str(current, "name").to_string();
     let ns = ns_of(t).to_string();
-    check_type(def, &new)?;
     let new_name = meta_str(&new, "name");
     if !new_name.is_empty() && new_name != name {
         return Err(ApiError::bad_request(format!(
@@ -1614,6 +1613,7 @@ fn plan_patch(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> {
         if let Some(rv) = wanted_rv {
             merged["metadata"]["resourceVersion"] = json!(rv);
         }
+        check_type(def, &merged)?;
         let new = unview(def, &merged);
         return finish_update(st, t, ctx, &cur, new, false);
     }
@@ -1658,6 +1658,7 @@ fn plan_patch(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> {
         }
         other => return Err(ApiError::unsupported_media_type(other)),
     }
+    check_type(def, &patched)?;
     let new = unview(def, &patched);
     finish_update(st, t, ctx, &cur, new, false)
 }

@@ -324,6 +324,9 @@ impl State {
                 }
             }
         }
+        if changed {
+            return true;
+        }
         // Terminating namespaces: delete content, then the namespace.
         for (_, _, name, o) in all.iter().filter(|(k, ..)| k == NS_KEY) {
             if !is_deleting(o) {
@@ -350,6 +353,9 @@ impl State {
                     changed = true;
                 }
             }
+        }
+        if changed {
+            return true;
         }
         // Foreground and orphan finalizers.
         for (key, ns, name, o) in &all {
@@ -392,6 +398,9 @@ impl State {
                 self.remove_finalizer(key, ns, name, "orphan");
                 changed = true;
             }
+        }
+        if changed {
+            return true;
         }
         // Background collection of dependents whose owners are all gone.
         for (key, ns, name, o) in &all {

@@ -171,6 +171,19 @@ fn cell(obj: &Value, c: &Column) -> Value {
                 io["name"].as_str().unwrap_or_default()
             ))
         }
+        "#lastseen" => {
+            let ts = [
+                &obj["lastTimestamp"],
+                &obj["series"]["lastObservedTime"],
+                &obj["eventTime"],
+                &obj["firstTimestamp"],
+            ]
+            .into_iter()
+            .find(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+            .cloned()
+            .unwrap_or(Value::Null);
+            age(&ts)
+        }
         "#deployready" => json!(format!(
             "{}/{}",
             obj["status"]["readyReplicas"].as_i64().unwrap_or(0),

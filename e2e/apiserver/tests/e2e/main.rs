@@ -1,0 +1,7 @@
+//! End-to-end tests of the API emulator, driven by real kubectl and a kube-rs 5 client.
+
+mod cli;
+mod client;
+mod common;
+mod kubectl;
+mod webhooks;
