@@ -58,6 +58,7 @@ pub mod error;
 pub mod events;
 pub mod openapi;
 pub mod patch;
+pub mod protobuf;
 pub mod resources;
 pub mod schema;
 pub mod selectors;

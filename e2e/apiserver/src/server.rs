@@ -147,6 +147,15 @@ impl Ctx {
             return Err(ApiError::bad_request("the request body is empty"));
         }
         let ct = self.content_type();
+        if ct == "application/vnd.kubernetes.protobuf" {
+            return crate::protobuf::decode(&self.body).map_err(|e| {
+                ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    format!("the body of the request could not be decoded: {e}"),
+                )
+            });
+        }
         if ct.contains("protobuf") || ct.contains("cbor") {
             return Err(ApiError::unsupported_media_type(&ct));
         }

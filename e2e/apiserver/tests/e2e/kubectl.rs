@@ -500,3 +500,77 @@ async fn kubectl_apply_builtins_and_reapply_with_strategic_merge() {
     assert_eq!(out.trim(), "");
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_imperative_creates_send_protobuf() {
+    let env = Env::new().await;
+    assert!(
+        env.kubectl_ok(&["create", "namespace", "team1"])
+            .await
+            .contains("namespace/team1 created")
+    );
+    env.kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "s1",
+        "-n",
+        "team1",
+        "--from-literal=a=b",
+        "--from-literal=c=d",
+    ])
+    .await;
+    env.kubectl_ok(&[
+        "create",
+        "configmap",
+        "c1",
+        "-n",
+        "team1",
+        "--from-literal=x=y",
+    ])
+    .await;
+    env.kubectl_ok(&["create", "serviceaccount", "bot", "-n", "team1"])
+        .await;
+    let out = env
+        .kubectl_ok(&[
+            "get",
+            "secret",
+            "s1",
+            "-n",
+            "team1",
+            "-o",
+            "jsonpath={.type} {.data.a} {.data.c}",
+        ])
+        .await;
+    assert_eq!(out, "Opaque Yg== ZA==");
+    let out = env
+        .kubectl_ok(&["get", "cm", "c1", "-n", "team1", "-o", "jsonpath={.data.x}"])
+        .await;
+    assert_eq!(out, "y");
+    let out = env
+        .kubectl_ok(&[
+            "get",
+            "ns",
+            "team1",
+            "-o",
+            "jsonpath={.status.phase} {.metadata.labels}",
+        ])
+        .await;
+    assert_eq!(out, "Active {\"kubernetes.io/metadata.name\":\"team1\"}");
+    assert_eq!(
+        env.kubectl_ok(&["get", "sa", "-n", "team1", "-o", "name"])
+            .await
+            .trim(),
+        "serviceaccount/bot"
+    );
+    // Kinds the protobuf decoder does not know are refused clearly.
+    let r = env
+        .kubectl(&["create", "deployment", "d", "--image=x"])
+        .await;
+    assert!(
+        !r.ok && r.stderr.contains("not supported by the emulator"),
+        "{}",
+        r.stderr
+    );
+    env.stop().await;
+}
