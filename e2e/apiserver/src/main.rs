@@ -26,6 +26,9 @@ struct Args {
     /// Seconds between watch BOOKMARK events.
     #[arg(long, default_value_t = 10)]
     bookmark_interval: u64,
+    /// Map a webhook Service reference to a local port: `namespace/name=port` (repeatable).
+    #[arg(long = "webhook-service", value_name = "NS/NAME=PORT")]
+    webhook_services: Vec<String>,
 }
 
 fn write_atomic(path: &Path, content: &str) -> anyhow::Result<()> {
@@ -62,9 +65,23 @@ async fn main() -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let url = format!("http://{}", listener.local_addr()?);
     write_atomic(&args.kubeconfig, &keeper_apiserver::kubeconfig(&url))?;
+    let mut webhook_services = std::collections::HashMap::new();
+    for m in &args.webhook_services {
+        let (svc, port) = m
+            .split_once('=')
+            .filter(|(s, _)| s.contains('/'))
+            .ok_or_else(|| {
+                anyhow::anyhow!("--webhook-service {m:?}: expected namespace/name=port")
+            })?;
+        let port: u16 = port
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--webhook-service {m:?}: bad port: {e}"))?;
+        webhook_services.insert(svc.to_string(), port);
+    }
     let config = keeper_apiserver::Config {
         watch_history: args.watch_history,
         bookmark_interval: Duration::from_secs(args.bookmark_interval.max(1)),
+        webhook_services,
     };
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

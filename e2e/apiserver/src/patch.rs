@@ -8,14 +8,33 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     json_patch::merge(target, patch);
 }
 
-/// RFC 6902 JSON patch; the error text is kube-apiserver-like.
+/// RFC 6902 JSON patch, all-or-nothing. Like kube-apiserver (evanphx/json-patch), a `test` for
+/// `null` succeeds on a missing path. The error flag says whether a `test` op failed.
 pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), (bool, String)> {
     let p: json_patch::Patch =
         serde_json::from_value(patch.clone()).map_err(|e| (false, e.to_string()))?;
-    json_patch::patch(target, &p).map_err(|e| {
-        let test = matches!(e.kind, json_patch::PatchErrorKind::TestFailed);
-        (test, e.to_string())
-    })
+    let mut work = target.clone();
+    for op in p.0 {
+        if let json_patch::PatchOperation::Test(t) = &op
+            && t.value.is_null()
+        {
+            match work.pointer(t.path.as_str()) {
+                None | Some(Value::Null) => continue,
+                Some(_) => {
+                    return Err((
+                        true,
+                        format!("testing value {} failed: test failed", t.path),
+                    ));
+                }
+            }
+        }
+        json_patch::patch(&mut work, std::slice::from_ref(&op)).map_err(|e| {
+            let test = matches!(e.kind, json_patch::PatchErrorKind::TestFailed);
+            (test, e.to_string())
+        })?;
+    }
+    *target = work;
+    Ok(())
 }
 
 /// Merge keys of well-known built-in list fields (strategic merge patch and apply).
@@ -304,6 +323,23 @@ mod tests {
         assert_eq!(
             t,
             json!({"metadata": {"labels": {"b": "2"}, "finalizers": ["x", "y"]}})
+        );
+    }
+
+    #[test]
+    fn json_patch_test_null_on_missing_path_and_atomicity() {
+        let mut t = json!({"metadata": {"name": "a"}});
+        let p = json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}]);
+        json_patch(&mut t, &p).unwrap();
+        assert_eq!(t["metadata"]["finalizers"], json!(["f"]));
+        let p = json!([{"op": "remove", "path": "/metadata/finalizers"},
+            {"op": "test", "path": "/metadata/name", "value": "b"}]);
+        assert!(json_patch(&mut t, &p).unwrap_err().0);
+        assert_eq!(
+            t["metadata"]["finalizers"],
+            json!(["f"]),
+            "nothing applied when a test fails"
         );
     }
 

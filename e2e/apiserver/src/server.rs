@@ -29,6 +29,9 @@ pub struct Config {
     pub watch_history: usize,
     /// How often watches with `allowWatchBookmarks=true` get a BOOKMARK.
     pub bookmark_interval: Duration,
+    /// Webhook `clientConfig.service` references (`namespace/name`) served on a local port;
+    /// they are called as `https://127.0.0.1:<port><path>`.
+    pub webhook_services: HashMap<String, u16>,
 }
 
 impl Default for Config {
@@ -36,6 +39,7 @@ impl Default for Config {
         Config {
             watch_history: 10_000,
             bookmark_interval: Duration::from_secs(10),
+            webhook_services: HashMap::new(),
         }
     }
 }
@@ -50,8 +54,10 @@ pub struct Shared {
 impl Shared {
     pub fn new(config: Config, server_address: String) -> Self {
         let (tx, _) = broadcast::channel(16_384);
+        let mut state = State::new(config.watch_history, tx);
+        state.webhook_services = config.webhook_services.clone();
         Shared {
-            state: Mutex::new(State::new(config.watch_history, tx)),
+            state: Mutex::new(state),
             config,
             requests: Mutex::new(Vec::new()),
             server_address,

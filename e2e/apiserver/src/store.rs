@@ -32,6 +32,8 @@ pub struct State {
     pub builtins: Vec<Arc<ResDef>>,
     pub crds: Vec<Arc<ResDef>>,
     pub tx: broadcast::Sender<Arc<Change>>,
+    /// `namespace/name` of a webhook Service → local HTTPS port.
+    pub webhook_services: HashMap<String, u16>,
 }
 
 pub fn now() -> String {
@@ -87,6 +89,7 @@ impl State {
             builtins: resources::builtins(),
             crds: Vec::new(),
             tx,
+            webhook_services: HashMap::new(),
         };
         for ns in ["default", "kube-system", "kube-public"] {
             let obj = json!({
@@ -289,11 +292,51 @@ impl State {
     }
 
     fn gc_pass(&mut self) -> bool {
+        // Only objects the collector can act on: being deleted, owned, in a terminating
+        // namespace, or instances of a CRD being deleted.
+        let terminating: Vec<String> = self
+            .objects
+            .get(NS_KEY)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, o)| is_deleting(o))
+                    .map(|((_, n), _)| n.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let dying_crds: Vec<String> = self
+            .objects
+            .get(CRD_KEY)
+            .map(|m| {
+                m.values()
+                    .filter(|o| is_deleting(o))
+                    .map(|o| {
+                        format!(
+                            "{}/{}",
+                            o["spec"]["group"].as_str().unwrap_or_default(),
+                            o["spec"]["names"]["plural"].as_str().unwrap_or_default()
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let mut all: Vec<(String, String, String, Value)> = Vec::new();
         for (key, m) in &self.objects {
+            let whole = dying_crds.contains(key);
             for ((ns, name), o) in m {
-                all.push((key.clone(), ns.clone(), name.clone(), o.clone()));
+                let relevant = whole
+                    || is_deleting(o)
+                    || o["metadata"]["ownerReferences"]
+                        .as_array()
+                        .is_some_and(|a| !a.is_empty())
+                    || (!ns.is_empty() && terminating.contains(ns));
+                if relevant {
+                    all.push((key.clone(), ns.clone(), name.clone(), o.clone()));
+                }
             }
+        }
+        if all.is_empty() {
+            return false;
         }
         let mut changed = false;
         // CRDs being deleted: delete their objects, then release the CRD.

@@ -12,7 +12,8 @@ use std::time::Duration;
 #[derive(Debug, Clone)]
 pub struct Hook {
     pub name: String,
-    pub url: String,
+    /// Where to POST, or why the service reference cannot be reached.
+    pub url: Result<String, String>,
     pub ca_bundle: Vec<u8>,
     pub timeout: u64,
     pub fail_open: bool,
@@ -97,16 +98,23 @@ pub fn matching(
             }
             let cc = &wh["clientConfig"];
             let url = match cc["url"].as_str() {
-                Some(u) => u.to_string(),
+                Some(u) => Ok(u.to_string()),
                 None => {
                     let svc = &cc["service"];
-                    format!(
-                        "https://{}.{}.svc:{}{}",
-                        svc["name"].as_str().unwrap_or_default(),
+                    let key = format!(
+                        "{}/{}",
                         svc["namespace"].as_str().unwrap_or_default(),
-                        svc["port"].as_i64().unwrap_or(443),
-                        svc["path"].as_str().unwrap_or_default()
-                    )
+                        svc["name"].as_str().unwrap_or_default()
+                    );
+                    match st.webhook_services.get(&key) {
+                        Some(port) => Ok(format!(
+                            "https://127.0.0.1:{port}{}",
+                            svc["path"].as_str().unwrap_or_default()
+                        )),
+                        None => Err(format!(
+                            "service {key} has no local port mapping (the emulator calls clientConfig.url, or services mapped with --webhook-service)"
+                        )),
+                    }
                 }
             };
             let ca_bundle = cc["caBundle"]
@@ -126,12 +134,13 @@ pub fn matching(
 }
 
 async fn post(hook: &Hook, review: &Value) -> anyhow::Result<Value> {
+    let url = hook.url.clone().map_err(anyhow::Error::msg)?;
     let certs = reqwest::Certificate::from_pem_bundle(&hook.ca_bundle)?;
     let client = reqwest::Client::builder()
         .tls_certs_only(certs)
         .timeout(Duration::from_secs(hook.timeout))
         .build()?;
-    let resp = client.post(&hook.url).json(review).send().await?;
+    let resp = client.post(&url).json(review).send().await?;
     let status = resp.status();
     if !status.is_success() {
         anyhow::bail!("the server responded with status {status}");
@@ -167,7 +176,8 @@ pub async fn call_all(hooks: &[Hook], request: &Value) -> Result<Vec<String>, Ap
                 }
                 return Err(ApiError::internal(format!(
                     "failed calling webhook \"{}\": failed to call webhook: Post \"{}\": {e:#}",
-                    hook.name, hook.url
+                    hook.name,
+                    hook.url.as_deref().unwrap_or("<unmapped service>")
                 )));
             }
         };

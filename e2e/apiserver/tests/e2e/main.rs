@@ -3,5 +3,6 @@
 mod cli;
 mod client;
 mod common;
+mod controller;
 mod kubectl;
 mod webhooks;

@@ -272,3 +272,57 @@ async fn webhook_failure_policy_and_untrusted_ca() {
     assert_eq!(code, 201);
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_service_reference_needs_a_mapping() {
+    let hook = start_hook().await;
+    let port: u16 = hook
+        .url
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .trim_end_matches("/validate")
+        .parse()
+        .unwrap();
+    let config = keeper_apiserver::Config {
+        webhook_services: [("keeper-system/keeper-webhook".to_string(), port)].into(),
+        ..keeper_apiserver::Config::default()
+    };
+    let env = Env::with(config).await;
+    let mut cfg = vwc("mapped", "", &hook.ca_pem, "Fail", json!(["CREATE"]));
+    cfg["webhooks"][0]["clientConfig"] = json!({"service": {"namespace": "keeper-system", "name": "keeper-webhook", "path": "/validate", "port": 443},
+        "caBundle": base64::engine::general_purpose::STANDARD.encode(&hook.ca_pem)});
+    let (code, _, body) = env
+        .raw(
+            "POST",
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+            None,
+            Some(cfg.clone()),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    let (code, _, st) = env.raw("POST", CMS, None, Some(cm("no", true))).await;
+    assert_eq!(code, 403, "{st}");
+    assert_eq!(hook.reviews.lock().unwrap().len(), 1);
+    // An unmapped service cannot be called: failurePolicy Fail refuses.
+    cfg["metadata"]["name"] = json!("unmapped");
+    cfg["webhooks"][0]["name"] = json!("unmapped.keeper.dev");
+    cfg["webhooks"][0]["clientConfig"]["service"]["name"] = json!("elsewhere");
+    env.raw(
+        "POST",
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        None,
+        Some(cfg),
+    )
+    .await;
+    let (code, _, st) = env.raw("POST", CMS, None, Some(cm("yes", false))).await;
+    assert_eq!(code, 500, "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains("keeper-system/elsewhere has no local port mapping"),
+        "{st}"
+    );
+    env.stop().await;
+}
