@@ -1,0 +1,218 @@
+//! # keeper-apiserver: a Kubernetes API emulator for keeper's tests
+//!
+//! An in-memory, single-process stand-in for kube-apiserver that real `kubectl` (v1.32) and
+//! kube-rs clients talk to through a kubeconfig. It binds 127.0.0.1 only and speaks plain HTTP/1.1.
+//!
+//! ## What is emulated
+//! - **Discovery**: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/{group}[/{version}]` as plain
+//!   APIVersions / APIGroupList / APIResourceList (no aggregated discovery v2; kubectl falls back).
+//!   Built-ins: core/v1 namespaces, secrets, configmaps, services, serviceaccounts, events;
+//!   events.k8s.io/v1 events; coordination.k8s.io/v1 leases; apps/v1 deployments; rbac/v1 roles,
+//!   rolebindings, clusterroles, clusterrolebindings; apiextensions.k8s.io/v1 CRDs;
+//!   admissionregistration.k8s.io/v1 validatingwebhookconfigurations.
+//! - **Objects**: uid, creationTimestamp, one global monotonically increasing resourceVersion,
+//!   generation (bumped on spec changes; on any non-metadata change for kinds without a status
+//!   subresource), optimistic concurrency (409 Conflict), generateName, `metav1.Status` errors.
+//! - **Verbs**: get, list (label selectors with `=`, `==`, `!=`, `in`, `notin`, exists, `!key`;
+//!   field selectors `metadata.name`/`metadata.namespace` plus the event fields kubectl uses;
+//!   `limit`/`continue`), watch (from a resourceVersion, synthetic ADDED for `0`/unset,
+//!   `sendInitialEvents`, BOOKMARKs, `timeoutSeconds`, 410 Gone as an ERROR event once the
+//!   bounded history window has moved past the requested version, selector transitions turn into
+//!   ADDED/DELETED), create, update, patch (JSON merge, JSON patch, strategic merge for built-ins,
+//!   server-side apply), delete (preconditions, propagationPolicy), deletecollection, `dryRun=All`.
+//! - **Deletion**: finalizers and deletionTimestamp, no new finalizers while deleting, ownerReference
+//!   garbage collection (background, foreground, orphan), namespace termination, CRD deletion
+//!   removing its objects.
+//! - **CRDs**: served as soon as created (Established/NamesAccepted conditions set at once),
+//!   structural-schema pruning, defaulting and validation with kube-apiserver's messages, status
+//!   subresource, printer columns, categories, short names; `fieldValidation=Strict|Warn|Ignore`.
+//! - **Events**: one store with core/v1 and events.k8s.io/v1 views.
+//! - **Tables** (`as=Table;v=v1;g=meta.k8s.io`) for get, list and watch; `includeObject`.
+//!   PartialObjectMetadata(List) for metadata-only clients.
+//! - **OpenAPI v3** index and per group-version documents (CRD schemas; built-ins are permissive),
+//!   including PATCH operations that advertise `fieldValidation`, so `kubectl apply` validates
+//!   server-side and `kubectl explain` works.
+//! - **Validating admission webhooks** over HTTPS (`clientConfig.url`, `caBundle`), rules, scope,
+//!   namespace/object selectors, failurePolicy, timeoutSeconds, deny messages and warnings.
+//! - `GET /debug/requests` / `DELETE /debug/requests`: an audit-style request log.
+//!
+//! ## What is not emulated (known deviations)
+//! - No authentication or authorization: any token is accepted, every request is allowed.
+//! - No persistence, no protobuf, no HTTP/2, no TLS on the API itself, no aggregated discovery.
+//! - No controllers besides the garbage collector / namespace / CRD finalizers (a Deployment never
+//!   gets pods or status; Services get no cluster IP).
+//! - Server-side apply does not track field ownership: `managedFields` is never recorded, fields
+//!   removed from an applied configuration are not removed from the object, and there are no
+//!   apply conflicts (`force` is accepted and ignored).
+//! - Lists are served from the current state (a `continue` token does not pin a snapshot) and
+//!   `resourceVersion`/`resourceVersionMatch` on lists are ignored.
+//! - CRD schemas: `allOf`/`anyOf`/`oneOf`/`not`, CEL `x-kubernetes-validations`, list-type
+//!   uniqueness and `format` other than int32/int64 are not enforced; no version conversion
+//!   (objects are served in every version unchanged apart from `apiVersion`).
+//! - Built-in kinds are not schema-validated; strategic merge patch knows the common merge keys
+//!   (containers, env, volumes, ports, ...) rather than the full Go type metadata.
+//! - Mutating webhooks are not supported; webhooks are not called for garbage-collector deletions.
+//! - DELETE of an object removed at once answers a `Status` of `Success`, not the object.
+
+pub mod error;
+pub mod events;
+pub mod openapi;
+pub mod patch;
+pub mod protobuf;
+pub mod resources;
+pub mod schema;
+pub mod selectors;
+pub mod server;
+pub mod store;
+pub mod table;
+pub mod webhook;
+
+pub use server::Config;
+use server::Shared;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Serve the API on `listener` until `shutdown` resolves; open connections (watches included)
+/// are closed then.
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let addr = listener.local_addr()?;
+    let shared = Arc::new(Shared::new(config, addr.to_string()));
+    serve_shared(listener, shared, shutdown).await
+}
+
+async fn serve_shared(
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let mut conns = tokio::task::JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let (stream, _) = match accepted {
+                    Ok(x) => x,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let shared = shared.clone();
+                conns.spawn(async move {
+                    let svc = hyper::service::service_fn(move |req| server::handle(shared.clone(), req));
+                    let io = hyper_util::rt::TokioIo::new(stream);
+                    if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await {
+                        tracing::debug!(error = %e, "connection ended");
+                    }
+                });
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    conns.shutdown().await;
+    Ok(())
+}
+
+/// A running in-process server; stopped by [`Server::stop`] or on drop.
+pub struct Server {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Server {
+    /// Start on 127.0.0.1 with a free port and default settings.
+    pub async fn start() -> anyhow::Result<Server> {
+        Self::start_with(Config::default()).await
+    }
+
+    /// Start on 127.0.0.1 with a free port.
+    pub async fn start_with(config: Config) -> anyhow::Result<Server> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        Self::from_listener(listener, config)
+    }
+
+    /// Start on an already bound listener.
+    pub fn from_listener(listener: TcpListener, config: Config) -> anyhow::Result<Server> {
+        let addr = listener.local_addr()?;
+        let (tx, rx) = oneshot::channel::<()>();
+        let shared = Arc::new(Shared::new(config, addr.to_string()));
+        let task = tokio::spawn(serve_shared(listener, shared, async move {
+            let _ = rx.await;
+        }));
+        Ok(Server {
+            addr,
+            shutdown: Some(tx),
+            task: Some(task),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig for this server (cluster, user and context `keeper-dev`, namespace `default`).
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig(&self.url())
+    }
+
+    /// Stop accepting, close every connection and wait for the server task.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}
+
+/// Kubeconfig text pointing at `url`.
+pub fn kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: keeper-dev
+  cluster:
+    server: {url}
+contexts:
+- name: keeper-dev
+  context:
+    cluster: keeper-dev
+    user: keeper-dev
+    namespace: default
+current-context: keeper-dev
+users:
+- name: keeper-dev
+  user:
+    token: keeper-dev-token
+preferences: {{}}
+"
+    )
+}

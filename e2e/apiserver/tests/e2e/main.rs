@@ -1,0 +1,8 @@
+//! End-to-end tests of the API emulator, driven by real kubectl and a kube-rs 5 client.
+
+mod cli;
+mod client;
+mod common;
+mod controller;
+mod kubectl;
+mod webhooks;
