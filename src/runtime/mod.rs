@@ -326,9 +326,19 @@ pub async fn run<R: Reconciler>(
 ) {
     let store = controller.store();
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            tracing::info!(controller = R::NAME, "cache synced");
-            readiness.controller_synced();
+        // `Store::wait_until_ready` wakes only the last task that polled it, and the controller's
+        // own runner polls it too, so a single await here can sleep forever. Re-polling on a short
+        // timer sees the memoized readiness.
+        loop {
+            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
+                Ok(Ok(())) => {
+                    tracing::info!(controller = R::NAME, "cache synced");
+                    readiness.controller_synced();
+                    break;
+                }
+                Ok(Err(_)) => break,
+                Err(_elapsed) => continue,
+            }
         }
     });
     tracing::info!(controller = R::NAME, "starting controller");

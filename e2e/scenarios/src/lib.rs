@@ -32,7 +32,8 @@ pub struct Env {
 }
 
 fn var(name: &str) -> anyhow::Result<String> {
-    std::env::var(name).with_context(|| format!("{name} is not set: run the scenarios with `make e2e`"))
+    std::env::var(name)
+        .with_context(|| format!("{name} is not set: run the scenarios with `make e2e`"))
 }
 
 impl Env {
@@ -43,7 +44,8 @@ impl Env {
                 keeper_bin: var("KEEPER_BIN")?.into(),
                 keeper_config: var("KEEPER_E2E_CONFIG")?.into(),
                 keeper_env: Vec::new(),
-                operator_namespace: std::env::var("KEEPER_E2E_OPERATOR_NAMESPACE").unwrap_or_else(|_| "keeper-system".into()),
+                operator_namespace: std::env::var("KEEPER_E2E_OPERATOR_NAMESPACE")
+                    .unwrap_or_else(|_| "keeper-system".into()),
                 apiserver_url: None,
                 storagegrid_url: None,
                 s3_endpoint: std::env::var("KEEPER_S3_ENDPOINT").ok(),
@@ -55,10 +57,14 @@ impl Env {
             kubeconfig: var("KUBECONFIG")?.into(),
             keeper_bin: var("KEEPER_BIN")?.into(),
             keeper_config: Path::new(&dev).join("keeper.yaml"),
-            keeper_env: [("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"), ("AWS_REGION", "us-east-1")]
-                .into_iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            keeper_env: [
+                ("AWS_ACCESS_KEY_ID", "testing"),
+                ("AWS_SECRET_ACCESS_KEY", "testing"),
+                ("AWS_REGION", "us-east-1"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
             operator_namespace: "keeper-system".into(),
             apiserver_url: Some(var("KEEPER_APISERVER_URL")?),
             storagegrid_url: Some(var("KEEPER_STORAGEGRID_ENDPOINT")?),
@@ -80,7 +86,11 @@ impl Env {
     pub fn kubectl(&self, args: &[&str]) -> anyhow::Result<String> {
         let out = self.kubectl_output(args)?;
         if !out.status.success() {
-            bail!("kubectl {} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "kubectl {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -96,10 +106,17 @@ impl Env {
             .stderr(Stdio::piped())
             .spawn()
             .context("cannot run kubectl")?;
-        child.stdin.take().expect("piped").write_all(manifest.as_bytes())?;
+        child
+            .stdin
+            .take()
+            .expect("piped")
+            .write_all(manifest.as_bytes())?;
         let out = child.wait_with_output()?;
         if !out.status.success() {
-            bail!("kubectl apply failed: {}", String::from_utf8_lossy(&out.stderr));
+            bail!(
+                "kubectl apply failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
@@ -121,7 +138,10 @@ impl Env {
     pub fn namespace(&self, prefix: &str) -> anyhow::Result<Namespace> {
         let name = format!("{prefix}-{}", std::process::id() % 100000);
         self.kubectl(&["create", "namespace", &name])?;
-        Ok(Namespace { env: self.clone(), name })
+        Ok(Namespace {
+            env: self.clone(),
+            name,
+        })
     }
 }
 
@@ -133,7 +153,9 @@ pub struct Namespace {
 
 impl Drop for Namespace {
     fn drop(&mut self) {
-        let _ = self.env.kubectl_output(&["delete", "namespace", &self.name, "--wait=false"]);
+        let _ = self
+            .env
+            .kubectl_output(&["delete", "namespace", &self.name, "--wait=false"]);
     }
 }
 
@@ -147,11 +169,19 @@ pub struct Keeper {
 impl Keeper {
     /// Starts keeper and waits until /readyz answers 200.
     pub fn start(env: &Env) -> anyhow::Result<Keeper> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let log = std::env::temp_dir().join(format!("keeper-e2e-{}-{port}.log", std::process::id()));
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let log =
+            std::env::temp_dir().join(format!("keeper-e2e-{}-{port}.log", std::process::id()));
         let file = std::fs::File::create(&log)?;
         let child = Command::new(&env.keeper_bin)
-            .args(["run", "--namespace", &env.operator_namespace, "--metrics-bind-address"])
+            .args([
+                "run",
+                "--namespace",
+                &env.operator_namespace,
+                "--metrics-bind-address",
+            ])
             .arg(format!("127.0.0.1:{port}"))
             .arg("--config")
             .arg(&env.keeper_config)
@@ -186,14 +216,19 @@ impl Keeper {
 
     /// SIGTERM and wait for a graceful exit; returns the exit code.
     pub fn terminate(mut self) -> anyhow::Result<Option<i32>> {
-        let status = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status()?;
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()?;
         anyhow::ensure!(status.success(), "kill -TERM failed");
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = self.child.try_wait()? {
                 return Ok(status.code());
             }
-            anyhow::ensure!(Instant::now() < deadline, "keeper did not stop within 30s of SIGTERM");
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "keeper did not stop within 30s of SIGTERM"
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -207,7 +242,11 @@ impl Drop for Keeper {
 }
 
 /// Polls `check` until it returns true, for at most `timeout`.
-pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> anyhow::Result<bool>) -> anyhow::Result<()> {
+pub fn wait_until(
+    timeout: Duration,
+    what: &str,
+    mut check: impl FnMut() -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
     let deadline = Instant::now() + timeout;
     let mut last_error = None;
     loop {
@@ -218,7 +257,9 @@ pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> anyh
         }
         if Instant::now() >= deadline {
             match last_error {
-                Some(e) => bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}"),
+                Some(e) => {
+                    bail!("timed out after {timeout:?} waiting for {what}; last error: {e:#}")
+                }
                 None => bail!("timed out after {timeout:?} waiting for {what}"),
             }
         }
@@ -233,7 +274,9 @@ pub async fn rds_client(env: &Env) -> aws_sdk_rds::Client {
     if env.apiserver_url.is_some() {
         loader = loader
             .region(aws_config::Region::new("us-east-1"))
-            .credentials_provider(aws_sdk_rds::config::Credentials::new("testing", "testing", None, None, "e2e"));
+            .credentials_provider(aws_sdk_rds::config::Credentials::new(
+                "testing", "testing", None, None, "e2e",
+            ));
     }
     let sdk = loader.load().await;
     let mut config = aws_sdk_rds::config::Builder::from(&sdk);
@@ -245,13 +288,19 @@ pub async fn rds_client(env: &Env) -> aws_sdk_rds::Client {
 
 /// The status of condition `type_` of an object, if present.
 pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
 }
 
 mod reqwest {
     /// A tiny blocking GET on loopback (the harness is synchronous; keeper's own client is async).
     pub fn blocking_get_ok(url: &str) -> bool {
-        let Ok(runtime) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
             return false;
         };
         runtime.block_on(async {

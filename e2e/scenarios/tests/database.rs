@@ -13,9 +13,19 @@ fn database(name: &str, policy: &str) -> String {
 
 async fn describe(env: &Env, id: &str) -> Option<aws_sdk_rds::types::DbInstance> {
     let rds = rds_client(env).await;
-    match rds.describe_db_instances().db_instance_identifier(id).send().await {
+    match rds
+        .describe_db_instances()
+        .db_instance_identifier(id)
+        .send()
+        .await
+    {
         Ok(out) => out.db_instances().first().cloned(),
-        Err(e) if e.as_service_error().is_some_and(|e| e.is_db_instance_not_found_fault()) => None,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_db_instance_not_found_fault()) =>
+        {
+            None
+        }
         Err(e) => panic!("describe {id}: {e:?}"),
     }
 }
@@ -23,7 +33,9 @@ async fn describe(env: &Env, id: &str) -> Option<aws_sdk_rds::types::DbInstance>
 fn wait_ready(env: &Env, ns: &str, name: &str) -> serde_json::Value {
     let mut obj = serde_json::Value::Null;
     wait_until(Duration::from_secs(90), "the database to be Ready", || {
-        obj = env.get_json(ns, &format!("clouddatabase/{name}"))?.unwrap_or_default();
+        obj = env
+            .get_json(ns, &format!("clouddatabase/{name}"))?
+            .unwrap_or_default();
         Ok(condition(&obj, "Ready").is_some_and(|c| c["status"] == "True"))
     })
     .unwrap_or_else(|e| panic!("{e:#}\nlast seen: {obj:#}"));
@@ -42,33 +54,71 @@ async fn a_database_becomes_ready_with_secret_and_tags_and_each_policy_deletes_a
     for name in ["snap", "gone", "kept"] {
         let obj = wait_ready(&env, &ns.name, name);
         assert_eq!(obj["status"]["phase"], "Ready");
-        let id = obj["status"]["instanceId"].as_str().expect("instanceId in status").to_string();
+        let id = obj["status"]["instanceId"]
+            .as_str()
+            .expect("instanceId in status")
+            .to_string();
 
-        let secret = env.get_json(&ns.name, &format!("secret/{name}-connection")).unwrap().expect("connection Secret");
-        for key in ["host", "port", "username", "password", "database", "engine", "uri"] {
-            assert!(secret["data"][key].is_string(), "connection Secret lacks {key}: {secret:#}");
+        let secret = env
+            .get_json(&ns.name, &format!("secret/{name}-connection"))
+            .unwrap()
+            .expect("connection Secret");
+        for key in [
+            "host", "port", "username", "password", "database", "engine", "uri",
+        ] {
+            assert!(
+                secret["data"][key].is_string(),
+                "connection Secret lacks {key}: {secret:#}"
+            );
         }
         let instance = describe(&env, &id).await.expect("the instance exists");
         let tags: Vec<(String, String)> = instance
             .tag_list()
             .iter()
-            .map(|t| (t.key().unwrap_or_default().to_string(), t.value().unwrap_or_default().to_string()))
+            .map(|t| {
+                (
+                    t.key().unwrap_or_default().to_string(),
+                    t.value().unwrap_or_default().to_string(),
+                )
+            })
             .collect();
         let uid = obj["metadata"]["uid"].as_str().unwrap().to_string();
-        assert!(tags.contains(&("keeper.dev/owner-uid".into(), uid)), "{tags:?}");
-        assert!(tags.contains(&("keeper.dev/namespace".into(), ns.name.clone())), "{tags:?}");
-        assert!(tags.contains(&("keeper.dev/name".into(), name.into())), "{tags:?}");
+        assert!(
+            tags.contains(&("keeper.dev/owner-uid".into(), uid)),
+            "{tags:?}"
+        );
+        assert!(
+            tags.contains(&("keeper.dev/namespace".into(), ns.name.clone())),
+            "{tags:?}"
+        );
+        assert!(
+            tags.contains(&("keeper.dev/name".into(), name.into())),
+            "{tags:?}"
+        );
     }
 
     let ids: Vec<(String, String)> = ["snap", "gone", "kept"]
         .iter()
         .map(|n| {
-            let obj = env.get_json(&ns.name, &format!("clouddatabase/{n}")).unwrap().unwrap();
-            (n.to_string(), obj["status"]["instanceId"].as_str().unwrap().to_string())
+            let obj = env
+                .get_json(&ns.name, &format!("clouddatabase/{n}"))
+                .unwrap()
+                .unwrap();
+            (
+                n.to_string(),
+                obj["status"]["instanceId"].as_str().unwrap().to_string(),
+            )
         })
         .collect();
     for (name, _) in &ids {
-        env.kubectl(&["delete", "-n", &ns.name, &format!("clouddatabase/{name}"), "--wait=false"]).unwrap();
+        env.kubectl(&[
+            "delete",
+            "-n",
+            &ns.name,
+            &format!("clouddatabase/{name}"),
+            "--wait=false",
+        ])
+        .unwrap();
     }
     let mut snapshot_id = None;
     for (name, id) in &ids {
@@ -87,27 +137,48 @@ async fn a_database_becomes_ready_with_secret_and_tags_and_each_policy_deletes_a
             "kept" => {
                 let instance = instance.expect("Retain leaves the instance");
                 assert!(
-                    !instance.tag_list().iter().any(|t| t.key().is_some_and(|k| k.starts_with("keeper.dev/"))),
+                    !instance
+                        .tag_list()
+                        .iter()
+                        .any(|t| t.key().is_some_and(|k| k.starts_with("keeper.dev/"))),
                     "Retain removes keeper's tags: {:?}",
                     instance.tag_list()
                 );
             }
-            _ => assert!(instance.is_none(), "{name}: the CR went before the instance"),
+            _ => assert!(
+                instance.is_none(),
+                "{name}: the CR went before the instance"
+            ),
         }
     }
 
     let rds = rds_client(&env).await;
     let snapshots = rds.describe_db_snapshots().send().await.unwrap();
-    let snapshot_ids: Vec<&str> = snapshots.db_snapshots().iter().filter_map(|s| s.db_snapshot_identifier()).collect();
+    let snapshot_ids: Vec<&str> = snapshots
+        .db_snapshots()
+        .iter()
+        .filter_map(|s| s.db_snapshot_identifier())
+        .collect();
     let snapshot_id = snapshot_id.expect("status.finalSnapshotId was recorded before the delete");
-    assert!(snapshot_ids.contains(&snapshot_id.as_str()), "{snapshot_id} not in {snapshot_ids:?}");
+    assert!(
+        snapshot_ids.contains(&snapshot_id.as_str()),
+        "{snapshot_id} not in {snapshot_ids:?}"
+    );
     let gone_id = &ids.iter().find(|(n, _)| n == "gone").unwrap().1;
     assert!(
-        !snapshots.db_snapshots().iter().any(|s| s.db_instance_identifier() == Some(gone_id.as_str())),
+        !snapshots
+            .db_snapshots()
+            .iter()
+            .any(|s| s.db_instance_identifier() == Some(gone_id.as_str())),
         "Delete took a snapshot"
     );
     // Leave nothing behind: the retained instance is ours to clean up in this test.
     let kept_id = &ids.iter().find(|(n, _)| n == "kept").unwrap().1;
-    let _ = rds.delete_db_instance().db_instance_identifier(kept_id).skip_final_snapshot(true).send().await;
+    let _ = rds
+        .delete_db_instance()
+        .db_instance_identifier(kept_id)
+        .skip_final_snapshot(true)
+        .send()
+        .await;
     drop(keeper);
 }
