@@ -198,7 +198,7 @@ impl Keeper {
         };
         let ready = format!("{}/readyz", keeper.metrics_url);
         wait_until(Duration::from_secs(60), "keeper to become ready", || {
-            Ok(reqwest::blocking_get_ok(&ready))
+            Ok(http_get(&ready).is_some_and(|(status, _)| status == 200))
         })
         .with_context(|| format!("keeper log: {}", keeper.log_text()))?;
         Ok(keeper)
@@ -294,17 +294,22 @@ pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
-mod reqwest {
-    /// A tiny blocking GET on loopback (the harness is synchronous; keeper's own client is async).
-    pub fn blocking_get_ok(url: &str) -> bool {
-        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+/// GET on loopback, returning status and body. Runs on a thread of its own so that synchronous
+/// harness code works both inside and outside the scenarios' async runtimes.
+pub fn http_get(url: &str) -> Option<(u16, String)> {
+    let url = url.to_string();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-        else {
-            return false;
-        };
+            .ok()?;
         runtime.block_on(async {
-            matches!(::reqwest::get(url).await, Ok(r) if r.status().is_success())
+            let response = reqwest::get(url).await.ok()?;
+            let status = response.status().as_u16();
+            Some((status, response.text().await.ok()?))
         })
-    }
+    })
+    .join()
+    .ok()
+    .flatten()
 }
