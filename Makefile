@@ -15,6 +15,7 @@ build:
 ## crds: regenerate crds/ from the Rust types
 crds:
 	$(CARGO) run --quiet -p keeper -- crdgen --output-dir crds
+	$(CARGO) run --quiet -p keeper -- crdgen --output-dir charts/keeper/crds
 
 fmt:
 	$(CARGO) fmt --all
