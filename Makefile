@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 CARGO ?= cargo
 NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build crds fmt fmt-check clippy unit e2e test deps dev-up dev-down demo
+.PHONY: all build crds fmt fmt-check clippy chart unit e2e test deps dev-up dev-down demo
 
 all: build
 
@@ -39,8 +39,13 @@ endif
 e2e: deps
 	e2e/run-e2e.sh
 
+## chart: lint and render the Helm chart (helm is fetched once into ~/.cache/keeper)
+chart:
+	HELM=$$(e2e/stack.sh helm-path) && $$HELM lint --strict charts/keeper \
+	  && $$HELM template keeper charts/keeper -n keeper-system -f charts/keeper/ci/demo-values.yaml >/dev/null
+
 ## test: everything CI runs
-test: fmt-check clippy unit e2e
+test: fmt-check clippy chart unit e2e
 
 ## deps: install what the local stack needs (moto in a Python venv, Debian's prometheus)
 deps:

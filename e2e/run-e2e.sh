@@ -8,6 +8,8 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 
+export KEEPER_HELM; KEEPER_HELM=$("$ROOT/e2e/stack.sh" helm-path)
+
 run_scenarios() {
   if cargo nextest --version >/dev/null 2>&1; then
     cargo nextest run -p keeper-e2e --test-threads 1 --no-fail-fast "$@"

