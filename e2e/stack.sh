@@ -208,6 +208,42 @@ rds:
 YAML
 }
 
+# A throwaway CA and a serving certificate for 127.0.0.1, in DIR/{ca.crt,tls.crt,tls.key}.
+cmd_webhook_cert() {
+  local dir=$1
+  mkdir -p "$dir"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=keeper-dev-ca" \
+    -keyout "$dir/ca.key" -out "$dir/ca.crt" >/dev/null 2>&1
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout "$dir/tls.key" -out "$dir/tls.csr" >/dev/null 2>&1
+  printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$dir/ext.cnf"
+  openssl x509 -req -in "$dir/tls.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
+    -days 30 -extfile "$dir/ext.cnf" -out "$dir/tls.crt" >/dev/null 2>&1
+  rm -f "$dir/tls.csr" "$dir/ext.cnf" "$dir/ca.key" "$dir/ca.srl"
+}
+
+# The ValidatingWebhookConfiguration the chart installs, pointing at a URL instead of a Service.
+webhook_configuration() {
+  local name=$1 url=$2 ca_file=$3
+  cat <<YAML
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata:
+  name: $name
+webhooks:
+  - name: validate.keeper.dev
+    admissionReviewVersions: [v1]
+    sideEffects: None
+    failurePolicy: Ignore
+    timeoutSeconds: 5
+    clientConfig:
+      url: $url
+      caBundle: $(base64 -w0 <"$ca_file")
+    rules:
+      - {apiGroups: [keeper.dev], apiVersions: [v1alpha1], operations: [DELETE], resources: [s3tenants]}
+      - {apiGroups: [keeper.dev], apiVersions: [v1alpha1], operations: [CREATE], resources: [s3buckets]}
+YAML
+}
+
 cmd_keeper() {
   [ -f "$DEV/env" ] || die "the stack is not up: run 'make dev-up' first"
   if pid_alive "$(recorded_pid keeper)"; then
@@ -217,16 +253,21 @@ cmd_keeper() {
   write_keeper_config
   # shellcheck source=/dev/null
   . "$DEV/env"
+  cmd_webhook_cert "$DEV/webhook"
+  local webhook_port; webhook_port=$(free_port)
   # keeper reaches RDS through the standard AWS chain; moto accepts these test keys.
   local pid; pid=$(AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 \
     start keeper "$KEEPER_BIN" run --config "$DEV/keeper.yaml" --namespace keeper-system \
-    --metrics-bind-address "$KEEPER_METRICS_ADDR")
+    --metrics-bind-address "$KEEPER_METRICS_ADDR" \
+    --webhook-bind-address "127.0.0.1:$webhook_port" --webhook-cert-dir "$DEV/webhook")
   {
     echo "export KEEPER_PID=$pid"
     echo "export KEEPER_METRICS_URL=http://$KEEPER_METRICS_ADDR/metrics"
   } >>"$DEV/env"
   wait_for 60 curl -sf "http://$KEEPER_METRICS_ADDR/readyz" \
     || die "keeper did not become ready (see $DEV/logs/keeper.log)"
+  webhook_configuration keeper "https://127.0.0.1:$webhook_port/validate" "$DEV/webhook/ca.crt" \
+    | kubectl apply -f - >/dev/null
   log "keeper is running (PID $pid, log $DEV/logs/keeper.log)"
 }
 
@@ -276,10 +317,12 @@ case "${1:-}" in
   deps) cmd_deps ;;
   moto-path) echo "$VENV/bin/moto_server" ;;
   helm-path) cmd_helm_path ;;
+  webhook-cert) cmd_webhook_cert "${2:?directory}" ;;
+  webhook-configuration) webhook_configuration "${2:?name}" "${3:?url}" "${4:?ca file}" ;;
   up) cmd_up ;;
   config) write_keeper_config ;;
   keeper) cmd_keeper ;;
   demo) cmd_demo ;;
   down) cmd_down ;;
-  *) echo "usage: $0 deps|moto-path|helm-path|up|config|keeper|demo|down" >&2; exit 2 ;;
+  *) echo "usage: $0 deps|moto-path|helm-path|webhook-cert DIR|webhook-configuration NAME URL CA|up|config|keeper|demo|down" >&2; exit 2 ;;
 esac

@@ -159,23 +159,98 @@ impl Drop for Namespace {
     }
 }
 
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+fn stack_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../stack.sh")
+}
+
+/// The admission webhook of a keeper process, registered with the API server while it lives.
+struct Webhook {
+    env: Env,
+    name: String,
+    dir: PathBuf,
+}
+
+impl Webhook {
+    /// Creates a certificate, and registers a webhook configuration for `port`.
+    fn register(env: &Env, port: u16) -> anyhow::Result<Webhook> {
+        let dir =
+            std::env::temp_dir().join(format!("keeper-e2e-webhook-{}-{port}", std::process::id()));
+        let status = Command::new(stack_script())
+            .arg("webhook-cert")
+            .arg(&dir)
+            .status()?;
+        anyhow::ensure!(status.success(), "cannot create the webhook certificate");
+        let name = format!("keeper-e2e-{}", std::process::id());
+        let manifest = Command::new(stack_script())
+            .args([
+                "webhook-configuration",
+                &name,
+                &format!("https://127.0.0.1:{port}/validate"),
+            ])
+            .arg(dir.join("ca.crt"))
+            .output()?;
+        anyhow::ensure!(
+            manifest.status.success(),
+            "cannot render the webhook configuration"
+        );
+        env.apply("default", &String::from_utf8(manifest.stdout)?)?;
+        Ok(Webhook {
+            env: env.clone(),
+            name,
+            dir,
+        })
+    }
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let _ = self.env.kubectl_output(&[
+            "delete",
+            "validatingwebhookconfiguration",
+            &self.name,
+            "--ignore-not-found",
+        ]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A running `keeper run` process, killed when dropped.
 pub struct Keeper {
     child: Child,
     pub metrics_url: String,
     pub log: PathBuf,
+    _webhook: Option<Webhook>,
 }
 
 impl Keeper {
     /// Starts keeper and waits until /readyz answers 200.
     pub fn start(env: &Env) -> anyhow::Result<Keeper> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        Self::launch(env, false)
+    }
+
+    /// Starts keeper with its admission webhook registered (local control plane only: a real
+    /// cluster's API server cannot reach a webhook on this machine's loopback).
+    pub fn start_with_webhook(env: &Env) -> anyhow::Result<Keeper> {
+        anyhow::ensure!(
+            env.apiserver_url.is_some(),
+            "the webhook scenario needs the local control plane"
+        );
+        Self::launch(env, true)
+    }
+
+    fn launch(env: &Env, with_webhook: bool) -> anyhow::Result<Keeper> {
+        let port = free_port()?;
         let log =
             std::env::temp_dir().join(format!("keeper-e2e-{}-{port}.log", std::process::id()));
         let file = std::fs::File::create(&log)?;
-        let child = Command::new(&env.keeper_bin)
+        let mut command = Command::new(&env.keeper_bin);
+        command
             .args([
                 "run",
                 "--namespace",
@@ -188,13 +263,25 @@ impl Keeper {
             .env("KUBECONFIG", &env.kubeconfig)
             .envs(env.keeper_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(file.try_clone()?)
-            .stderr(file)
-            .spawn()
-            .context("cannot start keeper")?;
+            .stderr(file);
+        let webhook = if with_webhook {
+            let webhook_port = free_port()?;
+            let webhook = Webhook::register(env, webhook_port)?;
+            command
+                .arg("--webhook-bind-address")
+                .arg(format!("127.0.0.1:{webhook_port}"))
+                .arg("--webhook-cert-dir")
+                .arg(&webhook.dir);
+            Some(webhook)
+        } else {
+            None
+        };
+        let child = command.spawn().context("cannot start keeper")?;
         let keeper = Keeper {
             child,
             metrics_url: format!("http://127.0.0.1:{port}"),
             log,
+            _webhook: webhook,
         };
         let ready = format!("{}/readyz", keeper.metrics_url);
         wait_until(Duration::from_secs(60), "keeper to become ready", || {
