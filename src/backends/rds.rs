@@ -1,0 +1,430 @@
+//! AWS RDS behind the small [`DatabaseBackend`] trait the CloudDatabase controller needs.
+//!
+//! The real implementation ([`RdsBackend`]) never waits on an SDK waiter: every call returns
+//! what RDS says now and the controller requeues while an instance is in a transitional state.
+//! Errors are classified once, here, into the few classes the controller acts on.
+
+use std::collections::BTreeMap;
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use aws_sdk_rds::config::Region;
+use aws_sdk_rds::config::http::HttpResponse;
+use aws_sdk_rds::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_rds::types::Tag;
+
+use crate::api::{DatabaseEndpoint, Engine};
+use crate::config::RdsConfig;
+use crate::metrics::{BackendOutcome, Metrics};
+
+/// A master password. `Debug` never shows it, so it cannot leak through a `{:?}` in a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    pub fn new(value: String) -> Self {
+        Password(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(<redacted>)")
+    }
+}
+
+/// What the controller needs to know about an instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DbInstance {
+    pub id: String,
+    /// ARN, needed to remove tags.
+    pub arn: String,
+    /// RDS `DBInstanceStatus`, such as `creating`, `available`, `modifying`, `deleting`.
+    pub state: String,
+    /// Present once RDS has assigned an address.
+    pub endpoint: Option<DatabaseEndpoint>,
+    pub tags: BTreeMap<String, String>,
+    pub deletion_protection: bool,
+    pub instance_class: String,
+    pub storage_gib: i32,
+}
+
+/// Everything `CreateDBInstance` needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewInstance {
+    pub id: String,
+    pub engine: Engine,
+    pub engine_version: Option<String>,
+    pub instance_class: String,
+    pub storage_gib: i32,
+    pub username: String,
+    pub password: Password,
+    pub database_name: Option<String>,
+    pub deletion_protection: bool,
+    pub tags: BTreeMap<String, String>,
+    pub db_subnet_group_name: Option<String>,
+    pub vpc_security_group_ids: Vec<String>,
+}
+
+/// Changes for `ModifyDBInstance`, applied immediately; `None` leaves a setting alone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Modification {
+    pub instance_class: Option<String>,
+    pub storage_gib: Option<i32>,
+    pub deletion_protection: Option<bool>,
+    pub master_password: Option<Password>,
+}
+
+/// Whether `DeleteDBInstance` takes a final snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinalSnapshot {
+    Take(String),
+    Skip,
+}
+
+/// The RDS error classes the controller distinguishes.
+#[derive(Debug, thiserror::Error)]
+pub enum RdsError {
+    #[error("DB instance not found")]
+    NotFound,
+    #[error("a DB instance with this identifier already exists")]
+    AlreadyExists,
+    #[error("the DB instance's state does not allow this operation: {0}")]
+    InvalidState(String),
+    #[error("RDS throttled the request: {0}")]
+    Throttled(String),
+    #[error("access denied by AWS: {0}")]
+    AccessDenied(String),
+    /// A request RDS refuses as it stands (validation, quota, missing subnet group, ...).
+    #[error("RDS rejected the request ({code}): {message}")]
+    Rejected { code: String, message: String },
+    /// Server errors, timeouts and network failures.
+    #[error("RDS unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl RdsError {
+    /// Errors that heal by themselves and are retried with backoff.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RdsError::Throttled(_) | RdsError::Unavailable(_))
+    }
+}
+
+impl BackendOutcome for RdsError {
+    fn outcome(&self) -> &'static str {
+        match self {
+            RdsError::NotFound => "not_found",
+            RdsError::AlreadyExists => "conflict",
+            RdsError::InvalidState(_) => "invalid_state",
+            RdsError::Throttled(_) => "throttled",
+            RdsError::AccessDenied(_) => "access_denied",
+            RdsError::Rejected { .. } => "permanent",
+            RdsError::Unavailable(_) => "transient",
+        }
+    }
+}
+
+/// The RDS operations the CloudDatabase controller uses.
+pub trait DatabaseBackend: Send + Sync + 'static {
+    /// The instance, or `None` when RDS reports `DBInstanceNotFound`.
+    fn describe(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<DbInstance>, RdsError>> + Send;
+    fn create(&self, instance: &NewInstance) -> impl Future<Output = Result<(), RdsError>> + Send;
+    fn modify(
+        &self,
+        id: &str,
+        modification: &Modification,
+    ) -> impl Future<Output = Result<(), RdsError>> + Send;
+    fn delete(
+        &self,
+        id: &str,
+        final_snapshot: &FinalSnapshot,
+    ) -> impl Future<Output = Result<(), RdsError>> + Send;
+    fn remove_tags(
+        &self,
+        instance: &DbInstance,
+        keys: &[String],
+    ) -> impl Future<Output = Result<(), RdsError>> + Send;
+}
+
+const BACKEND: &str = "rds";
+
+/// [`DatabaseBackend`] on aws-sdk-rds. Every call goes through [`Metrics::backend_call`].
+pub struct RdsBackend {
+    client: aws_sdk_rds::Client,
+    metrics: Arc<Metrics>,
+}
+
+impl RdsBackend {
+    pub fn new(client: aws_sdk_rds::Client, metrics: Arc<Metrics>) -> Self {
+        RdsBackend { client, metrics }
+    }
+
+    /// A client for the configured region and endpoint; credentials come from the standard AWS
+    /// chain (environment, profile, web identity, container or instance metadata).
+    pub async fn from_config(config: &RdsConfig, metrics: Arc<Metrics>) -> Self {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(region) = &config.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        let sdk = loader.load().await;
+        let mut builder = aws_sdk_rds::config::Builder::from(&sdk);
+        if let Some(endpoint) = &config.endpoint {
+            builder = builder.endpoint_url(endpoint.0.as_str().trim_end_matches('/'));
+        }
+        RdsBackend::new(aws_sdk_rds::Client::from_conf(builder.build()), metrics)
+    }
+}
+
+impl DatabaseBackend for RdsBackend {
+    async fn describe(&self, id: &str) -> Result<Option<DbInstance>, RdsError> {
+        let call = async {
+            let output = self
+                .client
+                .describe_db_instances()
+                .db_instance_identifier(id)
+                .send()
+                .await
+                .map_err(|e| {
+                    classify(e, |e| {
+                        e.is_db_instance_not_found_fault()
+                            .then_some(RdsError::NotFound)
+                    })
+                })?;
+            output
+                .db_instances()
+                .first()
+                .map(instance_from_sdk)
+                .ok_or(RdsError::NotFound)
+        };
+        match self
+            .metrics
+            .backend_call(BACKEND, "DescribeDBInstances", call)
+            .await
+        {
+            Ok(instance) => Ok(Some(instance)),
+            Err(RdsError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create(&self, instance: &NewInstance) -> Result<(), RdsError> {
+        let tags: Vec<Tag> = instance
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        let engine = match instance.engine {
+            Engine::Postgres => "postgres",
+            Engine::Mysql => "mysql",
+        };
+        let request = self
+            .client
+            .create_db_instance()
+            .db_instance_identifier(&instance.id)
+            .engine(engine)
+            .set_engine_version(instance.engine_version.clone())
+            .db_instance_class(&instance.instance_class)
+            .allocated_storage(instance.storage_gib)
+            .master_username(&instance.username)
+            .master_user_password(instance.password.expose())
+            .set_db_name(instance.database_name.clone())
+            .deletion_protection(instance.deletion_protection)
+            .set_db_subnet_group_name(instance.db_subnet_group_name.clone())
+            .set_vpc_security_group_ids(
+                (!instance.vpc_security_group_ids.is_empty())
+                    .then(|| instance.vpc_security_group_ids.clone()),
+            )
+            .set_tags(Some(tags));
+        self.metrics
+            .backend_call(BACKEND, "CreateDBInstance", async {
+                request.send().await.map(|_| ()).map_err(|e| {
+                    classify(e, |e| {
+                        e.is_db_instance_already_exists_fault()
+                            .then_some(RdsError::AlreadyExists)
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn modify(&self, id: &str, modification: &Modification) -> Result<(), RdsError> {
+        let request = self
+            .client
+            .modify_db_instance()
+            .db_instance_identifier(id)
+            // Drift is corrected now, not in the next maintenance window.
+            .apply_immediately(true)
+            .set_db_instance_class(modification.instance_class.clone())
+            .set_allocated_storage(modification.storage_gib)
+            .set_deletion_protection(modification.deletion_protection)
+            .set_master_user_password(
+                modification
+                    .master_password
+                    .as_ref()
+                    .map(|p| p.expose().to_string()),
+            );
+        self.metrics
+            .backend_call(BACKEND, "ModifyDBInstance", async {
+                request.send().await.map(|_| ()).map_err(|e| {
+                    classify(e, |e| {
+                        if e.is_db_instance_not_found_fault() {
+                            Some(RdsError::NotFound)
+                        } else if e.is_invalid_db_instance_state_fault() {
+                            Some(RdsError::InvalidState(message(e)))
+                        } else {
+                            None
+                        }
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn delete(&self, id: &str, final_snapshot: &FinalSnapshot) -> Result<(), RdsError> {
+        let request = self.client.delete_db_instance().db_instance_identifier(id);
+        // RDS requires exactly one of the two: a snapshot id, or an explicit skip.
+        let request = match final_snapshot {
+            FinalSnapshot::Take(snapshot) => request
+                .skip_final_snapshot(false)
+                .final_db_snapshot_identifier(snapshot),
+            FinalSnapshot::Skip => request.skip_final_snapshot(true),
+        };
+        self.metrics
+            .backend_call(BACKEND, "DeleteDBInstance", async {
+                request.send().await.map(|_| ()).map_err(|e| {
+                    classify(e, |e| {
+                        if e.is_db_instance_not_found_fault() {
+                            Some(RdsError::NotFound)
+                        } else if e.is_invalid_db_instance_state_fault() {
+                            Some(RdsError::InvalidState(message(e)))
+                        } else {
+                            None
+                        }
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn remove_tags(&self, instance: &DbInstance, keys: &[String]) -> Result<(), RdsError> {
+        let request = self
+            .client
+            .remove_tags_from_resource()
+            .resource_name(&instance.arn)
+            .set_tag_keys(Some(keys.to_vec()));
+        self.metrics
+            .backend_call(BACKEND, "RemoveTagsFromResource", async {
+                request.send().await.map(|_| ()).map_err(|e| {
+                    classify(e, |e| {
+                        e.is_db_instance_not_found_fault()
+                            .then_some(RdsError::NotFound)
+                    })
+                })
+            })
+            .await
+    }
+}
+
+fn instance_from_sdk(instance: &aws_sdk_rds::types::DbInstance) -> DbInstance {
+    DbInstance {
+        id: instance
+            .db_instance_identifier()
+            .unwrap_or_default()
+            .to_string(),
+        arn: instance.db_instance_arn().unwrap_or_default().to_string(),
+        state: instance
+            .db_instance_status()
+            .unwrap_or_default()
+            .to_string(),
+        endpoint: instance.endpoint().and_then(|e| {
+            Some(DatabaseEndpoint {
+                address: e.address()?.to_string(),
+                port: e.port()?,
+            })
+        }),
+        tags: instance
+            .tag_list()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+            .collect(),
+        deletion_protection: instance.deletion_protection().unwrap_or(false),
+        instance_class: instance.db_instance_class().unwrap_or_default().to_string(),
+        storage_gib: instance.allocated_storage().unwrap_or_default(),
+    }
+}
+
+/// Error codes AWS uses for throttling across its query-protocol services.
+const THROTTLING_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "RequestThrottled",
+    "RequestThrottledException",
+];
+
+/// Error codes for missing permissions or unusable credentials.
+const ACCESS_DENIED_CODES: &[&str] = &[
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "UnrecognizedClientException",
+    "AuthFailure",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "MissingAuthenticationToken",
+];
+
+fn message<E: ProvideErrorMetadata>(e: &E) -> String {
+    e.message().unwrap_or("no message").to_string()
+}
+
+/// Maps an SDK error to an [`RdsError`]. `modeled` recognises the operation's modeled faults
+/// (which the SDK matches by type, not by code); the rest is classified by error code and
+/// HTTP status.
+fn classify<E>(
+    err: SdkError<E, HttpResponse>,
+    modeled: impl FnOnce(&E) -> Option<RdsError>,
+) -> RdsError
+where
+    E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+{
+    match err {
+        SdkError::ServiceError(service) => {
+            let status = service.raw().status().as_u16();
+            let e = service.into_err();
+            if let Some(class) = modeled(&e) {
+                return class;
+            }
+            let code = e.code().unwrap_or("Unknown").to_string();
+            let text = message(&e);
+            match code.as_str() {
+                "DBInstanceNotFound" => RdsError::NotFound,
+                "DBInstanceAlreadyExists" => RdsError::AlreadyExists,
+                "InvalidDBInstanceState" => RdsError::InvalidState(text),
+                c if THROTTLING_CODES.contains(&c) => RdsError::Throttled(text),
+                c if ACCESS_DENIED_CODES.contains(&c) => RdsError::AccessDenied(text),
+                _ if status >= 500 => RdsError::Unavailable(format!("{code}: {text}")),
+                _ => RdsError::Rejected {
+                    code,
+                    message: text,
+                },
+            }
+        }
+        // Timeouts, connection failures, unparseable responses and requests that could not be
+        // built (for example credentials not yet loadable) all heal by themselves or with the
+        // environment; retry them with backoff.
+        other => RdsError::Unavailable(aws_sdk_rds::error::DisplayErrorContext(&other).to_string()),
+    }
+}
