@@ -1068,3 +1068,1125 @@ async fn cleanup_steps<B: DatabaseBackend, C: Cluster>(
     }
     Ok(Cleanup::Wait(Action::requeue(POLL)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    use kube::api::ObjectMeta;
+    use serde_json::json;
+
+    const UID: &str = "0b7c6a3e-uid";
+
+    fn database(spec: serde_json::Value) -> CloudDatabase {
+        let mut db = CloudDatabase::new("orders", serde_json::from_value(spec).unwrap());
+        db.metadata = ObjectMeta {
+            name: Some("orders".into()),
+            namespace: Some("shop".into()),
+            uid: Some(UID.into()),
+            generation: Some(1),
+            ..ObjectMeta::default()
+        };
+        db
+    }
+
+    fn postgres() -> CloudDatabase {
+        database(json!({"engine": "postgres", "size": "small"}))
+    }
+
+    fn with_status(mut db: CloudDatabase, status: CloudDatabaseStatus) -> CloudDatabase {
+        db.status = Some(status);
+        db
+    }
+
+    fn deleting(mut db: CloudDatabase) -> CloudDatabase {
+        db.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+        );
+        db
+    }
+
+    fn instance(db: &CloudDatabase, state: &str) -> DbInstance {
+        DbInstance {
+            id: "shop-orders-x".into(),
+            arn: "arn:aws:rds:eu-central-1:000000000000:db:shop-orders-x".into(),
+            state: state.into(),
+            endpoint: Some(DatabaseEndpoint {
+                address: "shop-orders-x.rds.example".into(),
+                port: 5432,
+            }),
+            tags: ownership_tags(db),
+            deletion_protection: false,
+            instance_class: "db.t3.micro".into(),
+            storage_gib: 20,
+        }
+    }
+
+    fn recorded(db: CloudDatabase) -> CloudDatabase {
+        with_status(
+            db,
+            CloudDatabaseStatus {
+                instance_id: Some("shop-orders-x".into()),
+                ..CloudDatabaseStatus::default()
+            },
+        )
+    }
+
+    fn desired_of(db: &CloudDatabase) -> Desired {
+        desired(&db.spec, &RdsConfig::default()).unwrap()
+    }
+
+    // --- identity, passwords, connection details ---
+
+    fn assert_valid_rds_identifier(id: &str) {
+        assert!(
+            !id.is_empty() && id.len() <= 63,
+            "{id}: length {}",
+            id.len()
+        );
+        assert!(id.starts_with(|c: char| c.is_ascii_lowercase()), "{id}");
+        assert!(
+            id.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'),
+            "{id}"
+        );
+        assert!(!id.contains("--") && !id.ends_with('-'), "{id}");
+    }
+
+    #[test]
+    fn instance_identifiers_are_valid_for_rds_and_deterministic() {
+        let long = "n".repeat(63);
+        for (namespace, name) in [
+            ("shop", "orders"),
+            ("1st-team", "db.primary"),
+            ("a", "0"),
+            (long.as_str(), long.as_str()),
+            ("team-", "-x.y--z"),
+        ] {
+            let id = instance_identifier(namespace, name);
+            assert_valid_rds_identifier(&id);
+            assert_eq!(id, instance_identifier(namespace, name));
+        }
+        assert!(instance_identifier("shop", "orders").starts_with("shop-orders-"));
+        assert!(instance_identifier("1st", "db").starts_with("db-1st-db-"));
+    }
+
+    #[test]
+    fn instance_identifiers_keep_ambiguous_joins_and_long_names_apart() {
+        assert_ne!(
+            instance_identifier("a-b", "c"),
+            instance_identifier("a", "b-c")
+        );
+        let prefix = "x".repeat(80);
+        assert_ne!(
+            instance_identifier("ns", &format!("{prefix}1")),
+            instance_identifier("ns", &format!("{prefix}2"))
+        );
+    }
+
+    #[test]
+    fn final_snapshot_identifiers_carry_the_instance_and_a_utc_timestamp() {
+        let at: Timestamp = "2026-03-04T05:06:07Z".parse().unwrap();
+        let snapshot = final_snapshot_identifier("shop-orders-1a2b3c4d", at);
+        assert_eq!(snapshot, "shop-orders-1a2b3c4d-final-20260304050607");
+        assert_valid_rds_identifier(&snapshot);
+    }
+
+    #[test]
+    fn passwords_are_long_random_and_acceptable_to_rds() {
+        let a = generate_password();
+        let b = generate_password();
+        assert_ne!(a, b);
+        for p in [&a, &b] {
+            assert_eq!(p.expose().len(), PASSWORD_LENGTH);
+            assert!(!p.expose().contains(['/', '"', '@', ' ']));
+        }
+        assert!(!format!("{a:?}").contains(a.expose()));
+    }
+
+    #[test]
+    fn the_connection_secret_has_every_key_and_an_encoded_uri() {
+        let stored = BTreeMap::from([
+            ("username".to_string(), "app".to_string()),
+            ("password".to_string(), "p#ss%w/rd@1".to_string()),
+            ("database".to_string(), "orders".to_string()),
+        ]);
+        let endpoint = DatabaseEndpoint {
+            address: "db.example".into(),
+            port: 5432,
+        };
+        let details = connection_details(&stored, Engine::Postgres, &endpoint);
+        let keys: Vec<&str> = details.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "database", "engine", "host", "password", "port", "uri", "username"
+            ]
+        );
+        assert_eq!(details["password"], "p#ss%w/rd@1");
+        assert_eq!(
+            details["uri"],
+            "postgresql://app:p%23ss%25w%2Frd%401@db.example:5432/orders"
+        );
+        let mysql = connection_details(&BTreeMap::new(), Engine::Mysql, &endpoint);
+        assert_eq!(mysql["engine"], "mysql");
+        assert!(mysql["uri"].starts_with("mysql://keeper:@db.example:5432/mysql"));
+    }
+
+    // --- plan_apply ---
+
+    #[test]
+    fn nothing_is_created_before_the_identity_and_the_password_are_stored() {
+        let db = postgres();
+        let desired = desired_of(&db);
+        assert_eq!(
+            plan_apply(&db, &desired, false, None),
+            ApplyStep::RecordIdentity
+        );
+        let db = recorded(db);
+        assert_eq!(
+            plan_apply(&db, &desired, false, None),
+            ApplyStep::GeneratePassword
+        );
+        assert_eq!(plan_apply(&db, &desired, true, None), ApplyStep::Create);
+    }
+
+    #[test]
+    fn an_instance_without_our_owner_tag_is_never_taken_over() {
+        let db = recorded(postgres());
+        let mut foreign = instance(&db, "available");
+        foreign
+            .tags
+            .insert(TAG_OWNER_UID.into(), "someone-else".into());
+        assert_eq!(
+            plan_apply(&db, &desired_of(&db), true, Some(&foreign)),
+            ApplyStep::NameTaken {
+                owner: Some("someone-else".into())
+            }
+        );
+        foreign.tags.clear();
+        assert_eq!(
+            plan_apply(&db, &desired_of(&db), true, Some(&foreign)),
+            ApplyStep::NameTaken { owner: None }
+        );
+    }
+
+    #[test]
+    fn an_instance_we_created_is_adopted_back_when_the_status_was_lost() {
+        let db = postgres();
+        let ours = instance(&db, "creating");
+        assert_eq!(
+            plan_apply(&db, &desired_of(&db), true, Some(&ours)),
+            ApplyStep::RecordIdentity
+        );
+    }
+
+    #[test]
+    fn transitional_and_failed_states_wait_or_fail() {
+        let db = recorded(postgres());
+        let desired = desired_of(&db);
+        for state in ["creating", "backing-up", "modifying", "deleting"] {
+            assert_eq!(
+                plan_apply(&db, &desired, true, Some(&instance(&db, state))),
+                ApplyStep::Wait {
+                    state: state.into()
+                }
+            );
+        }
+        let mut no_endpoint = instance(&db, "available");
+        no_endpoint.endpoint = None;
+        assert!(matches!(
+            plan_apply(&db, &desired, true, Some(&no_endpoint)),
+            ApplyStep::Wait { .. }
+        ));
+        for state in ["failed", "storage-full", "incompatible-parameters"] {
+            assert_eq!(
+                plan_apply(&db, &desired, true, Some(&instance(&db, state))),
+                ApplyStep::InstanceFailed {
+                    state: state.into()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn a_lost_password_is_reset_on_an_available_instance() {
+        let db = recorded(postgres());
+        assert_eq!(
+            plan_apply(
+                &db,
+                &desired_of(&db),
+                false,
+                Some(&instance(&db, "available"))
+            ),
+            ApplyStep::ResetPassword
+        );
+    }
+
+    #[test]
+    fn drift_of_class_storage_and_protection_is_modified() {
+        let db = recorded(database(json!({
+            "engine": "postgres", "size": "medium", "storageGiB": 80, "deletionProtection": true
+        })));
+        assert_eq!(
+            plan_apply(
+                &db,
+                &desired_of(&db),
+                true,
+                Some(&instance(&db, "available"))
+            ),
+            ApplyStep::Modify(Modification {
+                instance_class: Some("db.t3.medium".into()),
+                storage_gib: Some(80),
+                deletion_protection: Some(true),
+                master_password: None,
+            })
+        );
+    }
+
+    #[test]
+    fn storage_never_shrinks_and_only_an_explicit_request_is_reported() {
+        let db = recorded(database(
+            json!({"engine": "postgres", "size": "small", "storageGiB": 20}),
+        ));
+        let mut bigger = instance(&db, "available");
+        bigger.storage_gib = 50;
+        assert_eq!(
+            plan_apply(&db, &desired_of(&db), true, Some(&bigger)),
+            ApplyStep::Publish {
+                shrink: Some((50, 20))
+            }
+        );
+        // A size default below the current storage (say after medium -> small) is not a request.
+        let db = recorded(postgres());
+        assert_eq!(
+            plan_apply(&db, &desired_of(&db), true, Some(&bigger)),
+            ApplyStep::Publish { shrink: None }
+        );
+    }
+
+    #[test]
+    fn an_available_instance_in_line_with_the_spec_is_published() {
+        let db = recorded(postgres());
+        assert_eq!(
+            plan_apply(
+                &db,
+                &desired_of(&db),
+                true,
+                Some(&instance(&db, "available"))
+            ),
+            ApplyStep::Publish { shrink: None }
+        );
+    }
+
+    // --- plan_cleanup ---
+
+    #[test]
+    fn cleanup_releases_what_is_gone_or_not_ours() {
+        let db = deleting(recorded(postgres()));
+        assert_eq!(plan_cleanup(&db, None), CleanupStep::Release);
+        let mut foreign = instance(&db, "available");
+        foreign.tags.insert(TAG_OWNER_UID.into(), "other".into());
+        assert_eq!(plan_cleanup(&db, Some(&foreign)), CleanupStep::Release);
+    }
+
+    #[test]
+    fn retain_untags_even_under_deletion_protection() {
+        let db = deleting(recorded(database(json!({
+            "engine": "postgres", "size": "small",
+            "deletionPolicy": "Retain", "deletionProtection": true
+        }))));
+        assert_eq!(
+            plan_cleanup(&db, Some(&instance(&db, "available"))),
+            CleanupStep::Untag
+        );
+    }
+
+    #[test]
+    fn deletion_protection_blocks_until_the_spec_turns_it_off_and_then_syncs_first() {
+        let db = deleting(recorded(database(json!({
+            "engine": "postgres", "size": "small", "deletionProtection": true
+        }))));
+        let mut protected = instance(&db, "available");
+        protected.deletion_protection = true;
+        assert_eq!(plan_cleanup(&db, Some(&protected)), CleanupStep::Blocked);
+        let db = deleting(recorded(postgres()));
+        assert_eq!(
+            plan_cleanup(&db, Some(&protected)),
+            CleanupStep::DisableProtection
+        );
+    }
+
+    #[test]
+    fn a_deleting_instance_is_waited_for() {
+        let db = deleting(recorded(postgres()));
+        assert_eq!(
+            plan_cleanup(&db, Some(&instance(&db, "deleting"))),
+            CleanupStep::WaitForDeletion
+        );
+    }
+
+    #[test]
+    fn the_snapshot_id_is_recorded_before_the_delete_and_then_reused() {
+        let db = deleting(recorded(postgres()));
+        let available = instance(&db, "available");
+        assert_eq!(
+            plan_cleanup(&db, Some(&available)),
+            CleanupStep::RecordSnapshotId
+        );
+        let mut status = db.status.clone().unwrap();
+        status.final_snapshot_id = Some("shop-orders-x-final-20260101000000".into());
+        let db = with_status(db, status);
+        assert_eq!(
+            plan_cleanup(&db, Some(&available)),
+            CleanupStep::Delete(FinalSnapshot::Take(
+                "shop-orders-x-final-20260101000000".into()
+            ))
+        );
+    }
+
+    #[test]
+    fn policy_delete_skips_the_final_snapshot() {
+        let db = deleting(recorded(database(json!({
+            "engine": "postgres", "size": "small", "deletionPolicy": "Delete"
+        }))));
+        assert_eq!(
+            plan_cleanup(&db, Some(&instance(&db, "available"))),
+            CleanupStep::Delete(FinalSnapshot::Skip)
+        );
+    }
+
+    // --- controller logic against in-memory fakes ---
+
+    /// In-memory RDS with the semantics keeper relies on (and moto lacks): instances can start
+    /// in `creating` and stay `deleting` until told otherwise.
+    #[derive(Default)]
+    struct FakeRds {
+        state: Mutex<FakeRdsState>,
+    }
+
+    #[derive(Default)]
+    struct FakeRdsState {
+        instances: BTreeMap<String, DbInstance>,
+        passwords: BTreeMap<String, Password>,
+        /// snapshot id -> instance id
+        snapshots: BTreeMap<String, String>,
+        /// State of a new instance; `available` when unset.
+        initial_state: Option<String>,
+        /// Deleted instances stay `deleting` until `finish_deletion`.
+        slow_delete: bool,
+        /// Describe misses this many times (an eventually consistent read).
+        stale_describes: usize,
+        /// One-shot failures by operation.
+        failures: BTreeMap<&'static str, RdsError>,
+        calls: Vec<&'static str>,
+        modifications: Vec<Modification>,
+    }
+
+    impl FakeRds {
+        fn call(
+            &self,
+            op: &'static str,
+        ) -> Result<std::sync::MutexGuard<'_, FakeRdsState>, RdsError> {
+            let mut state = self.state.lock().unwrap();
+            state.calls.push(op);
+            match state.failures.remove(op) {
+                Some(e) => Err(e),
+                None => Ok(state),
+            }
+        }
+
+        fn fail_next(&self, op: &'static str, error: RdsError) {
+            self.state.lock().unwrap().failures.insert(op, error);
+        }
+
+        fn calls(&self, op: &str) -> usize {
+            self.state
+                .lock()
+                .unwrap()
+                .calls
+                .iter()
+                .filter(|c| **c == op)
+                .count()
+        }
+
+        fn only_instance(&self) -> DbInstance {
+            let state = self.state.lock().unwrap();
+            assert_eq!(state.instances.len(), 1, "{:?}", state.instances.keys());
+            state.instances.values().next().unwrap().clone()
+        }
+
+        fn password(&self, id: &str) -> String {
+            self.state.lock().unwrap().passwords[id]
+                .expose()
+                .to_string()
+        }
+
+        fn set_state(&self, id: &str, value: &str) {
+            self.state
+                .lock()
+                .unwrap()
+                .instances
+                .get_mut(id)
+                .unwrap()
+                .state = value.into();
+        }
+
+        fn finish_deletion(&self, id: &str) {
+            self.state.lock().unwrap().instances.remove(id);
+        }
+    }
+
+    impl DatabaseBackend for FakeRds {
+        async fn describe(&self, id: &str) -> Result<Option<DbInstance>, RdsError> {
+            let mut state = self.call("describe")?;
+            if state.stale_describes > 0 {
+                state.stale_describes -= 1;
+                return Ok(None);
+            }
+            Ok(state.instances.get(id).cloned())
+        }
+
+        async fn create(&self, new: &NewInstance) -> Result<(), RdsError> {
+            let mut state = self.call("create")?;
+            if state.instances.contains_key(&new.id) {
+                return Err(RdsError::AlreadyExists);
+            }
+            let instance = DbInstance {
+                id: new.id.clone(),
+                arn: format!("arn:aws:rds:fake:000000000000:db:{}", new.id),
+                state: state
+                    .initial_state
+                    .clone()
+                    .unwrap_or_else(|| "available".into()),
+                endpoint: Some(DatabaseEndpoint {
+                    address: format!("{}.fake.rds", new.id),
+                    port: 5432,
+                }),
+                tags: new.tags.clone(),
+                deletion_protection: new.deletion_protection,
+                instance_class: new.instance_class.clone(),
+                storage_gib: new.storage_gib,
+            };
+            state.passwords.insert(new.id.clone(), new.password.clone());
+            state.instances.insert(new.id.clone(), instance);
+            Ok(())
+        }
+
+        async fn modify(&self, id: &str, modification: &Modification) -> Result<(), RdsError> {
+            let mut state = self.call("modify")?;
+            state.modifications.push(modification.clone());
+            if let Some(password) = &modification.master_password {
+                state.passwords.insert(id.into(), password.clone());
+            }
+            let instance = state.instances.get_mut(id).ok_or(RdsError::NotFound)?;
+            if instance.state != "available" {
+                return Err(RdsError::InvalidState(instance.state.clone()));
+            }
+            if let Some(class) = &modification.instance_class {
+                instance.instance_class = class.clone();
+            }
+            if let Some(gib) = modification.storage_gib {
+                instance.storage_gib = gib;
+            }
+            if let Some(protection) = modification.deletion_protection {
+                instance.deletion_protection = protection;
+            }
+            Ok(())
+        }
+
+        async fn delete(&self, id: &str, final_snapshot: &FinalSnapshot) -> Result<(), RdsError> {
+            let mut state = self.call("delete")?;
+            let slow = state.slow_delete;
+            let instance = state.instances.get_mut(id).ok_or(RdsError::NotFound)?;
+            if instance.deletion_protection {
+                return Err(RdsError::Rejected {
+                    code: "InvalidParameterCombination".into(),
+                    message: "Cannot delete protected DB Instance".into(),
+                });
+            }
+            if instance.state == "deleting" {
+                return Err(RdsError::InvalidState("deleting".into()));
+            }
+            if slow {
+                instance.state = "deleting".into();
+            } else {
+                state.instances.remove(id);
+            }
+            if let FinalSnapshot::Take(snapshot) = final_snapshot {
+                state.snapshots.insert(snapshot.clone(), id.into());
+            }
+            Ok(())
+        }
+
+        async fn remove_tags(
+            &self,
+            instance: &DbInstance,
+            keys: &[String],
+        ) -> Result<(), RdsError> {
+            let mut state = self.call("remove_tags")?;
+            let found = state
+                .instances
+                .get_mut(&instance.id)
+                .ok_or(RdsError::NotFound)?;
+            found.tags.retain(|k, _| !keys.contains(k));
+            Ok(())
+        }
+    }
+
+    /// In-memory Kubernetes side: Secrets by name, the last written status (what the next
+    /// watch event delivers) and the events published.
+    #[derive(Default)]
+    struct FakeCluster {
+        secrets: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
+        status: Mutex<Option<CloudDatabaseStatus>>,
+        status_writes: Mutex<usize>,
+        secret_writes: Mutex<usize>,
+        events: Mutex<Vec<(String, String)>>,
+    }
+
+    impl FakeCluster {
+        /// `db` as the next reconcile sees it.
+        fn observe(&self, mut db: CloudDatabase) -> CloudDatabase {
+            db.status = self.status.lock().unwrap().clone();
+            db
+        }
+
+        fn secret(&self, name: &str) -> BTreeMap<String, String> {
+            self.secrets
+                .lock()
+                .unwrap()
+                .get(name)
+                .cloned()
+                .unwrap_or_default()
+        }
+
+        fn writes(&self) -> (usize, usize) {
+            (
+                *self.status_writes.lock().unwrap(),
+                *self.secret_writes.lock().unwrap(),
+            )
+        }
+
+        fn events(&self) -> Vec<String> {
+            self.events
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(_, r)| r.clone())
+                .collect()
+        }
+
+        fn status(&self) -> CloudDatabaseStatus {
+            self.status.lock().unwrap().clone().unwrap_or_default()
+        }
+    }
+
+    impl Cluster for FakeCluster {
+        async fn read_secret(
+            &self,
+            _db: &CloudDatabase,
+            name: &str,
+        ) -> Result<BTreeMap<String, String>, kube::Error> {
+            Ok(self.secret(name))
+        }
+
+        async fn write_secret(
+            &self,
+            _db: &CloudDatabase,
+            name: &str,
+            data: BTreeMap<String, String>,
+        ) -> Result<(), kube::Error> {
+            let mut secrets = self.secrets.lock().unwrap();
+            if secrets.get(name) != Some(&data) {
+                *self.secret_writes.lock().unwrap() += 1;
+                secrets.insert(name.into(), data);
+            }
+            Ok(())
+        }
+
+        async fn write_status(
+            &self,
+            db: &CloudDatabase,
+            status: &CloudDatabaseStatus,
+        ) -> Result<(), kube::Error> {
+            if db.status.as_ref() != Some(status) {
+                *self.status_writes.lock().unwrap() += 1;
+                *self.status.lock().unwrap() = Some(status.clone());
+            }
+            Ok(())
+        }
+
+        async fn publish(&self, _db: &CloudDatabase, type_: EventType, reason: &str, note: String) {
+            assert!(!note.is_empty());
+            self.events
+                .lock()
+                .unwrap()
+                .push((format!("{type_:?}"), reason.to_string()));
+        }
+    }
+
+    async fn apply(
+        db: &CloudDatabase,
+        rds: &FakeRds,
+        cluster: &FakeCluster,
+    ) -> Result<Action, Error> {
+        reconcile_database(db, rds, cluster, &RdsConfig::default()).await
+    }
+
+    fn ready(status: &CloudDatabaseStatus) -> Option<(String, String)> {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    }
+
+    /// Runs apply until the instance is Ready (the fake creates instances `available`).
+    async fn ready_database(
+        db: CloudDatabase,
+        rds: &FakeRds,
+        cluster: &FakeCluster,
+    ) -> CloudDatabase {
+        apply(&db, rds, cluster).await.unwrap();
+        let db = cluster.observe(db);
+        assert_eq!(cluster.status().phase, Some(DatabasePhase::Ready));
+        db
+    }
+
+    #[tokio::test]
+    async fn a_new_database_is_created_polled_and_published() {
+        let rds = FakeRds::default();
+        rds.state.lock().unwrap().initial_state = Some("creating".into());
+        let cluster = FakeCluster::default();
+        let db = postgres();
+
+        let action = apply(&db, &rds, &cluster).await.unwrap();
+        assert_eq!(action, Action::requeue(POLL));
+        let status = cluster.status();
+        let id = instance_identifier("shop", "orders");
+        assert_eq!(status.instance_id.as_deref(), Some(id.as_str()));
+        assert_eq!(status.phase, Some(DatabasePhase::Provisioning));
+        let created = rds.only_instance();
+        assert_eq!(created.tags, ownership_tags(&db));
+        assert_eq!(created.instance_class, "db.t3.micro");
+        let secret = cluster.secret("orders-connection");
+        assert_eq!(secret["password"], rds.password(&id));
+
+        // Still creating: poll without touching anything.
+        let db = cluster.observe(db);
+        assert_eq!(
+            apply(&db, &rds, &cluster).await.unwrap(),
+            Action::requeue(POLL)
+        );
+        assert_eq!(rds.calls("create"), 1);
+
+        rds.set_state(&id, "available");
+        let db = cluster.observe(db);
+        assert_eq!(
+            apply(&db, &rds, &cluster).await.unwrap(),
+            Action::requeue(runtime::RESYNC)
+        );
+        let status = cluster.status();
+        assert_eq!(status.phase, Some(DatabasePhase::Ready));
+        assert_eq!(ready(&status), Some(("True".into(), "Available".into())));
+        assert_eq!(
+            status.endpoint.as_ref().unwrap().address,
+            format!("{id}.fake.rds")
+        );
+        assert_eq!(status.observed_generation, Some(1));
+        let secret = cluster.secret("orders-connection");
+        assert_eq!(secret.len(), 7);
+        assert_eq!(secret["password"], rds.password(&id));
+        assert_eq!(secret["host"], format!("{id}.fake.rds"));
+        assert_eq!(secret["database"], "postgres");
+        assert!(!format!("{status:?}").contains(&secret["password"]));
+
+        // Steady state: no writes, no events.
+        let db = cluster.observe(db);
+        let (writes, events) = (cluster.writes(), cluster.events().len());
+        apply(&db, &rds, &cluster).await.unwrap();
+        assert_eq!(cluster.writes(), writes);
+        assert_eq!(cluster.events().len(), events);
+        assert_eq!(rds.calls("create"), 1);
+        assert_eq!(rds.calls("modify"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_crash_after_storing_the_password_reuses_it_for_the_create() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = postgres();
+        rds.fail_next("create", RdsError::Unavailable("connection reset".into()));
+        assert!(matches!(
+            apply(&db, &rds, &cluster).await,
+            Err(Error::Rds(_))
+        ));
+        let stored = cluster.secret("orders-connection")["password"].clone();
+        assert!(rds.state.lock().unwrap().instances.is_empty());
+
+        let db = cluster.observe(db);
+        apply(&db, &rds, &cluster).await.unwrap();
+        let id = rds.only_instance().id;
+        assert_eq!(rds.password(&id), stored);
+        assert_eq!(cluster.secret("orders-connection")["password"], stored);
+        assert_eq!(cluster.status().phase, Some(DatabasePhase::Ready));
+    }
+
+    #[tokio::test]
+    async fn a_crash_after_the_create_finds_the_instance_instead_of_creating_another() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = postgres();
+        apply(&db, &rds, &cluster).await.unwrap();
+        // Replay from the object as it was before any of that pass's status writes.
+        *cluster.status.lock().unwrap() = None;
+        apply(&db, &rds, &cluster).await.unwrap();
+        assert_eq!(rds.calls("create"), 1);
+        let id = rds.only_instance().id;
+        assert_eq!(
+            cluster.secret("orders-connection")["password"],
+            rds.password(&id)
+        );
+        assert_eq!(cluster.status().instance_id, Some(id));
+        assert_eq!(cluster.status().phase, Some(DatabasePhase::Ready));
+    }
+
+    #[tokio::test]
+    async fn already_exists_with_our_tag_is_success() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = ready_database(postgres(), &rds, &cluster).await;
+        // The next describe misses the instance, so the create runs into it.
+        rds.state.lock().unwrap().stale_describes = 1;
+        apply(&db, &rds, &cluster).await.unwrap();
+        assert_eq!(rds.calls("create"), 2);
+        assert_eq!(cluster.status().phase, Some(DatabasePhase::Ready));
+        assert_eq!(rds.state.lock().unwrap().instances.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_name_taken_by_someone_else_fails_once_and_is_released_on_delete() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = postgres();
+        let id = instance_identifier("shop", "orders");
+        let mut foreign = instance(&db, "available");
+        foreign.id = id.clone();
+        foreign.tags = BTreeMap::from([(TAG_OWNER_UID.to_string(), "other-uid".to_string())]);
+        rds.state
+            .lock()
+            .unwrap()
+            .instances
+            .insert(id.clone(), foreign);
+
+        assert_eq!(
+            apply(&db, &rds, &cluster).await.unwrap(),
+            Action::requeue(PERMANENT_RETRY)
+        );
+        let status = cluster.status();
+        assert_eq!(status.phase, Some(DatabasePhase::Failed));
+        assert_eq!(ready(&status), Some(("False".into(), "NameTaken".into())));
+        assert!(status.conditions[0].message.contains("is taken"));
+        let db = cluster.observe(db);
+        apply(&db, &rds, &cluster).await.unwrap();
+        assert_eq!(cluster.events(), ["NameTaken"]);
+        assert_eq!(rds.calls("create"), 0);
+
+        let cleanup = cleanup_database(&deleting(db), &rds, &cluster)
+            .await
+            .unwrap();
+        assert_eq!(cleanup, Cleanup::Done);
+        assert_eq!(rds.calls("delete"), 0);
+        assert!(rds.state.lock().unwrap().instances.contains_key(&id));
+    }
+
+    #[tokio::test]
+    async fn drift_is_modified_and_a_shrink_is_a_condition_not_a_call() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = ready_database(postgres(), &rds, &cluster).await;
+
+        let mut grown = db.clone();
+        grown.spec = serde_json::from_value(json!({
+            "engine": "postgres", "size": "medium", "deletionProtection": true
+        }))
+        .unwrap();
+        grown.metadata.generation = Some(2);
+        assert_eq!(
+            apply(&grown, &rds, &cluster).await.unwrap(),
+            Action::requeue(POLL)
+        );
+        assert_eq!(ready(&cluster.status()).unwrap().1, "Modifying");
+        assert_eq!(cluster.status().observed_generation, Some(2));
+        let modified = rds.only_instance();
+        assert_eq!(modified.instance_class, "db.t3.medium");
+        assert_eq!(modified.storage_gib, 50);
+        assert!(modified.deletion_protection);
+        let grown = cluster.observe(grown);
+        apply(&grown, &rds, &cluster).await.unwrap();
+        assert_eq!(cluster.status().phase, Some(DatabasePhase::Ready));
+
+        let mut shrunk = grown.clone();
+        shrunk.spec.storage_gib = Some(20);
+        let modifications = rds.calls("modify");
+        apply(&shrunk, &rds, &cluster).await.unwrap();
+        assert_eq!(rds.calls("modify"), modifications);
+        let status = cluster.status();
+        assert_eq!(status.phase, Some(DatabasePhase::Failed));
+        assert_eq!(
+            ready(&status),
+            Some(("False".into(), "StorageCannotShrink".into()))
+        );
+        assert!(
+            cluster
+                .events()
+                .contains(&"StorageCannotShrink".to_string())
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lost_password_is_reset_on_rds_and_stored() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = ready_database(postgres(), &rds, &cluster).await;
+        let id = rds.only_instance().id;
+        let old = rds.password(&id);
+        cluster.secrets.lock().unwrap().clear();
+        apply(&db, &rds, &cluster).await.unwrap();
+        let secret = cluster.secret("orders-connection");
+        assert_ne!(secret["password"], old);
+        assert_eq!(secret["password"], rds.password(&id));
+        assert_eq!(secret.len(), 7);
+    }
+
+    #[tokio::test]
+    async fn permanent_errors_fail_with_the_message_and_transient_ones_back_off() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = postgres();
+        rds.fail_next("describe", RdsError::Throttled("Rate exceeded".into()));
+        assert!(matches!(
+            apply(&db, &rds, &cluster).await,
+            Err(Error::Rds(RdsError::Throttled(_)))
+        ));
+        rds.fail_next(
+            "describe",
+            RdsError::AccessDenied("not authorized to rds:DescribeDBInstances".into()),
+        );
+        assert_eq!(
+            apply(&db, &rds, &cluster).await.unwrap(),
+            Action::requeue(PERMANENT_RETRY)
+        );
+        let status = cluster.status();
+        assert_eq!(status.phase, Some(DatabasePhase::Failed));
+        assert_eq!(
+            ready(&status),
+            Some(("False".into(), "AccessDenied".into()))
+        );
+        assert!(
+            status.conditions[0]
+                .message
+                .contains("rds:DescribeDBInstances")
+        );
+        assert_eq!(cluster.events(), ["AccessDenied"]);
+    }
+
+    #[tokio::test]
+    async fn snapshot_deletion_records_the_id_first_and_reuses_it_after_a_crash() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = deleting(ready_database(postgres(), &rds, &cluster).await);
+        let id = rds.only_instance().id;
+
+        rds.fail_next("delete", RdsError::Unavailable("timeout".into()));
+        assert!(cleanup_database(&db, &rds, &cluster).await.is_err());
+        let snapshot = cluster.status().final_snapshot_id.unwrap();
+        assert!(snapshot.starts_with(&format!("{id}-final-")));
+        assert!(rds.state.lock().unwrap().instances.contains_key(&id));
+
+        let db = cluster.observe(db);
+        assert_eq!(
+            cleanup_database(&db, &rds, &cluster).await.unwrap(),
+            Cleanup::Done
+        );
+        assert_eq!(cluster.status().final_snapshot_id, Some(snapshot.clone()));
+        let state = rds.state.lock().unwrap();
+        assert_eq!(state.snapshots, BTreeMap::from([(snapshot, id)]));
+        assert!(state.instances.is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_finalizer_stays_until_rds_reports_the_instance_gone() {
+        let rds = FakeRds::default();
+        rds.state.lock().unwrap().slow_delete = true;
+        let cluster = FakeCluster::default();
+        let db = deleting(
+            ready_database(
+                database(json!({"engine": "mysql", "size": "small", "deletionPolicy": "Delete"})),
+                &rds,
+                &cluster,
+            )
+            .await,
+        );
+        let id = rds.only_instance().id;
+        assert_eq!(
+            cleanup_database(&db, &rds, &cluster).await.unwrap(),
+            Cleanup::Wait(Action::requeue(POLL))
+        );
+        assert_eq!(cluster.status().phase, Some(DatabasePhase::Deleting));
+        let db = cluster.observe(db);
+        assert_eq!(
+            cleanup_database(&db, &rds, &cluster).await.unwrap(),
+            Cleanup::Wait(Action::requeue(POLL))
+        );
+        assert_eq!(rds.calls("delete"), 1);
+        rds.finish_deletion(&id);
+        assert_eq!(
+            cleanup_database(&db, &rds, &cluster).await.unwrap(),
+            Cleanup::Done
+        );
+        assert!(rds.state.lock().unwrap().snapshots.is_empty());
+    }
+
+    #[tokio::test]
+    async fn retain_removes_our_tags_and_leaves_the_instance() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = deleting(
+            ready_database(
+                database(
+                    json!({"engine": "postgres", "size": "small", "deletionPolicy": "Retain"}),
+                ),
+                &rds,
+                &cluster,
+            )
+            .await,
+        );
+        assert_eq!(
+            cleanup_database(&db, &rds, &cluster).await.unwrap(),
+            Cleanup::Done
+        );
+        let left = rds.only_instance();
+        assert!(left.tags.is_empty(), "{:?}", left.tags);
+        assert_eq!(rds.calls("delete"), 0);
+        assert!(cluster.events().contains(&"Retained".to_string()));
+    }
+
+    #[tokio::test]
+    async fn deletion_protection_blocks_and_turning_it_off_on_the_terminating_resource_proceeds() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = deleting(
+            ready_database(
+                database(
+                    json!({"engine": "postgres", "size": "small", "deletionProtection": true}),
+                ),
+                &rds,
+                &cluster,
+            )
+            .await,
+        );
+        assert!(rds.only_instance().deletion_protection);
+        for _ in 0..2 {
+            let db = cluster.observe(db.clone());
+            assert!(matches!(
+                cleanup_database(&db, &rds, &cluster).await.unwrap(),
+                Cleanup::Wait(_)
+            ));
+        }
+        let status = cluster.status();
+        assert!(conditions::is_true(&status.conditions, DELETION_BLOCKED));
+        let blocked = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == DELETION_BLOCKED)
+            .unwrap();
+        assert!(
+            blocked
+                .message
+                .contains("set spec.deletionProtection to false")
+        );
+        assert_eq!(
+            cluster
+                .events()
+                .iter()
+                .filter(|e| *e == "DeletionBlocked")
+                .count(),
+            1
+        );
+        assert_eq!(rds.calls("delete"), 0);
+
+        let mut unprotected = cluster.observe(db);
+        unprotected.spec.deletion_protection = false;
+        assert_eq!(
+            cleanup_database(&unprotected, &rds, &cluster)
+                .await
+                .unwrap(),
+            Cleanup::Done
+        );
+        assert_eq!(
+            rds.state
+                .lock()
+                .unwrap()
+                .modifications
+                .last()
+                .unwrap()
+                .deletion_protection,
+            Some(false)
+        );
+        assert!(rds.state.lock().unwrap().instances.is_empty());
+        assert_eq!(rds.state.lock().unwrap().snapshots.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_database_never_created_is_released_at_once() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = deleting(postgres());
+        assert_eq!(
+            cleanup_database(&db, &rds, &cluster).await.unwrap(),
+            Cleanup::Done
+        );
+        assert!(rds.state.lock().unwrap().calls.is_empty());
+        // Recorded but the create never happened (or failed): RDS says so, and that is enough.
+        let db = deleting(recorded(postgres()));
+        assert_eq!(
+            cleanup_database(&db, &rds, &cluster).await.unwrap(),
+            Cleanup::Done
+        );
+        assert_eq!(rds.calls("delete"), 0);
+    }
+
+    #[tokio::test]
+    async fn a_busy_instance_requeues_the_deletion_and_not_found_counts_as_done() {
+        let rds = FakeRds::default();
+        let cluster = FakeCluster::default();
+        let db = deleting(
+            ready_database(
+                database(
+                    json!({"engine": "postgres", "size": "small", "deletionPolicy": "Delete"}),
+                ),
+                &rds,
+                &cluster,
+            )
+            .await,
+        );
+        rds.fail_next(
+            "delete",
+            RdsError::InvalidState("instance is backing-up".into()),
+        );
+        assert_eq!(
+            cleanup_database(&db, &rds, &cluster).await.unwrap(),
+            Cleanup::Wait(Action::requeue(POLL))
+        );
+        assert_eq!(ready(&cluster.status()).unwrap().1, "InstanceBusy");
+        rds.fail_next("delete", RdsError::NotFound);
+        let db = cluster.observe(db);
+        assert_eq!(
+            cleanup_database(&db, &rds, &cluster).await.unwrap(),
+            Cleanup::Done
+        );
+    }
+}
