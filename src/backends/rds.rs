@@ -10,6 +10,7 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
+use aws_config::SdkConfig;
 use aws_sdk_rds::config::Region;
 use aws_sdk_rds::config::http::HttpResponse;
 use aws_sdk_rds::error::{ProvideErrorMetadata, SdkError};
@@ -175,8 +176,12 @@ impl RdsBackend {
         if let Some(region) = &config.region {
             loader = loader.region(Region::new(region.clone()));
         }
-        let sdk = loader.load().await;
-        let mut builder = aws_sdk_rds::config::Builder::from(&sdk);
+        RdsBackend::with_sdk_config(&loader.load().await, config, metrics)
+    }
+
+    /// Region and credentials from `sdk`, the endpoint override from `config`.
+    fn with_sdk_config(sdk: &SdkConfig, config: &RdsConfig, metrics: Arc<Metrics>) -> Self {
+        let mut builder = aws_sdk_rds::config::Builder::from(sdk);
         if let Some(endpoint) = &config.endpoint {
             builder = builder.endpoint_url(endpoint.0.as_str().trim_end_matches('/'));
         }
@@ -688,5 +693,186 @@ mod tests {
         .unwrap();
         rds.delete("db-1", &FinalSnapshot::Skip).await.unwrap();
         assert_eq!((with_snapshot.num_calls(), skip.num_calls()), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn the_real_backend_against_moto() {
+        let Some(server) = moto::MotoServer::start("the_real_backend_against_moto") else {
+            return;
+        };
+        let rds = server.backend(Arc::new(Metrics::new())).await;
+
+        // Create with tags: available at once on moto, with an endpoint and our tags.
+        let snapshotted = NewInstance {
+            id: "keeper-moto-snapshot".into(),
+            ..new_instance()
+        };
+        rds.create(&snapshotted).await.unwrap();
+        let found = rds.describe(&snapshotted.id).await.unwrap().unwrap();
+        assert_eq!(found.state, "available");
+        assert!(
+            found
+                .endpoint
+                .is_some_and(|e| !e.address.is_empty() && e.port > 0)
+        );
+        assert_eq!(found.tags, snapshotted.tags);
+        assert_eq!(found.storage_gib, 20);
+        assert!(matches!(
+            rds.create(&snapshotted).await,
+            Err(RdsError::AlreadyExists)
+        ));
+
+        // Delete with a final snapshot: the snapshot lists under the recorded id.
+        let snapshot = "keeper-moto-snapshot-final-20260101000000".to_string();
+        rds.delete(&snapshotted.id, &FinalSnapshot::Take(snapshot.clone()))
+            .await
+            .unwrap();
+        assert_eq!(rds.describe(&snapshotted.id).await.unwrap(), None);
+        assert_eq!(moto::snapshots(&rds, &snapshotted.id).await, [snapshot]);
+        assert!(matches!(
+            rds.delete(&snapshotted.id, &FinalSnapshot::Skip).await,
+            Err(RdsError::NotFound)
+        ));
+
+        // Delete skipping the snapshot: nothing left.
+        let skipped = NewInstance {
+            id: "keeper-moto-skip".into(),
+            ..new_instance()
+        };
+        rds.create(&skipped).await.unwrap();
+        rds.delete(&skipped.id, &FinalSnapshot::Skip).await.unwrap();
+        assert_eq!(rds.describe(&skipped.id).await.unwrap(), None);
+        assert!(moto::snapshots(&rds, &skipped.id).await.is_empty());
+
+        // Tags come off (Retain) and modifications apply.
+        let retained = NewInstance {
+            id: "keeper-moto-retain".into(),
+            ..new_instance()
+        };
+        rds.create(&retained).await.unwrap();
+        let found = rds.describe(&retained.id).await.unwrap().unwrap();
+        rds.remove_tags(&found, &["keeper.dev/owner-uid".to_string()])
+            .await
+            .unwrap();
+        rds.modify(
+            &retained.id,
+            &Modification {
+                deletion_protection: Some(true),
+                storage_gib: Some(30),
+                ..Modification::default()
+            },
+        )
+        .await
+        .unwrap();
+        let found = rds.describe(&retained.id).await.unwrap().unwrap();
+        assert!(found.tags.is_empty(), "{:?}", found.tags);
+        assert!(found.deletion_protection);
+        assert_eq!(found.storage_gib, 30);
+        assert!(matches!(
+            rds.modify("keeper-moto-missing", &Modification::default())
+                .await,
+            Err(RdsError::NotFound)
+        ));
+    }
+}
+
+/// A moto server on 127.0.0.1 for tests of the real backend, stopped when dropped.
+#[cfg(test)]
+pub(crate) mod moto {
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    pub(crate) struct MotoServer {
+        child: Child,
+        port: u16,
+    }
+
+    /// `KEEPER_MOTO_SERVER` if set (then it must work), else `moto_server` on PATH.
+    fn binary() -> Option<PathBuf> {
+        if let Some(path) = std::env::var_os("KEEPER_MOTO_SERVER") {
+            return Some(path.into());
+        }
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|dir| dir.join("moto_server"))
+            .find(|candidate| candidate.is_file())
+    }
+
+    impl MotoServer {
+        /// Starts moto on a free port, or returns `None` (with a notice) when no moto_server is
+        /// available at all.
+        pub(crate) fn start(test: &str) -> Option<MotoServer> {
+            let Some(binary) = binary() else {
+                eprintln!(
+                    "SKIPPED {test}: moto_server is not on PATH and KEEPER_MOTO_SERVER is not set"
+                );
+                return None;
+            };
+            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let child = Command::new(&binary)
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+            let mut server = MotoServer { child, port };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+                if let Some(status) = server.child.try_wait().expect("moto status") {
+                    panic!("moto_server exited early with {status}");
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "moto_server did not listen on {port}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Some(server)
+        }
+
+        /// A backend pointed at this server through the endpoint override, with fixed credentials.
+        pub(crate) async fn backend(&self, metrics: Arc<Metrics>) -> RdsBackend {
+            let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .region(Region::new("us-east-1"))
+                .credentials_provider(aws_sdk_rds::config::Credentials::new(
+                    "testing", "testing", None, None, "moto",
+                ))
+                .load()
+                .await;
+            let config = RdsConfig {
+                endpoint: Some(crate::config::Endpoint(
+                    format!("http://127.0.0.1:{}/", self.port).parse().unwrap(),
+                )),
+                ..RdsConfig::default()
+            };
+            RdsBackend::with_sdk_config(&sdk, &config, metrics)
+        }
+    }
+
+    impl Drop for MotoServer {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Final snapshots RDS lists for an instance.
+    pub(crate) async fn snapshots(rds: &RdsBackend, instance_id: &str) -> Vec<String> {
+        rds.client
+            .describe_db_snapshots()
+            .db_instance_identifier(instance_id)
+            .send()
+            .await
+            .expect("describe snapshots")
+            .db_snapshots()
+            .iter()
+            .filter_map(|s| s.db_snapshot_identifier().map(str::to_string))
+            .collect()
     }
 }

@@ -2189,4 +2189,55 @@ mod tests {
             Cleanup::Done
         );
     }
+
+    /// The whole lifecycle through the real backend on a moto server: Ready with every Secret
+    /// key and our tags; deletion with each policy.
+    #[tokio::test]
+    async fn every_deletion_policy_against_moto() {
+        use crate::backends::rds::moto::{MotoServer, snapshots};
+        let Some(server) = MotoServer::start("every_deletion_policy_against_moto") else {
+            return;
+        };
+        let rds = server
+            .backend(Arc::new(crate::metrics::Metrics::new()))
+            .await;
+        for (name, policy) in [("snap", "Snapshot"), ("drop", "Delete"), ("keep", "Retain")] {
+            let cluster = FakeCluster::default();
+            let mut db = database(json!({
+                "engine": "postgres", "size": "small", "deletionPolicy": policy
+            }));
+            db.metadata.name = Some(name.into());
+            db.metadata.uid = Some(format!("uid-{name}"));
+            reconcile_database(&db, &rds, &cluster, &RdsConfig::default())
+                .await
+                .unwrap();
+            let status = cluster.status();
+            assert_eq!(status.phase, Some(DatabasePhase::Ready), "{status:?}");
+            let id = status.instance_id.clone().unwrap();
+            let secret = cluster.secret(&format!("{name}-connection"));
+            assert_eq!(secret.len(), 7, "{:?}", secret.keys());
+            let instance = rds.describe(&id).await.unwrap().unwrap();
+            assert_eq!(instance.tags, ownership_tags(&db));
+            assert_eq!(secret["host"], instance.endpoint.unwrap().address);
+
+            let db = deleting(cluster.observe(db));
+            assert_eq!(
+                cleanup_database(&db, &rds, &cluster).await.unwrap(),
+                Cleanup::Done
+            );
+            let left = rds.describe(&id).await.unwrap();
+            match policy {
+                "Snapshot" => {
+                    assert_eq!(left, None);
+                    let recorded = cluster.status().final_snapshot_id.unwrap();
+                    assert_eq!(snapshots(&rds, &id).await, [recorded]);
+                }
+                "Delete" => {
+                    assert_eq!(left, None);
+                    assert!(snapshots(&rds, &id).await.is_empty());
+                }
+                _ => assert!(left.unwrap().tags.is_empty()),
+            }
+        }
+    }
 }
