@@ -176,7 +176,14 @@ impl RdsBackend {
         if let Some(region) = &config.region {
             loader = loader.region(Region::new(region.clone()));
         }
-        RdsBackend::with_sdk_config(&loader.load().await, config, metrics)
+        let sdk = loader.load().await;
+        if sdk.region().is_none() {
+            tracing::warn!(
+                "no AWS region for RDS: set rds.region, --rds-region or AWS_REGION; \
+                 CloudDatabase reconciles will fail until one is set"
+            );
+        }
+        RdsBackend::with_sdk_config(&sdk, config, metrics)
     }
 
     /// Region and credentials from `sdk`, the endpoint override from `config`.

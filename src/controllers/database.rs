@@ -344,6 +344,18 @@ fn is_failed_state(state: &str) -> bool {
         || state.starts_with("inaccessible-encryption-credentials")
 }
 
+/// Busy states in which the instance still accepts connections.
+fn is_serving_state(state: &str) -> bool {
+    matches!(
+        state,
+        "backing-up"
+            | "storage-optimization"
+            | "configuring-enhanced-monitoring"
+            | "configuring-log-exports"
+            | "configuring-iam-database-auth"
+    )
+}
+
 /// The next step for a live CloudDatabase.
 #[derive(Debug, Clone, PartialEq)]
 enum ApplyStep {
@@ -407,7 +419,18 @@ fn plan_apply(
             state: instance.state.clone(),
         };
     }
+    let shrink = |desired: &Desired| {
+        (desired.storage_explicit && desired.storage_gib < instance.storage_gib)
+            .then_some((instance.storage_gib, desired.storage_gib))
+    };
     if instance.state != "available" || instance.endpoint.is_none() {
+        // Serving but busy (a backup, hours of storage optimisation): keep the connection
+        // details current and defer drift until RDS accepts modifications again.
+        if is_serving_state(&instance.state) && instance.endpoint.is_some() && has_password {
+            return ApplyStep::Publish {
+                shrink: shrink(desired),
+            };
+        }
         return ApplyStep::Wait {
             state: instance.state.clone(),
         };
@@ -426,9 +449,9 @@ fn plan_apply(
     if modification != Modification::default() {
         return ApplyStep::Modify(modification);
     }
-    let shrink = (desired.storage_explicit && desired.storage_gib < instance.storage_gib)
-        .then_some((instance.storage_gib, desired.storage_gib));
-    ApplyStep::Publish { shrink }
+    ApplyStep::Publish {
+        shrink: shrink(desired),
+    }
 }
 
 /// The next step for a CloudDatabase being deleted.
@@ -1286,7 +1309,7 @@ mod tests {
     fn transitional_and_failed_states_wait_or_fail() {
         let db = recorded(postgres());
         let desired = desired_of(&db);
-        for state in ["creating", "backing-up", "modifying", "deleting"] {
+        for state in ["creating", "modifying", "rebooting", "deleting"] {
             assert_eq!(
                 plan_apply(&db, &desired, true, Some(&instance(&db, state))),
                 ApplyStep::Wait {
@@ -1298,6 +1321,17 @@ mod tests {
         no_endpoint.endpoint = None;
         assert!(matches!(
             plan_apply(&db, &desired, true, Some(&no_endpoint)),
+            ApplyStep::Wait { .. }
+        ));
+        // Busy but serving: published, drift deferred.
+        let mut busy = instance(&db, "storage-optimization");
+        busy.instance_class = "db.m6i.large".into();
+        assert_eq!(
+            plan_apply(&db, &desired, true, Some(&busy)),
+            ApplyStep::Publish { shrink: None }
+        );
+        assert!(matches!(
+            plan_apply(&db, &desired, false, Some(&instance(&db, "backing-up"))),
             ApplyStep::Wait { .. }
         ));
         for state in ["failed", "storage-full", "incompatible-parameters"] {
