@@ -9,10 +9,12 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_sdk_rds::config::Region;
 use aws_sdk_rds::config::http::HttpResponse;
+use aws_sdk_rds::config::timeout::TimeoutConfig;
 use aws_sdk_rds::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_rds::types::Tag;
 
@@ -188,7 +190,14 @@ impl RdsBackend {
 
     /// Region and credentials from `sdk`, the endpoint override from `config`.
     fn with_sdk_config(sdk: &SdkConfig, config: &RdsConfig, metrics: Arc<Metrics>) -> Self {
-        let mut builder = aws_sdk_rds::config::Builder::from(sdk);
+        let mut builder = aws_sdk_rds::config::Builder::from(sdk).timeout_config(
+            // A hung call must not hold a reconcile slot: give up and let backoff retry.
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .operation_attempt_timeout(Duration::from_secs(30))
+                .operation_timeout(Duration::from_secs(90))
+                .build(),
+        );
         if let Some(endpoint) = &config.endpoint {
             builder = builder.endpoint_url(endpoint.0.as_str().trim_end_matches('/'));
         }
