@@ -1677,7 +1677,8 @@ mod tests {
         status: Mutex<Option<CloudDatabaseStatus>>,
         status_writes: Mutex<usize>,
         secret_writes: Mutex<usize>,
-        events: Mutex<Vec<(String, String)>>,
+        /// (type, reason, note) of every event published.
+        events: Mutex<Vec<(String, String, String)>>,
     }
 
     impl FakeCluster {
@@ -1703,13 +1704,37 @@ mod tests {
             )
         }
 
+        /// Reasons of the events published, in order.
         fn events(&self) -> Vec<String> {
             self.events
                 .lock()
                 .unwrap()
                 .iter()
-                .map(|(_, r)| r.clone())
+                .map(|(_, reason, _)| reason.clone())
                 .collect()
+        }
+
+        /// Reasons of the Warning events published, in order.
+        fn warnings(&self) -> Vec<String> {
+            self.events
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(type_, _, _)| type_ == "Warning")
+                .map(|(_, reason, _)| reason.clone())
+                .collect()
+        }
+
+        /// Whether `text` appears in any event note or in the status.
+        fn leaks(&self, text: &str) -> bool {
+            self.events
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(_, _, note)| note.contains(text))
+                || serde_json::to_string(&self.status())
+                    .unwrap()
+                    .contains(text)
         }
 
         fn status(&self) -> CloudDatabaseStatus {
@@ -1757,7 +1782,7 @@ mod tests {
             self.events
                 .lock()
                 .unwrap()
-                .push((format!("{type_:?}"), reason.to_string()));
+                .push((format!("{type_:?}"), reason.to_string(), note));
         }
     }
 
@@ -1835,7 +1860,8 @@ mod tests {
         assert_eq!(secret["password"], rds.password(&id));
         assert_eq!(secret["host"], format!("{id}.fake.rds"));
         assert_eq!(secret["database"], "postgres");
-        assert!(!format!("{status:?}").contains(&secret["password"]));
+        assert!(!cluster.leaks(&secret["password"]));
+        assert!(cluster.warnings().is_empty(), "{:?}", cluster.events());
 
         // Steady state: no writes, no events.
         let db = cluster.observe(db);
@@ -1925,7 +1951,7 @@ mod tests {
         assert!(status.conditions[0].message.contains("is taken"));
         let db = cluster.observe(db);
         apply(&db, &rds, &cluster).await.unwrap();
-        assert_eq!(cluster.events(), ["NameTaken"]);
+        assert_eq!(cluster.warnings(), ["NameTaken"]);
         assert_eq!(rds.calls("create"), 0);
 
         let cleanup = cleanup_database(&deleting(db), &rds, &cluster)
@@ -1993,6 +2019,8 @@ mod tests {
         assert_ne!(secret["password"], old);
         assert_eq!(secret["password"], rds.password(&id));
         assert_eq!(secret.len(), 7);
+        assert!(!cluster.leaks(&secret["password"]));
+        assert!(cluster.events().contains(&"PasswordReset".to_string()));
     }
 
     #[tokio::test]
@@ -2024,7 +2052,7 @@ mod tests {
                 .message
                 .contains("rds:DescribeDBInstances")
         );
-        assert_eq!(cluster.events(), ["AccessDenied"]);
+        assert_eq!(cluster.warnings(), ["AccessDenied"]);
     }
 
     #[tokio::test]
