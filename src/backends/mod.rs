@@ -1,0 +1,3 @@
+//! Clients of the external systems keeper manages, each behind a small trait.
+
+pub mod rds;

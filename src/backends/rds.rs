@@ -1,0 +1,894 @@
+//! AWS RDS behind the small [`DatabaseBackend`] trait the CloudDatabase controller needs.
+//!
+//! The real implementation ([`RdsBackend`]) never waits on an SDK waiter: every call returns
+//! what RDS says now and the controller requeues while an instance is in a transitional state.
+//! Errors are classified once, here, into the few classes the controller acts on.
+
+use std::collections::BTreeMap;
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_config::SdkConfig;
+use aws_sdk_rds::config::Region;
+use aws_sdk_rds::config::http::HttpResponse;
+use aws_sdk_rds::config::timeout::TimeoutConfig;
+use aws_sdk_rds::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_rds::types::Tag;
+
+use crate::api::{DatabaseEndpoint, Engine};
+use crate::config::RdsConfig;
+use crate::metrics::{BackendOutcome, Metrics};
+
+/// A master password. `Debug` never shows it, so it cannot leak through a `{:?}` in a log line.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Password(String);
+
+impl Password {
+    pub fn new(value: String) -> Self {
+        Password(value)
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Password {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Password(<redacted>)")
+    }
+}
+
+/// What the controller needs to know about an instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DbInstance {
+    pub id: String,
+    /// ARN, needed to remove tags.
+    pub arn: String,
+    /// RDS `DBInstanceStatus`, such as `creating`, `available`, `modifying`, `deleting`.
+    pub state: String,
+    /// Present once RDS has assigned an address.
+    pub endpoint: Option<DatabaseEndpoint>,
+    pub tags: BTreeMap<String, String>,
+    pub deletion_protection: bool,
+    pub instance_class: String,
+    pub storage_gib: i32,
+}
+
+/// Everything `CreateDBInstance` needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewInstance {
+    pub id: String,
+    pub engine: Engine,
+    pub engine_version: Option<String>,
+    pub instance_class: String,
+    pub storage_gib: i32,
+    pub username: String,
+    pub password: Password,
+    pub database_name: Option<String>,
+    pub deletion_protection: bool,
+    pub tags: BTreeMap<String, String>,
+    pub db_subnet_group_name: Option<String>,
+    pub vpc_security_group_ids: Vec<String>,
+}
+
+/// Changes for `ModifyDBInstance`, applied immediately; `None` leaves a setting alone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Modification {
+    pub instance_class: Option<String>,
+    pub storage_gib: Option<i32>,
+    pub deletion_protection: Option<bool>,
+    pub master_password: Option<Password>,
+}
+
+/// Whether `DeleteDBInstance` takes a final snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FinalSnapshot {
+    Take(String),
+    Skip,
+}
+
+/// The RDS error classes the controller distinguishes.
+#[derive(Debug, thiserror::Error)]
+pub enum RdsError {
+    #[error("DB instance not found")]
+    NotFound,
+    #[error("a DB instance with this identifier already exists")]
+    AlreadyExists,
+    #[error("the DB instance's state does not allow this operation: {0}")]
+    InvalidState(String),
+    #[error("RDS throttled the request: {0}")]
+    Throttled(String),
+    #[error("access denied by AWS: {0}")]
+    AccessDenied(String),
+    /// A request RDS refuses as it stands (validation, quota, missing subnet group, ...).
+    #[error("RDS rejected the request ({code}): {message}")]
+    Rejected { code: String, message: String },
+    /// Server errors, timeouts and network failures.
+    #[error("RDS unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl RdsError {
+    /// Errors that heal by themselves and are retried with backoff.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, RdsError::Throttled(_) | RdsError::Unavailable(_))
+    }
+}
+
+impl BackendOutcome for RdsError {
+    fn outcome(&self) -> &'static str {
+        match self {
+            RdsError::NotFound => "not_found",
+            RdsError::AlreadyExists => "conflict",
+            RdsError::InvalidState(_) => "invalid_state",
+            RdsError::Throttled(_) => "throttled",
+            RdsError::AccessDenied(_) => "access_denied",
+            RdsError::Rejected { .. } => "permanent",
+            RdsError::Unavailable(_) => "transient",
+        }
+    }
+}
+
+/// The RDS operations the CloudDatabase controller uses.
+pub trait DatabaseBackend: Send + Sync + 'static {
+    /// The instance, or `None` when RDS reports `DBInstanceNotFound`.
+    fn describe(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<DbInstance>, RdsError>> + Send;
+    fn create(&self, instance: &NewInstance) -> impl Future<Output = Result<(), RdsError>> + Send;
+    fn modify(
+        &self,
+        id: &str,
+        modification: &Modification,
+    ) -> impl Future<Output = Result<(), RdsError>> + Send;
+    fn delete(
+        &self,
+        id: &str,
+        final_snapshot: &FinalSnapshot,
+    ) -> impl Future<Output = Result<(), RdsError>> + Send;
+    fn remove_tags(
+        &self,
+        instance: &DbInstance,
+        keys: &[String],
+    ) -> impl Future<Output = Result<(), RdsError>> + Send;
+}
+
+const BACKEND: &str = "rds";
+
+/// [`DatabaseBackend`] on aws-sdk-rds. Every call goes through [`Metrics::backend_call`].
+pub struct RdsBackend {
+    client: aws_sdk_rds::Client,
+    metrics: Arc<Metrics>,
+}
+
+impl RdsBackend {
+    pub fn new(client: aws_sdk_rds::Client, metrics: Arc<Metrics>) -> Self {
+        RdsBackend { client, metrics }
+    }
+
+    /// A client for the configured region and endpoint; credentials come from the standard AWS
+    /// chain (environment, profile, web identity, container or instance metadata).
+    pub async fn from_config(config: &RdsConfig, metrics: Arc<Metrics>) -> Self {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+        if let Some(region) = &config.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        let sdk = loader.load().await;
+        if sdk.region().is_none() {
+            tracing::warn!(
+                "no AWS region for RDS: set rds.region, --rds-region or AWS_REGION; \
+                 CloudDatabase reconciles will fail until one is set"
+            );
+        }
+        RdsBackend::with_sdk_config(&sdk, config, metrics)
+    }
+
+    /// Region and credentials from `sdk`, the endpoint override from `config`.
+    fn with_sdk_config(sdk: &SdkConfig, config: &RdsConfig, metrics: Arc<Metrics>) -> Self {
+        let mut builder = aws_sdk_rds::config::Builder::from(sdk).timeout_config(
+            // A hung call must not hold a reconcile slot: give up and let backoff retry.
+            TimeoutConfig::builder()
+                .connect_timeout(Duration::from_secs(5))
+                .operation_attempt_timeout(Duration::from_secs(30))
+                .operation_timeout(Duration::from_secs(90))
+                .build(),
+        );
+        if let Some(endpoint) = &config.endpoint {
+            builder = builder.endpoint_url(endpoint.0.as_str().trim_end_matches('/'));
+        }
+        RdsBackend::new(aws_sdk_rds::Client::from_conf(builder.build()), metrics)
+    }
+}
+
+impl DatabaseBackend for RdsBackend {
+    async fn describe(&self, id: &str) -> Result<Option<DbInstance>, RdsError> {
+        let call = async {
+            let output = self
+                .client
+                .describe_db_instances()
+                .db_instance_identifier(id)
+                .send()
+                .await
+                .map_err(|e| {
+                    classify(e, |e| {
+                        e.is_db_instance_not_found_fault()
+                            .then_some(RdsError::NotFound)
+                    })
+                })?;
+            output
+                .db_instances()
+                .first()
+                .map(instance_from_sdk)
+                .ok_or(RdsError::NotFound)
+        };
+        match self
+            .metrics
+            .backend_call(BACKEND, "DescribeDBInstances", call)
+            .await
+        {
+            Ok(instance) => Ok(Some(instance)),
+            Err(RdsError::NotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create(&self, instance: &NewInstance) -> Result<(), RdsError> {
+        let tags: Vec<Tag> = instance
+            .tags
+            .iter()
+            .map(|(k, v)| Tag::builder().key(k).value(v).build())
+            .collect();
+        let engine = match instance.engine {
+            Engine::Postgres => "postgres",
+            Engine::Mysql => "mysql",
+        };
+        let request = self
+            .client
+            .create_db_instance()
+            .db_instance_identifier(&instance.id)
+            .engine(engine)
+            .set_engine_version(instance.engine_version.clone())
+            .db_instance_class(&instance.instance_class)
+            .allocated_storage(instance.storage_gib)
+            .master_username(&instance.username)
+            .master_user_password(instance.password.expose())
+            .set_db_name(instance.database_name.clone())
+            .deletion_protection(instance.deletion_protection)
+            .set_db_subnet_group_name(instance.db_subnet_group_name.clone())
+            .set_vpc_security_group_ids(
+                (!instance.vpc_security_group_ids.is_empty())
+                    .then(|| instance.vpc_security_group_ids.clone()),
+            )
+            .set_tags(Some(tags));
+        self.metrics
+            .backend_call(BACKEND, "CreateDBInstance", async {
+                request.send().await.map(|_| ()).map_err(|e| {
+                    classify(e, |e| {
+                        e.is_db_instance_already_exists_fault()
+                            .then_some(RdsError::AlreadyExists)
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn modify(&self, id: &str, modification: &Modification) -> Result<(), RdsError> {
+        let request = self
+            .client
+            .modify_db_instance()
+            .db_instance_identifier(id)
+            // Drift is corrected now, not in the next maintenance window.
+            .apply_immediately(true)
+            .set_db_instance_class(modification.instance_class.clone())
+            .set_allocated_storage(modification.storage_gib)
+            .set_deletion_protection(modification.deletion_protection)
+            .set_master_user_password(
+                modification
+                    .master_password
+                    .as_ref()
+                    .map(|p| p.expose().to_string()),
+            );
+        self.metrics
+            .backend_call(BACKEND, "ModifyDBInstance", async {
+                request.send().await.map(|_| ()).map_err(|e| {
+                    classify(e, |e| {
+                        if e.is_db_instance_not_found_fault() {
+                            Some(RdsError::NotFound)
+                        } else if e.is_invalid_db_instance_state_fault() {
+                            Some(RdsError::InvalidState(message(e)))
+                        } else {
+                            None
+                        }
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn delete(&self, id: &str, final_snapshot: &FinalSnapshot) -> Result<(), RdsError> {
+        let request = self.client.delete_db_instance().db_instance_identifier(id);
+        // RDS requires exactly one of the two: a snapshot id, or an explicit skip.
+        let request = match final_snapshot {
+            FinalSnapshot::Take(snapshot) => request
+                .skip_final_snapshot(false)
+                .final_db_snapshot_identifier(snapshot),
+            FinalSnapshot::Skip => request.skip_final_snapshot(true),
+        };
+        self.metrics
+            .backend_call(BACKEND, "DeleteDBInstance", async {
+                request.send().await.map(|_| ()).map_err(|e| {
+                    classify(e, |e| {
+                        if e.is_db_instance_not_found_fault() {
+                            Some(RdsError::NotFound)
+                        } else if e.is_invalid_db_instance_state_fault() {
+                            Some(RdsError::InvalidState(message(e)))
+                        } else {
+                            None
+                        }
+                    })
+                })
+            })
+            .await
+    }
+
+    async fn remove_tags(&self, instance: &DbInstance, keys: &[String]) -> Result<(), RdsError> {
+        let request = self
+            .client
+            .remove_tags_from_resource()
+            .resource_name(&instance.arn)
+            .set_tag_keys(Some(keys.to_vec()));
+        self.metrics
+            .backend_call(BACKEND, "RemoveTagsFromResource", async {
+                request.send().await.map(|_| ()).map_err(|e| {
+                    classify(e, |e| {
+                        e.is_db_instance_not_found_fault()
+                            .then_some(RdsError::NotFound)
+                    })
+                })
+            })
+            .await
+    }
+}
+
+fn instance_from_sdk(instance: &aws_sdk_rds::types::DbInstance) -> DbInstance {
+    DbInstance {
+        id: instance
+            .db_instance_identifier()
+            .unwrap_or_default()
+            .to_string(),
+        arn: instance.db_instance_arn().unwrap_or_default().to_string(),
+        state: instance
+            .db_instance_status()
+            .unwrap_or_default()
+            .to_string(),
+        endpoint: instance.endpoint().and_then(|e| {
+            Some(DatabaseEndpoint {
+                address: e.address()?.to_string(),
+                port: e.port()?,
+            })
+        }),
+        tags: instance
+            .tag_list()
+            .iter()
+            .filter_map(|t| Some((t.key()?.to_string(), t.value()?.to_string())))
+            .collect(),
+        deletion_protection: instance.deletion_protection().unwrap_or(false),
+        instance_class: instance.db_instance_class().unwrap_or_default().to_string(),
+        storage_gib: instance.allocated_storage().unwrap_or_default(),
+    }
+}
+
+/// Error codes AWS uses for throttling across its query-protocol services.
+const THROTTLING_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "RequestThrottled",
+    "RequestThrottledException",
+];
+
+/// Error codes for missing permissions or unusable credentials.
+const ACCESS_DENIED_CODES: &[&str] = &[
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "UnrecognizedClientException",
+    "AuthFailure",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "MissingAuthenticationToken",
+];
+
+fn message<E: ProvideErrorMetadata + StdError>(e: &E) -> String {
+    e.message()
+        .map(str::to_string)
+        .unwrap_or_else(|| e.to_string())
+}
+
+/// Maps an SDK error to an [`RdsError`]. `modeled` recognises the operation's modeled faults
+/// (which the SDK matches by type, not by code); the rest is classified by error code and
+/// HTTP status.
+fn classify<E>(
+    err: SdkError<E, HttpResponse>,
+    modeled: impl FnOnce(&E) -> Option<RdsError>,
+) -> RdsError
+where
+    E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+{
+    match err {
+        SdkError::ServiceError(service) => {
+            let status = service.raw().status().as_u16();
+            let e = service.into_err();
+            if let Some(class) = modeled(&e) {
+                return class;
+            }
+            let code = e.code().unwrap_or("Unknown").to_string();
+            let text = message(&e);
+            match code.as_str() {
+                "DBInstanceNotFound" => RdsError::NotFound,
+                "DBInstanceAlreadyExists" => RdsError::AlreadyExists,
+                "InvalidDBInstanceState" => RdsError::InvalidState(text),
+                c if THROTTLING_CODES.contains(&c) => RdsError::Throttled(text),
+                c if ACCESS_DENIED_CODES.contains(&c) => RdsError::AccessDenied(text),
+                _ if status >= 500 => RdsError::Unavailable(format!("{code}: {text}")),
+                _ => RdsError::Rejected {
+                    code,
+                    message: text,
+                },
+            }
+        }
+        // Timeouts, connection failures, unparseable responses and requests that could not be
+        // built (for example credentials not yet loadable) all heal by themselves or with the
+        // environment; retry them with backoff.
+        other => RdsError::Unavailable(aws_sdk_rds::error::DisplayErrorContext(&other).to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use aws_sdk_rds::config::retry::RetryConfig;
+    use aws_sdk_rds::error::ErrorMetadata;
+    use aws_sdk_rds::operation::create_db_instance::CreateDBInstanceError;
+    use aws_sdk_rds::operation::delete_db_instance::{
+        DeleteDBInstanceError, DeleteDbInstanceOutput,
+    };
+    use aws_sdk_rds::operation::describe_db_instances::{
+        DescribeDBInstancesError, DescribeDbInstancesOutput,
+    };
+    use aws_sdk_rds::operation::modify_db_instance::ModifyDBInstanceError;
+    use aws_sdk_rds::types::error::{
+        DbInstanceAlreadyExistsFault, DbInstanceNotFoundFault, InvalidDbInstanceStateFault,
+    };
+    use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
+
+    /// A backend whose client answers from `rules`, with SDK retries off so each rule is one call.
+    fn backend(rules: &[&Rule]) -> (RdsBackend, Arc<Metrics>) {
+        let client = mock_client!(aws_sdk_rds, RuleMode::Sequential, rules, |c| c
+            .retry_config(RetryConfig::disabled()));
+        let metrics = Arc::new(Metrics::new());
+        (RdsBackend::new(client, metrics.clone()), metrics)
+    }
+
+    fn counted(metrics: &Metrics, operation: &str, outcome: &str) -> bool {
+        metrics.encode().contains(&format!(
+            r#"keeper_backend_requests_total{{backend="rds",operation="{operation}",outcome="{outcome}"}} 1"#
+        ))
+    }
+
+    fn unmodeled(code: &str, message: &str) -> ErrorMetadata {
+        ErrorMetadata::builder().code(code).message(message).build()
+    }
+
+    fn new_instance() -> NewInstance {
+        NewInstance {
+            id: "shop-orders-1a2b3c4d".into(),
+            engine: Engine::Postgres,
+            engine_version: None,
+            instance_class: "db.t3.micro".into(),
+            storage_gib: 20,
+            username: "keeper".into(),
+            password: Password::new("s3cret-Pa55".into()),
+            database_name: Some("orders".into()),
+            deletion_protection: false,
+            tags: BTreeMap::from([("keeper.dev/owner-uid".to_string(), "uid-1".to_string())]),
+            db_subnet_group_name: None,
+            vpc_security_group_ids: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn describe_maps_the_instance() {
+        let rule = mock!(aws_sdk_rds::Client::describe_db_instances)
+            .match_requests(|r| r.db_instance_identifier() == Some("db-1"))
+            .then_output(|| {
+                DescribeDbInstancesOutput::builder()
+                    .db_instances(
+                        aws_sdk_rds::types::DbInstance::builder()
+                            .db_instance_identifier("db-1")
+                            .db_instance_arn("arn:aws:rds:eu-central-1:1:db:db-1")
+                            .db_instance_status("available")
+                            .endpoint(
+                                aws_sdk_rds::types::Endpoint::builder()
+                                    .address("db-1.rds.example")
+                                    .port(5432)
+                                    .build(),
+                            )
+                            .tag_list(
+                                Tag::builder()
+                                    .key("keeper.dev/name")
+                                    .value("orders")
+                                    .build(),
+                            )
+                            .deletion_protection(true)
+                            .db_instance_class("db.t3.micro")
+                            .allocated_storage(20)
+                            .build(),
+                    )
+                    .build()
+            });
+        let (rds, metrics) = backend(&[&rule]);
+        let instance = rds.describe("db-1").await.unwrap().unwrap();
+        assert_eq!(
+            instance,
+            DbInstance {
+                id: "db-1".into(),
+                arn: "arn:aws:rds:eu-central-1:1:db:db-1".into(),
+                state: "available".into(),
+                endpoint: Some(DatabaseEndpoint {
+                    address: "db-1.rds.example".into(),
+                    port: 5432
+                }),
+                tags: BTreeMap::from([("keeper.dev/name".to_string(), "orders".to_string())]),
+                deletion_protection: true,
+                instance_class: "db.t3.micro".into(),
+                storage_gib: 20,
+            }
+        );
+        assert!(counted(&metrics, "DescribeDBInstances", "success"));
+    }
+
+    #[tokio::test]
+    async fn not_found_is_none_and_counted_as_not_found() {
+        let rule = mock!(aws_sdk_rds::Client::describe_db_instances).then_error(|| {
+            DescribeDBInstancesError::DbInstanceNotFoundFault(
+                DbInstanceNotFoundFault::builder()
+                    .message("DBInstance db-1 not found")
+                    .build(),
+            )
+        });
+        let (rds, metrics) = backend(&[&rule]);
+        assert_eq!(rds.describe("db-1").await.unwrap(), None);
+        assert!(counted(&metrics, "DescribeDBInstances", "not_found"));
+
+        let delete = mock!(aws_sdk_rds::Client::delete_db_instance).then_error(|| {
+            DeleteDBInstanceError::DbInstanceNotFoundFault(
+                DbInstanceNotFoundFault::builder().build(),
+            )
+        });
+        let (rds, _) = backend(&[&delete]);
+        assert!(matches!(
+            rds.delete("db-1", &FinalSnapshot::Skip).await,
+            Err(RdsError::NotFound)
+        ));
+    }
+
+    #[tokio::test]
+    async fn already_exists_is_its_own_class_and_the_request_carries_tags_and_password() {
+        let rule = mock!(aws_sdk_rds::Client::create_db_instance)
+            .match_requests(|r| {
+                r.db_instance_identifier() == Some("shop-orders-1a2b3c4d")
+                    && r.engine() == Some("postgres")
+                    && r.master_user_password() == Some("s3cret-Pa55")
+                    && r.db_name() == Some("orders")
+                    && r.tags().len() == 1
+            })
+            .then_error(|| {
+                CreateDBInstanceError::DbInstanceAlreadyExistsFault(
+                    DbInstanceAlreadyExistsFault::builder().build(),
+                )
+            });
+        let (rds, metrics) = backend(&[&rule]);
+        assert!(matches!(
+            rds.create(&new_instance()).await,
+            Err(RdsError::AlreadyExists)
+        ));
+        assert_eq!(rule.num_calls(), 1);
+        assert!(counted(&metrics, "CreateDBInstance", "conflict"));
+    }
+
+    #[tokio::test]
+    async fn invalid_state_is_its_own_class_with_the_rds_message() {
+        let delete = mock!(aws_sdk_rds::Client::delete_db_instance).then_error(|| {
+            DeleteDBInstanceError::InvalidDbInstanceStateFault(
+                InvalidDbInstanceStateFault::builder()
+                    .message("Instance db-1 is currently creating")
+                    .build(),
+            )
+        });
+        let modify = mock!(aws_sdk_rds::Client::modify_db_instance).then_error(|| {
+            ModifyDBInstanceError::InvalidDbInstanceStateFault(
+                InvalidDbInstanceStateFault::builder().build(),
+            )
+        });
+        let (rds, metrics) = backend(&[&delete, &modify]);
+        match rds.delete("db-1", &FinalSnapshot::Skip).await {
+            Err(RdsError::InvalidState(message)) => {
+                assert!(message.contains("currently creating"), "{message}")
+            }
+            other => panic!("expected InvalidState, got {other:?}"),
+        }
+        assert!(matches!(
+            rds.modify("db-1", &Modification::default()).await,
+            Err(RdsError::InvalidState(_))
+        ));
+        assert!(counted(&metrics, "DeleteDBInstance", "invalid_state"));
+    }
+
+    #[tokio::test]
+    async fn throttling_is_transient() {
+        let rule = mock!(aws_sdk_rds::Client::describe_db_instances).then_error(|| {
+            DescribeDBInstancesError::generic(unmodeled("Throttling", "Rate exceeded"))
+        });
+        let (rds, metrics) = backend(&[&rule]);
+        let err = rds.describe("db-1").await.unwrap_err();
+        assert!(
+            matches!(&err, RdsError::Throttled(m) if m == "Rate exceeded"),
+            "{err:?}"
+        );
+        assert!(err.is_transient());
+        assert!(counted(&metrics, "DescribeDBInstances", "throttled"));
+    }
+
+    #[tokio::test]
+    async fn access_denied_is_permanent() {
+        let rule = mock!(aws_sdk_rds::Client::create_db_instance).then_error(|| {
+            CreateDBInstanceError::generic(unmodeled(
+                "AccessDenied",
+                "not authorized to perform: rds:CreateDBInstance",
+            ))
+        });
+        let (rds, metrics) = backend(&[&rule]);
+        let err = rds.create(&new_instance()).await.unwrap_err();
+        assert!(matches!(&err, RdsError::AccessDenied(m) if m.contains("rds:CreateDBInstance")));
+        assert!(!err.is_transient());
+        assert!(counted(&metrics, "CreateDBInstance", "access_denied"));
+    }
+
+    #[tokio::test]
+    async fn other_client_errors_are_rejected_and_server_errors_transient() {
+        let invalid = mock!(aws_sdk_rds::Client::create_db_instance).then_error(|| {
+            CreateDBInstanceError::generic(unmodeled(
+                "InvalidParameterValue",
+                "Invalid DB instance class",
+            ))
+        });
+        let unavailable = mock!(aws_sdk_rds::Client::describe_db_instances)
+            .sequence()
+            .http_status(503, None)
+            .build();
+        let (rds, _) = backend(&[&invalid, &unavailable]);
+        let err = rds.create(&new_instance()).await.unwrap_err();
+        assert!(
+            matches!(&err, RdsError::Rejected { code, .. } if code == "InvalidParameterValue"),
+            "{err:?}"
+        );
+        assert!(!err.is_transient());
+        let err = rds.describe("db-1").await.unwrap_err();
+        assert!(err.is_transient(), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn delete_asks_for_exactly_one_of_snapshot_or_skip() {
+        let with_snapshot = mock!(aws_sdk_rds::Client::delete_db_instance)
+            .match_requests(|r| {
+                r.skip_final_snapshot() == Some(false)
+                    && r.final_db_snapshot_identifier() == Some("db-1-final-20260101000000")
+            })
+            .then_output(|| DeleteDbInstanceOutput::builder().build());
+        let skip = mock!(aws_sdk_rds::Client::delete_db_instance)
+            .match_requests(|r| {
+                r.skip_final_snapshot() == Some(true) && r.final_db_snapshot_identifier().is_none()
+            })
+            .then_output(|| DeleteDbInstanceOutput::builder().build());
+        let (rds, _) = backend(&[&with_snapshot, &skip]);
+        rds.delete(
+            "db-1",
+            &FinalSnapshot::Take("db-1-final-20260101000000".into()),
+        )
+        .await
+        .unwrap();
+        rds.delete("db-1", &FinalSnapshot::Skip).await.unwrap();
+        assert_eq!((with_snapshot.num_calls(), skip.num_calls()), (1, 1));
+    }
+
+    #[tokio::test]
+    async fn the_real_backend_against_moto() {
+        let Some(server) = moto::MotoServer::start("the_real_backend_against_moto") else {
+            return;
+        };
+        let rds = server.backend(Arc::new(Metrics::new())).await;
+
+        // Create with tags: available at once on moto, with an endpoint and our tags.
+        let snapshotted = NewInstance {
+            id: "keeper-moto-snapshot".into(),
+            ..new_instance()
+        };
+        rds.create(&snapshotted).await.unwrap();
+        let found = rds.describe(&snapshotted.id).await.unwrap().unwrap();
+        assert_eq!(found.state, "available");
+        assert!(
+            found
+                .endpoint
+                .is_some_and(|e| !e.address.is_empty() && e.port > 0)
+        );
+        assert_eq!(found.tags, snapshotted.tags);
+        assert_eq!(found.storage_gib, 20);
+        assert!(matches!(
+            rds.create(&snapshotted).await,
+            Err(RdsError::AlreadyExists)
+        ));
+
+        // Delete with a final snapshot: the snapshot lists under the recorded id.
+        let snapshot = "keeper-moto-snapshot-final-20260101000000".to_string();
+        rds.delete(&snapshotted.id, &FinalSnapshot::Take(snapshot.clone()))
+            .await
+            .unwrap();
+        assert_eq!(rds.describe(&snapshotted.id).await.unwrap(), None);
+        assert_eq!(moto::snapshots(&rds, &snapshotted.id).await, [snapshot]);
+        assert!(matches!(
+            rds.delete(&snapshotted.id, &FinalSnapshot::Skip).await,
+            Err(RdsError::NotFound)
+        ));
+
+        // Delete skipping the snapshot: nothing left.
+        let skipped = NewInstance {
+            id: "keeper-moto-skip".into(),
+            ..new_instance()
+        };
+        rds.create(&skipped).await.unwrap();
+        rds.delete(&skipped.id, &FinalSnapshot::Skip).await.unwrap();
+        assert_eq!(rds.describe(&skipped.id).await.unwrap(), None);
+        assert!(moto::snapshots(&rds, &skipped.id).await.is_empty());
+
+        // Tags come off (Retain) and modifications apply.
+        let retained = NewInstance {
+            id: "keeper-moto-retain".into(),
+            ..new_instance()
+        };
+        rds.create(&retained).await.unwrap();
+        let found = rds.describe(&retained.id).await.unwrap().unwrap();
+        rds.remove_tags(&found, &["keeper.dev/owner-uid".to_string()])
+            .await
+            .unwrap();
+        rds.modify(
+            &retained.id,
+            &Modification {
+                deletion_protection: Some(true),
+                storage_gib: Some(30),
+                ..Modification::default()
+            },
+        )
+        .await
+        .unwrap();
+        let found = rds.describe(&retained.id).await.unwrap().unwrap();
+        assert!(found.tags.is_empty(), "{:?}", found.tags);
+        assert!(found.deletion_protection);
+        assert_eq!(found.storage_gib, 30);
+        assert!(matches!(
+            rds.modify("keeper-moto-missing", &Modification::default())
+                .await,
+            Err(RdsError::NotFound)
+        ));
+    }
+}
+
+/// A moto server on 127.0.0.1 for tests of the real backend, stopped when dropped.
+#[cfg(test)]
+pub(crate) mod moto {
+    use std::net::{Ipv4Addr, TcpListener, TcpStream};
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    pub(crate) struct MotoServer {
+        child: Child,
+        port: u16,
+    }
+
+    /// `KEEPER_MOTO_SERVER` if set (then it must work), else `moto_server` on PATH.
+    fn binary() -> Option<PathBuf> {
+        if let Some(path) = std::env::var_os("KEEPER_MOTO_SERVER") {
+            return Some(path.into());
+        }
+        std::env::split_paths(&std::env::var_os("PATH")?)
+            .map(|dir| dir.join("moto_server"))
+            .find(|candidate| candidate.is_file())
+    }
+
+    impl MotoServer {
+        /// Starts moto on a free port, or returns `None` (with a notice) when no moto_server is
+        /// available at all.
+        pub(crate) fn start(test: &str) -> Option<MotoServer> {
+            let Some(binary) = binary() else {
+                eprintln!(
+                    "SKIPPED {test}: moto_server is not on PATH and KEEPER_MOTO_SERVER is not set"
+                );
+                return None;
+            };
+            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                .and_then(|l| l.local_addr())
+                .expect("a free port")
+                .port();
+            let child = Command::new(&binary)
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+            let mut server = MotoServer { child, port };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+                if let Some(status) = server.child.try_wait().expect("moto status") {
+                    panic!("moto_server exited early with {status}");
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "moto_server did not listen on {port}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Some(server)
+        }
+
+        /// A backend pointed at this server through the endpoint override, with fixed credentials.
+        pub(crate) async fn backend(&self, metrics: Arc<Metrics>) -> RdsBackend {
+            let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+                .region(Region::new("us-east-1"))
+                .credentials_provider(aws_sdk_rds::config::Credentials::new(
+                    "testing", "testing", None, None, "moto",
+                ))
+                .load()
+                .await;
+            let config = RdsConfig {
+                endpoint: Some(crate::config::Endpoint(
+                    format!("http://127.0.0.1:{}/", self.port).parse().unwrap(),
+                )),
+                ..RdsConfig::default()
+            };
+            RdsBackend::with_sdk_config(&sdk, &config, metrics)
+        }
+    }
+
+    impl Drop for MotoServer {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Final snapshots RDS lists for an instance.
+    pub(crate) async fn snapshots(rds: &RdsBackend, instance_id: &str) -> Vec<String> {
+        rds.client
+            .describe_db_snapshots()
+            .db_instance_identifier(instance_id)
+            .send()
+            .await
+            .expect("describe snapshots")
+            .db_snapshots()
+            .iter()
+            .filter_map(|s| s.db_snapshot_identifier().map(str::to_string))
+            .collect()
+    }
+}
