@@ -135,7 +135,16 @@ impl Ctx {
         self.query.get(k).map(String::as_str)
     }
     fn dry_run(&self) -> bool {
-        self.q("dryRun") == Some("All")
+        if self.q("dryRun") == Some("All") {
+            return true;
+        }
+        // DeleteOptions carry dryRun in the body.
+        serde_json::from_slice::<Value>(&self.body).is_ok_and(|b| {
+            (b["kind"] == "DeleteOptions" || b.get("metadata").is_none())
+                && b["dryRun"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|v| v == "All"))
+        })
     }
     fn content_type(&self) -> String {
         self.headers
@@ -1691,6 +1700,17 @@ fn plan_delete(
         .get(&def.store_key, &ns, &name)
         .cloned()
         .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, &name))?;
+    if def.group.is_empty()
+        && def.plural == "namespaces"
+        && matches!(name.as_str(), "default" | "kube-system" | "kube-public")
+    {
+        return Err(ApiError::forbidden(
+            "",
+            "namespaces",
+            &name,
+            "this namespace may not be deleted",
+        ));
+    }
     let opts: Value = if ctx.body.is_empty() {
         json!({})
     } else {

@@ -628,6 +628,16 @@ async fn namespace_deletion_terminates_then_disappears() {
     );
     assert_eq!(err.code, 404);
     assert_eq!(err.message, "namespaces \"team\" not found");
+    let err = api_err(
+        nss.delete("kube-system", &DeleteParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 403);
+    assert_eq!(
+        err.message,
+        "namespaces \"kube-system\" is forbidden: this namespace may not be deleted"
+    );
     // Starting namespaces.
     let names: Vec<String> = nss
         .list(&ListParams::default())
@@ -1170,5 +1180,42 @@ async fn request_log_tables_and_openapi() {
     assert_eq!(code, 200);
     let (code, _, _) = env.raw("GET", "/openapi/v2", None, None).await;
     assert_eq!(code, 404);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_writes_nothing() {
+    let env = Env::new().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let got = api.create(&dry, &cm("dry", json!({}))).await.unwrap();
+    assert_eq!(got.metadata.name.as_deref(), Some("dry"));
+    assert!(api.get_opt("dry").await.unwrap().is_none());
+    api.create(&PostParams::default(), &cm("real", json!({})))
+        .await
+        .unwrap();
+    let pp = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let got = api
+        .patch(
+            "real",
+            &pp,
+            &Patch::Merge(json!({"data": {"k": "changed"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.data.unwrap()["k"], "changed");
+    assert_eq!(api.get("real").await.unwrap().data.unwrap()["k"], "v");
+    let dp = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    api.delete("real", &dp).await.unwrap();
+    assert!(api.get_opt("real").await.unwrap().is_some());
     env.stop().await;
 }

@@ -574,3 +574,47 @@ async fn kubectl_imperative_creates_send_protobuf() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_watch_prints_table_rows_and_reapplies_crd() {
+    let env = with_crd().await;
+    env.apply(BUCKET_A).await;
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .arg("--cache-dir")
+        .arg(env.dir.path().join("cache"))
+        .args(["get", "s3b", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    env.kubectl_ok(&[
+        "patch",
+        "s3b",
+        "a",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Provisioning"}}"#,
+    ])
+    .await;
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    child.start_kill().unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], vec!["NAME", "PHASE", "BUCKET", "AGE"], "{stdout}");
+    assert_eq!(lines[1][0], "a");
+    assert_eq!(&lines[2][..2], &["a", "Provisioning"], "{stdout}");
+    // Client-side re-apply of a changed CRD (merge patch) updates what is served.
+    let crd = CRD_YAML.replace("shortNames: [s3b]", "shortNames: [s3b, bkt]");
+    assert!(env.apply(&crd).await.contains("configured"));
+    let out = env.kubectl_ok(&["get", "bkt", "-o", "name"]).await;
+    assert_eq!(out.trim(), "s3bucket.keeper.dev/a");
+    env.stop().await;
+}
