@@ -22,6 +22,9 @@ use tokio::sync::{broadcast, mpsc};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
+/// The request log keeps at most this many entries (oldest dropped first).
+const REQUEST_LOG_LIMIT: usize = 100_000;
+
 /// Tunables of one server instance.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -221,11 +224,11 @@ pub async fn handle(
     if let Some(mut entry) = log {
         entry["userAgent"] = json!(ua);
         entry["code"] = json!(out.code);
-        shared
-            .requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(entry);
+        let mut log = shared.requests.lock().unwrap_or_else(|e| e.into_inner());
+        if log.len() >= REQUEST_LOG_LIMIT {
+            log.drain(..REQUEST_LOG_LIMIT / 10);
+        }
+        log.push(entry);
     }
     tracing::debug!(method = %parts.method, %path, code = out.code, "request");
     Ok(render(out))

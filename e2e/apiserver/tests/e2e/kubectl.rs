@@ -75,6 +75,14 @@ async fn kubectl_apply_crd_and_get_with_printer_columns_and_category() {
     );
     let out = env.kubectl_ok(&["get", "s3b", "-o", "name"]).await;
     assert_eq!(out.trim(), "s3bucket.keeper.dev/a");
+    let out = env.kubectl_ok(&["get", "crd"]).await;
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], vec!["NAME", "CREATED", "AT"], "{out}");
+    assert_eq!(lines[1][0], "s3buckets.keeper.dev");
+    assert!(lines[1][1].ends_with('Z'), "{out}");
     let out = env
         .kubectl_ok(&[
             "get",
@@ -300,6 +308,12 @@ async fn kubectl_describe_lists_events_and_get_events() {
     let out = env.kubectl_ok(&["get", "events"]).await;
     assert!(
         out.contains("BucketCreated") && out.contains("s3bucket/a"),
+        "{out}"
+    );
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        vec!["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
         "{out}"
     );
     let out = env
