@@ -36,7 +36,8 @@
 //!   selector appear as ADDED/DELETED), create, update, patch (JSON merge, JSON patch with
 //!   kube's `test`-for-null semantics, strategic merge for built-ins incl. `$patch`,
 //!   `$setElementOrder`, `$retainKeys`, `$deleteFromPrimitiveList` and the usual merge keys,
-//!   server-side apply), delete (preconditions, propagationPolicy), deletecollection,
+//!   server-side apply that creates, merges (associative lists by key) and removes fields its
+//!   manager no longer applies), delete (preconditions, propagationPolicy), deletecollection,
 //!   `dryRun=All`, namespaced and cluster-wide paths.
 //! - **Bodies**: JSON and YAML; the protobuf envelope kubectl's typed clients send is decoded for
 //!   Secret, ConfigMap, Namespace and ServiceAccount (`kubectl create secret|configmap|namespace|
@@ -73,9 +74,10 @@
 //! - No controllers besides the garbage collector and the namespace/CRD finalizers: Deployments
 //!   never get pods or status, Services get no cluster IP, there are no pods, no `scale`
 //!   subresource.
-//! - Server-side apply does not track field ownership: `managedFields` is never recorded, fields
-//!   dropped from an applied configuration stay on the object, and there are no apply conflicts
-//!   (`force` is accepted and ignored).
+//! - Server-side apply keeps, per object and field manager, the configuration applied last and
+//!   removes what that manager stops applying, but it does not track ownership across managers:
+//!   `managedFields` is never recorded, there are no apply conflicts (`force` is accepted and
+//!   ignored), and a field set by two managers is removed when either stops applying it.
 //! - Lists are served from the current state (a `continue` token does not pin a snapshot);
 //!   `resourceVersion`/`resourceVersionMatch` on lists are ignored; watches are not closed when
 //!   their CRD goes away.

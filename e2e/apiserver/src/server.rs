@@ -845,6 +845,8 @@ struct Plan {
     warnings: Vec<String>,
     hooks: Vec<webhook::Hook>,
     code: u16,
+    /// Server-side apply: remember this configuration for (field manager key) once committed.
+    applied: Option<(String, Value)>,
 }
 
 async fn write(
@@ -933,6 +935,15 @@ fn commit(st: &mut State, t: &Target, ctx: &Ctx, plan: Plan) -> ApiResult<Out> {
     let def = &t.def;
     let key = def.store_key.clone();
     let dry = ctx.dry_run();
+    if !dry && let Some((manager, record)) = &plan.applied {
+        let uid = plan
+            .new
+            .as_ref()
+            .or(plan.old.as_ref())
+            .map(|o| meta_str(o, "uid").to_string())
+            .unwrap_or_default();
+        st.applied.insert((uid, manager.clone()), record.clone());
+    }
     let out = match plan.op {
         Op::Create => {
             if st.get(&key, &plan.ns, &plan.name).is_some() {
@@ -1205,6 +1216,7 @@ fn plan_create(st: &State, t: &Target, ctx: &Ctx, body: Option<Value>) -> ApiRes
         warnings,
         hooks,
         code: 201,
+        applied: None,
     })
 }
 
@@ -1569,6 +1581,7 @@ fn finish_update(
         warnings,
         hooks,
         code: 200,
+        applied: None,
     })
 }
 
@@ -1620,13 +1633,34 @@ fn plan_patch(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> {
                 "the name of the object ({an}) does not match the name on the URL ({name})"
             )));
         }
+        let manager = format!(
+            "{}{}",
+            ctx.q("fieldManager").unwrap_or_default(),
+            if t.sub.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", t.sub)
+            }
+        );
+        let mut record = applied.clone();
+        if let Some(o) = record.as_object_mut() {
+            o.remove("apiVersion");
+            o.remove("kind");
+        }
+        if let Some(m) = record["metadata"].as_object_mut() {
+            for k in ["name", "namespace", "resourceVersion", "uid"] {
+                m.remove(k);
+            }
+        }
         let Some(cur) = st.get(&def.store_key, ns_of(t), &name).cloned() else {
             if !t.sub.is_empty() {
                 return Err(ApiError::not_found(&def.group, &def.plural, &name));
             }
             let mut body = applied.clone();
             body["metadata"]["name"] = json!(name);
-            return plan_create(st, t, ctx, Some(body));
+            let mut plan = plan_create(st, t, ctx, Some(body))?;
+            plan.applied = Some((manager, record));
+            return Ok(plan);
         };
         let mut merged = view(def, &cur);
         let wanted_rv = applied["metadata"]["resourceVersion"]
@@ -1636,13 +1670,21 @@ fn plan_patch(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> {
         applied["metadata"]
             .as_object_mut()
             .map(|m| m.remove("resourceVersion"));
+        if let Some(prev) = st
+            .applied
+            .get(&(meta_str(&cur, "uid").to_string(), manager.clone()))
+        {
+            patch::apply_remove_stale(&mut merged, prev, &record, def.schema.as_ref(), "");
+        }
         patch::apply_merge(&mut merged, &applied, def.schema.as_ref(), "");
         if let Some(rv) = wanted_rv {
             merged["metadata"]["resourceVersion"] = json!(rv);
         }
         check_type(def, &merged)?;
         let new = unview(def, &merged);
-        return finish_update(st, t, ctx, &cur, new, false);
+        let mut plan = finish_update(st, t, ctx, &cur, new, false)?;
+        plan.applied = Some((manager, record));
+        return Ok(plan);
     }
     if ct.contains("protobuf") || ct.contains("cbor") {
         return Err(ApiError::unsupported_media_type(&ct));
@@ -1781,6 +1823,7 @@ fn plan_delete(
         warnings: vec![],
         hooks,
         code: 200,
+        applied: None,
     })
 }
 

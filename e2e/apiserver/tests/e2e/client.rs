@@ -342,7 +342,7 @@ async fn status_subresource_split_and_generation() {
         .await
         .unwrap();
     assert_eq!(again.metadata.resource_version, s.metadata.resource_version);
-    // Server-side apply of status (kube-rs controllers do this) merges conditions by type.
+    // Server-side apply of status (kube-rs controllers do this): two managers, conditions merged by type.
     let apply = |c: Value| json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "status": {"conditions": [c]}});
     api.patch_status(
         "b1",
@@ -354,7 +354,7 @@ async fn status_subresource_split_and_generation() {
     let got = api
         .patch_status(
             "b1",
-            &PatchParams::apply("keeper").force(),
+            &PatchParams::apply("keeper-sync").force(),
             &Patch::Apply(apply(json!({"type": "Synced", "status": "False"}))),
         )
         .await
@@ -972,12 +972,55 @@ async fn server_side_apply_creates_and_merges() {
     let created = api.patch("ssa", &pp, &Patch::Apply(doc)).await.unwrap();
     assert_eq!(created.metadata.generation, Some(1));
     assert_eq!(created.data["spec"]["deletionPolicy"], "Delete");
-    let doc = json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "metadata": {"name": "ssa", "labels": {"b": "2"}}, "spec": {"deletionPolicy": "Retain"}});
+    let doc = json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "metadata": {"name": "ssa", "labels": {"a": "1", "b": "2"}}, "spec": {"tenantRef": {"name": "t"}, "deletionPolicy": "Retain"}});
     let merged = api.patch("ssa", &pp, &Patch::Apply(doc)).await.unwrap();
     assert_eq!(merged.data["spec"]["tenantRef"]["name"], "t");
     assert_eq!(merged.data["spec"]["deletionPolicy"], "Retain");
     assert_eq!(merged.metadata.labels.unwrap().len(), 2);
     assert_eq!(merged.metadata.generation, Some(2));
+    // Fields this manager applied before but no longer applies are removed; others' fields stay.
+    api.patch(
+        "ssa",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"other": "x"}}})),
+    )
+    .await
+    .unwrap();
+    let doc = json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "metadata": {"name": "ssa", "labels": {"a": "1"}},
+        "spec": {"tenantRef": {"name": "t"}, "bucketName": "ssa-bucket"}});
+    api.patch("ssa", &pp, &Patch::Apply(doc)).await.unwrap();
+    let doc = json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "metadata": {"name": "ssa"}, "spec": {"tenantRef": {"name": "t"}}});
+    let pruned = api.patch("ssa", &pp, &Patch::Apply(doc)).await.unwrap();
+    let labels = pruned.metadata.labels.clone().unwrap_or_default();
+    assert!(
+        !labels.contains_key("a") && labels.contains_key("other"),
+        "{labels:?}"
+    );
+    assert!(
+        pruned.data["spec"].get("bucketName").is_none(),
+        "{}",
+        pruned.data
+    );
+    // Status conditions applied by a controller: a dropped condition goes away.
+    let cond = |types: &[&str]| {
+        let c: Vec<Value> = types
+            .iter()
+            .map(|t| json!({"type": t, "status": "True"}))
+            .collect();
+        json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "status": {"conditions": c}})
+    };
+    let spp = PatchParams::apply("keeper").force();
+    api.patch_status("ssa", &spp, &Patch::Apply(cond(&["Ready", "Synced"])))
+        .await
+        .unwrap();
+    let got = api
+        .patch_status("ssa", &spp, &Patch::Apply(cond(&["Ready"])))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.data["status"]["conditions"],
+        json!([{"type": "Ready", "status": "True"}])
+    );
     // Missing fieldManager is refused.
     let (code, _, _) = env
         .raw(
