@@ -764,6 +764,12 @@ fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Out> {
                             continue;
                         }
                         progress = c.rv;
+                        // Like kube-apiserver, watches of a custom resource end with its CRD.
+                        if def.crd && c.ty == "DELETED" && c.store_key == crate::resources::CRD_KEY
+                            && c.obj["spec"]["group"] == def.group.as_str()
+                            && c.obj["spec"]["names"]["plural"] == def.plural.as_str() {
+                            return;
+                        }
                         if let Some((ty, obj)) = translate(&def, &filter, &c)
                             && tx.send(render(&ty, obj)).await.is_err() {
                             return;
@@ -1461,6 +1467,18 @@ fn finish_update(
     }
     let cur_rv = meta_str(current, "resourceVersion").to_string();
     let new_rv = meta_str(&new, "resourceVersion").to_string();
+    let new_uid = meta_str(&new, "uid");
+    if !new_uid.is_empty() && new_uid != meta_str(current, "uid") {
+        return Err(ApiError::conflict(
+            &def.group,
+            &def.plural,
+            &name,
+            &format!(
+                "Precondition failed: UID in precondition: {new_uid}, UID in object meta: {}",
+                meta_str(current, "uid")
+            ),
+        ));
+    }
     if new_rv.is_empty() {
         if require_rv {
             return Err(ApiError::invalid(

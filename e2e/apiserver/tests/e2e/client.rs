@@ -62,6 +62,21 @@ async fn stale_update_gets_409_conflict() {
         "{}",
         err.message
     );
+    // A body with another object's uid is a failed precondition.
+    let mut other = api.get("c1").await.unwrap();
+    other.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
+    let err = api_err(
+        api.replace("c1", &PostParams::default(), &other)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 409);
+    assert!(
+        err.message
+            .contains("Precondition failed: UID in precondition"),
+        "{}",
+        err.message
+    );
     // A duplicate create is AlreadyExists, a missing object NotFound.
     let err = api_err(
         api.create(&PostParams::default(), &cm("c1", json!({})))
@@ -1082,6 +1097,18 @@ async fn crd_deletion_removes_objects_and_discovery() {
     assert_eq!(r["shortNames"], json!(["s3b"]));
     assert_eq!(r["categories"], json!(["keeper"]));
     assert_eq!(r["singularName"], "s3bucket");
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(30), &rv)
+        .await
+        .unwrap()
+        .boxed();
     env.raw(
         "DELETE",
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/s3buckets.keeper.dev",
@@ -1093,6 +1120,13 @@ async fn crd_deletion_removes_objects_and_discovery() {
         .raw("GET", "/apis/keeper.dev/v1alpha1", None, None)
         .await;
     assert_eq!(code, 404);
+    // The open watch saw the object go and then ended with its CRD.
+    let ev = stream.try_next().await.unwrap().unwrap();
+    assert!(matches!(ev, WatchEvent::Deleted(_)), "{ev:?}");
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .expect("watch ends");
+    assert!(matches!(end, Ok(None)), "{end:?}");
     let (code, _, _) = env
         .raw(
             "GET",

@@ -577,6 +577,77 @@ async fn kubectl_imperative_creates_send_protobuf() {
             .trim(),
         "serviceaccount/bot"
     );
+    env.kubectl_ok(&[
+        "create",
+        "clusterrole",
+        "reader",
+        "--verb=get,list",
+        "--resource=secrets,configmaps",
+    ])
+    .await;
+    env.kubectl_ok(&[
+        "create",
+        "role",
+        "r",
+        "-n",
+        "team1",
+        "--verb=get",
+        "--resource=secrets",
+        "--resource-name=s1",
+    ])
+    .await;
+    env.kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "rb",
+        "-n",
+        "team1",
+        "--clusterrole=reader",
+        "--serviceaccount=team1:bot",
+    ])
+    .await;
+    env.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        "crb",
+        "--clusterrole=reader",
+        "--user=alice",
+    ])
+    .await;
+    let out = env
+        .kubectl_ok(&[
+            "get",
+            "clusterrole",
+            "reader",
+            "-o",
+            "jsonpath={.rules[0].verbs} {.rules[0].resources}",
+        ])
+        .await;
+    assert_eq!(out, r#"["get","list"] ["secrets","configmaps"]"#);
+    let out = env
+        .kubectl_ok(&[
+            "get",
+            "role",
+            "r",
+            "-n",
+            "team1",
+            "-o",
+            "jsonpath={.rules[0].resourceNames}",
+        ])
+        .await;
+    assert_eq!(out, r#"["s1"]"#);
+    let out = env.kubectl_ok(&["get", "rolebinding", "rb", "-n", "team1", "-o", "jsonpath={.roleRef.kind}/{.roleRef.name} {.subjects[0].kind}/{.subjects[0].namespace}/{.subjects[0].name}"]).await;
+    assert_eq!(out, "ClusterRole/reader ServiceAccount/team1/bot");
+    let out = env
+        .kubectl_ok(&[
+            "get",
+            "clusterrolebinding",
+            "crb",
+            "-o",
+            "jsonpath={.subjects[0].kind}/{.subjects[0].name}/{.subjects[0].apiGroup}",
+        ])
+        .await;
+    assert_eq!(out, "User/alice/rbac.authorization.k8s.io");
     // Kinds the protobuf decoder does not know are refused clearly.
     let r = env
         .kubectl(&["create", "deployment", "d", "--image=x"])
