@@ -153,11 +153,11 @@ async fn kubectl_watch_sees_added_modified_deleted() {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     let mut child = cmd.spawn().unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    env.wait_for_request("watch", "s3buckets").await;
     env.apply(BUCKET_A).await;
     env.kubectl_ok(&["label", "s3b", "a", "x=y"]).await;
     env.kubectl_ok(&["delete", "s3b", "a"]).await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     child.start_kill().unwrap();
     let out = child.wait_with_output().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -196,7 +196,7 @@ async fn kubectl_delete_wait_false_keeps_finalized_object() {
     // kubectl delete --wait watches until the finalizer is removed.
     let del = env.kubectl(&["delete", "s3b", "a", "--timeout=20s"]);
     let remove = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        env.wait_for_request("watch", "s3buckets").await;
         env.kubectl_ok(&[
             "patch",
             "s3b",
@@ -674,7 +674,7 @@ async fn kubectl_get_watch_prints_table_rows_and_reapplies_crd() {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     let mut child = cmd.spawn().unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    env.wait_for_request("watch", "s3buckets").await;
     env.kubectl_ok(&[
         "patch",
         "s3b",
@@ -685,7 +685,7 @@ async fn kubectl_get_watch_prints_table_rows_and_reapplies_crd() {
         r#"{"status":{"phase":"Provisioning"}}"#,
     ])
     .await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     child.start_kill().unwrap();
     let out = child.wait_with_output().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
