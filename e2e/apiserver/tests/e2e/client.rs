@@ -1296,3 +1296,52 @@ async fn dry_run_writes_nothing() {
     assert!(api.get_opt("real").await.unwrap().is_some());
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_list_watcher_gets_initial_events_then_changes() {
+    let env = Env::new().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    api.create(&PostParams::default(), &cm("pre", json!({})))
+        .await
+        .unwrap();
+    let cfg = kube::runtime::watcher::Config::default().streaming_lists();
+    let mut events = Box::pin(kube::runtime::watcher(api.clone(), cfg));
+    let mut names = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(5), events.try_next())
+            .await
+            .expect("event")
+            .unwrap()
+            .unwrap();
+        match ev {
+            kube::runtime::watcher::Event::InitApply(o) => names.push(o.metadata.name.unwrap()),
+            kube::runtime::watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(names, vec!["pre"]);
+    api.create(&PostParams::default(), &cm("post", json!({})))
+        .await
+        .unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(5), events.try_next())
+        .await
+        .expect("event")
+        .unwrap()
+        .unwrap();
+    match ev {
+        kube::runtime::watcher::Event::Apply(o) => {
+            assert_eq!(o.metadata.name.as_deref(), Some("post"))
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let (_, _, log) = env.raw("GET", "/debug/requests", None, None).await;
+    assert!(
+        !log["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["verb"] == "list"),
+        "a streaming list uses a watch only: {log}"
+    );
+    env.stop().await;
+}
