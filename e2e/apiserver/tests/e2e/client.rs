@@ -1345,3 +1345,188 @@ async fn streaming_list_watcher_gets_initial_events_then_changes() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors() {
+    let env = Env::new().await;
+    env.install_crd().await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    // Not JSON.
+    let resp = env
+        .http
+        .post(format!("{}{cms}", env.url()))
+        .header("Content-Type", "application/json")
+        .body("{nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let st: Value = resp.json().await.unwrap();
+    assert_eq!(
+        (st["kind"].as_str(), st["reason"].as_str()),
+        (Some("Status"), Some("BadRequest"))
+    );
+    // Wrong kind for the endpoint.
+    let (code, _, st) = env
+        .raw(
+            "POST",
+            cms,
+            None,
+            Some(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}})),
+        )
+        .await;
+    assert_eq!(code, 400, "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not match the expected kind (ConfigMap)"),
+        "{st}"
+    );
+    // Namespace in the body differs from the URL.
+    let (code, _, st) = env
+        .raw(
+            "POST",
+            cms,
+            None,
+            Some(json!({"metadata": {"name": "x", "namespace": "other"}})),
+        )
+        .await;
+    assert_eq!(code, 400, "{st}");
+    // Missing name.
+    let (code, _, st) = env
+        .raw("POST", cms, None, Some(json!({"metadata": {}})))
+        .await;
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(st["details"]["causes"][0]["field"], "metadata.name");
+    // Missing namespace.
+    let (code, _, st) = env
+        .raw(
+            "POST",
+            "/api/v1/namespaces/nowhere/configmaps",
+            None,
+            Some(json!({"metadata": {"name": "x"}})),
+        )
+        .await;
+    assert_eq!(
+        (code, st["message"].as_str()),
+        (404, Some("namespaces \"nowhere\" not found"))
+    );
+    // Unknown resources and verbs.
+    let (code, _, st) = env.raw("GET", "/api/v1/pods", None, None).await;
+    assert_eq!((code, st["reason"].as_str()), (404, Some("NotFound")));
+    let (code, _, st) = env
+        .raw("POST", &format!("{cms}/x"), None, Some(json!({})))
+        .await;
+    assert_eq!(
+        (code, st["reason"].as_str()),
+        (405, Some("MethodNotAllowed"))
+    );
+    let (code, _, _) = env
+        .raw(
+            "GET",
+            "/api/v1/namespaces/default/configmaps/x/status",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(code, 404, "configmaps have no status subresource");
+    // Bad selectors, bad patch bodies, bad watch versions.
+    let (code, _, st) = env
+        .raw(
+            "GET",
+            &format!("{cms}?labelSelector=a%20in%20b"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(code, 400, "{st}");
+    env.raw("POST", cms, None, Some(json!({"metadata": {"name": "p"}})))
+        .await;
+    let (code, _, _) = env
+        .raw(
+            "PATCH",
+            &format!("{cms}/p"),
+            Some("application/json-patch+json"),
+            Some(json!({"not": "a list"})),
+        )
+        .await;
+    assert!(code == 400 || code == 422, "{code}");
+    let (code, _, _) = env
+        .raw(
+            "GET",
+            &format!("{cms}?watch=1&resourceVersion=abc"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(code, 400);
+    // CRD objects without their required apiVersion group.
+    let (code, _, st) = env
+        .raw("POST", "/apis/keeper.dev/v1alpha1/namespaces/default/s3buckets", None,
+            Some(json!({"apiVersion": "other.dev/v1", "kind": "S3Bucket", "metadata": {"name": "b"}, "spec": {"tenantRef": {"name": "t"}}})))
+        .await;
+    assert_eq!(code, 400, "{st}");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_timeout_seconds_ends_the_stream() {
+    let env = Env::new().await;
+    let start = std::time::Instant::now();
+    let resp = env
+        .http
+        .get(format!(
+            "{}/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1",
+            env.url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let body = resp.text().await.unwrap();
+    let elapsed = start.elapsed();
+    assert!(body.is_empty(), "{body}");
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    // Table watches: one row per event, column definitions once.
+    let env2 = &env;
+    let watcher = tokio::spawn({
+        let url = format!(
+            "{}/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=2",
+            env2.url()
+        );
+        let http = env2.http.clone();
+        async move {
+            http.get(url)
+                .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    });
+    env.wait_for_request("watch", "configmaps").await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    api.create(&PostParams::default(), &cm("t1", json!({})))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &cm("t2", json!({})))
+        .await
+        .unwrap();
+    let text = watcher.await.unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2, "{text}");
+    assert_eq!(events[0]["object"]["kind"], "Table");
+    assert!(events[0]["object"]["columnDefinitions"].is_array());
+    assert!(events[1]["object"].get("columnDefinitions").is_none());
+    assert_eq!(events[1]["object"]["rows"][0]["cells"][0], "t2");
+    env.stop().await;
+}
