@@ -1530,3 +1530,37 @@ async fn watch_timeout_seconds_ends_the_stream() {
     assert_eq!(events[1]["object"]["rows"][0]["cells"][0], "t2");
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_clients() {
+    let env = Env::new().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    api.create(&PostParams::default(), &cm("m1", json!({"a": "b"})))
+        .await
+        .unwrap();
+    let list = api.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].metadata.labels.as_ref().unwrap()["a"], "b");
+    let one = api.get_metadata("m1").await.unwrap();
+    assert_eq!(one.metadata.name.as_deref(), Some("m1"));
+    let meta_api: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::namespaced(env.client().await, "default");
+    let w = kube::runtime::watcher(meta_api, kube::runtime::watcher::Config::default());
+    let mut objs = Box::pin(kube::runtime::WatchStreamExt::applied_objects(w));
+    let first = tokio::time::timeout(Duration::from_secs(5), objs.try_next())
+        .await
+        .expect("applied")
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.metadata.name.as_deref(), Some("m1"));
+    api.create(&PostParams::default(), &cm("m2", json!({})))
+        .await
+        .unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), objs.try_next())
+        .await
+        .expect("applied")
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.metadata.name.as_deref(), Some("m2"));
+    env.stop().await;
+}
