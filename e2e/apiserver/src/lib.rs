@@ -40,8 +40,9 @@
 //!   manager no longer applies), delete (preconditions, propagationPolicy), deletecollection,
 //!   `dryRun=All`, namespaced and cluster-wide paths.
 //! - **Bodies**: JSON and YAML; the protobuf envelope kubectl's typed clients send is decoded for
-//!   Secret, ConfigMap, Namespace and ServiceAccount (`kubectl create secret|configmap|namespace|
-//!   serviceaccount`). Responses are always JSON.
+//!   Secret, ConfigMap, Namespace, ServiceAccount and the four RBAC kinds (`kubectl create
+//!   secret|configmap|namespace|serviceaccount|role|clusterrole|rolebinding|clusterrolebinding`,
+//!   Helm's release Secrets). Responses are always JSON.
 //! - **Deletion**: finalizers and deletionTimestamp (+ `deletionGracePeriodSeconds: 0`), no new
 //!   finalizers while deleting, ownerReference garbage collection (background, foreground,
 //!   orphan), namespace termination (`Terminating`, content deleted, 403 on create inside,
@@ -58,7 +59,9 @@
 //!   PartialObjectMetadata(List) for metadata-only clients.
 //! - **OpenAPI v3** index and per group-version documents (CRD schemas; permissive schemas for
 //!   built-ins) whose PATCH operations advertise `fieldValidation`, so `kubectl apply` validates
-//!   server-side and `kubectl explain` works for custom resources. `/openapi/v2` is 404.
+//!   server-side and `kubectl explain` works for custom resources. `/openapi/v2` answers a
+//!   document without definitions (JSON or protobuf), so kubectl's client-side check of
+//!   `kind: List` manifests passes instead of failing.
 //! - **Validating admission webhooks** over HTTPS (`clientConfig.url`, or a `service` mapped
 //!   with `--webhook-service`), trusting only `caBundle`; rules (groups, versions, operations,
 //!   resources incl. `*` and subresources, scope), namespace/object selectors, failurePolicy,
@@ -70,7 +73,8 @@
 //! - No authentication or authorization: any token is accepted, every request is allowed; no
 //!   `SelfSubjectAccessReview` (`kubectl auth can-i`).
 //! - No persistence, no HTTP/2, no TLS on the API itself, no aggregated discovery, no protobuf
-//!   responses and protobuf request bodies only for the four kinds above.
+//!   responses and protobuf request bodies only for the kinds above (`kubectl create deployment`
+//!   is refused with 415).
 //! - No controllers besides the garbage collector and the namespace/CRD finalizers: Deployments
 //!   never get pods or status, Services get no cluster IP, there are no pods, no `scale`
 //!   subresource.

@@ -209,6 +209,9 @@ pub async fn handle(
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
     let path = parts.uri.path().to_string();
+    if parts.method == Method::GET && path == "/openapi/v2" {
+        return Ok(openapi_v2(&parts.headers));
+    }
     let ctx = Ctx {
         query,
         headers: parts.headers.clone(),
@@ -232,6 +235,40 @@ pub async fn handle(
     }
     tracing::debug!(method = %parts.method, %path, code = out.code, "request");
     Ok(render(out))
+}
+
+/// An OpenAPI v2 document without definitions: kubectl's client-side validation (used for
+/// `kind: List` manifests) then skips the schema check instead of failing; the real schemas are
+/// served as OpenAPI v3.
+fn openapi_v2(headers: &HeaderMap) -> Response<Body> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let (ct, body) = if accept.contains("protobuf") {
+        // gnostic openapi_v2.Document { swagger: "2.0" (1), info: Info { title (1), version (2) } (2) }
+        let mut info = vec![0x0a, 10];
+        info.extend_from_slice(b"Kubernetes");
+        info.extend_from_slice(&[0x12, 7]);
+        info.extend_from_slice(b"v1.32.0");
+        let mut doc = vec![0x0a, 3];
+        doc.extend_from_slice(b"2.0");
+        doc.push(0x12);
+        doc.push(info.len() as u8);
+        doc.extend_from_slice(&info);
+        (
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            Bytes::from(doc),
+        )
+    } else {
+        let doc = json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": {}, "definitions": {}});
+        ("application/json", Bytes::from(doc.to_string()))
+    };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, ct)
+        .body(Full::new(body).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
 }
 
 fn render(out: Out) -> Response<Body> {

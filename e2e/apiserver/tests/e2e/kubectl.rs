@@ -703,3 +703,15 @@ async fn kubectl_get_watch_prints_table_rows_and_reapplies_crd() {
     assert_eq!(out.trim(), "s3bucket.keeper.dev/a");
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_a_list_manifest() {
+    let env = Env::new().await;
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: l1}\n  data: {a: b}\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: l2}\n";
+    let out = env.apply(list).await;
+    assert!(
+        out.contains("configmap/l1 created") && out.contains("configmap/l2 created"),
+        "{out}"
+    );
+    env.stop().await;
+}
