@@ -740,7 +740,6 @@ fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Out> {
         let compacted = st.compacted;
         (brx, st.rv, gone.map(|r| (r, compacted)))
     };
-    let shared2 = shared.clone();
     let interval = shared.config.bookmark_interval;
     tokio::spawn(async move {
         let mut headers_sent = false;
@@ -820,9 +819,10 @@ fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Out> {
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = tick.tick(), if bookmarks => {
-                    let rv = progress.max(shared2.lock().rv);
-                    progress = rv;
-                    if tx.send(render("BOOKMARK", bookmark(rv, false))).await.is_err() {
+                    // Every change passes through this watcher's receiver (filtered or not), so
+                    // `progress` is exactly how far this watch has seen; queued changes beyond it
+                    // are still delivered after the bookmark.
+                    if tx.send(render("BOOKMARK", bookmark(progress, false))).await.is_err() {
                         return;
                     }
                 }
