@@ -25,7 +25,8 @@
 //! - **Objects**: uid, creationTimestamp, one global monotonically increasing resourceVersion,
 //!   generation (bumped on spec changes for kinds with a status subresource, on any non-metadata
 //!   change otherwise), no-op writes that keep the resourceVersion, optimistic concurrency
-//!   (409 Conflict), generateName, name validation, `metav1.Status` errors shaped like
+//!   (409 Conflict, uid preconditions), generateName, validation of names, labels, annotations,
+//!   finalizers and ownerReferences, `metav1.Status` errors shaped like
 //!   kube-apiserver's (NotFound, AlreadyExists, Conflict, Invalid with causes, BadRequest,
 //!   Forbidden, MethodNotAllowed, UnsupportedMediaType, Expired).
 //! - **Verbs**: get, list (label selectors `=`, `==`, `!=`, `in`, `notin`, exists, `!key`; field
@@ -89,7 +90,7 @@
 //!   list-type uniqueness, metadata constraints and `format`s other than int32/int64 are not
 //!   enforced; no version conversion (every served version returns the stored object with its
 //!   `apiVersion` rewritten).
-//! - Built-in kinds are not schema-validated (beyond names and Secret data) and their OpenAPI
+//! - Built-in kinds are not schema-validated (beyond metadata and Secret data) and their OpenAPI
 //!   schemas are permissive, so `kubectl explain` shows no fields for them; strategic merge patch
 //!   knows the common merge keys rather than the full Go type metadata.
 //! - `generation` is kept for every kind (kube leaves it unset on e.g. Secrets and ConfigMaps).
@@ -99,6 +100,7 @@
 
 pub mod error;
 pub mod events;
+pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;

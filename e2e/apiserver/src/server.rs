@@ -1235,6 +1235,10 @@ fn plan_create(st: &State, t: &Target, ctx: &Ctx, body: Option<Value>) -> ApiRes
     if st.get(&def.store_key, &ns, &name).is_some() {
         return Err(ApiError::already_exists(&def.group, &def.plural, &name));
     }
+    let causes = crate::meta::validate(&obj);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(&def.group, &def.kind, &name, causes));
+    }
     check_namespace(st, def, &ns, &name)?;
     strip_server_fields(&mut obj);
     let m = &mut obj["metadata"];
@@ -1598,6 +1602,10 @@ fn finish_update(
                 )],
             ));
         }
+    }
+    let causes = crate::meta::validate(&new);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(&def.group, &def.kind, &name, causes));
     }
     strategy(st, def, &mut new, Some(current))?;
     let mut warnings = Vec::new();

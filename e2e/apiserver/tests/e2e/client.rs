@@ -1404,6 +1404,22 @@ async fn bad_input_gets_clear_errors() {
         .await;
     assert_eq!(code, 422, "{st}");
     assert_eq!(st["details"]["causes"][0]["field"], "metadata.name");
+    // Invalid label values and finalizer names are refused like kube does.
+    let (code, _, st) = env
+        .raw("POST", cms, None, Some(json!({"metadata": {"name": "lbl", "labels": {"ok": "has space"}, "finalizers": ["Not Valid"]}})))
+        .await;
+    assert_eq!(code, 422, "{st}");
+    let fields: Vec<&str> = st["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        vec!["metadata.labels", "metadata.finalizers[0]"],
+        "{st}"
+    );
     // Missing namespace.
     let (code, _, st) = env
         .raw(
