@@ -1314,7 +1314,58 @@ fn strategy(_st: &State, def: &ResDef, obj: &mut Value, old: Option<&Value>) -> 
         }
         _ => {}
     }
+    if def.group.is_empty() && matches!(def.plural.as_str(), "secrets" | "configmaps") {
+        config_data_rules(def, obj, old)?;
+    }
     Ok(())
+}
+
+/// Secret/ConfigMap data keys and `immutable`, as kube validates them.
+fn config_data_rules(def: &ResDef, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
+    use regex::Regex;
+    use std::sync::OnceLock;
+    static KEY: OnceLock<Regex> = OnceLock::new();
+    let key_re = KEY.get_or_init(|| Regex::new(r"^[-._a-zA-Z0-9]+$").expect("regex"));
+    let name = meta_str(obj, "name").to_string();
+    let mut causes = Vec::new();
+    for field in ["data", "binaryData"] {
+        for k in obj[field]
+            .as_object()
+            .map(|m| m.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
+            if k.len() > 253 || !key_re.is_match(&k) {
+                causes.push(Cause::invalid(
+                    format!("{field}[{k}]"),
+                    &json!(k),
+                    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+                ));
+            }
+        }
+    }
+    if let Some(old) = old
+        && old["immutable"].as_bool() == Some(true)
+    {
+        for field in ["data", "binaryData"] {
+            if obj[field] != old[field] {
+                causes.push(Cause::forbidden(
+                    field,
+                    "field is immutable when `immutable` is set",
+                ));
+            }
+        }
+        if obj["immutable"] != old["immutable"] {
+            causes.push(Cause::forbidden(
+                "immutable",
+                "field is immutable when `immutable` is set",
+            ));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(&def.group, &def.kind, &name, causes))
+    }
 }
 
 fn crd_strategy(obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {

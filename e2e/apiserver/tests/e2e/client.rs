@@ -1420,6 +1420,45 @@ async fn bad_input_gets_clear_errors() {
         vec!["metadata.labels", "metadata.finalizers[0]"],
         "{st}"
     );
+    // Config keys and immutable Secrets.
+    let (code, _, st) = env
+        .raw(
+            "POST",
+            cms,
+            None,
+            Some(json!({"metadata": {"name": "keys"}, "data": {"bad key": "x"}})),
+        )
+        .await;
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(st["details"]["causes"][0]["field"], "data[bad key]");
+    let secrets = "/api/v1/namespaces/default/secrets";
+    let (code, _, _) = env.raw("POST", secrets, None, Some(json!({"metadata": {"name": "frozen"}, "immutable": true, "stringData": {"a": "b"}}))).await;
+    assert_eq!(code, 201);
+    let (code, _, st) = env
+        .raw(
+            "PATCH",
+            &format!("{secrets}/frozen"),
+            Some("application/merge-patch+json"),
+            Some(json!({"stringData": {"a": "c"}})),
+        )
+        .await;
+    assert_eq!(code, 422, "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains("field is immutable when `immutable` is set"),
+        "{st}"
+    );
+    let (code, _, _) = env
+        .raw(
+            "PATCH",
+            &format!("{secrets}/frozen"),
+            Some("application/merge-patch+json"),
+            Some(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await;
+    assert_eq!(code, 200, "metadata of an immutable secret can change");
     // Missing namespace.
     let (code, _, st) = env
         .raw(
