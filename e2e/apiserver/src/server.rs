@@ -1455,7 +1455,11 @@ fn crd_strategy(obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
         .find(|v| v["storage"].as_bool() == Some(true))
         .and_then(|v| v["name"].as_str())
         .unwrap_or_default();
-    let now = store::now();
+    // Conditions keep their transition time while they stay true.
+    let now = old
+        .and_then(|o| o["status"]["conditions"][0]["lastTransitionTime"].as_str())
+        .map(str::to_string)
+        .unwrap_or_else(store::now);
     let mut stored_versions: Vec<Value> = old
         .and_then(|o| o["status"]["storedVersions"].as_array().cloned())
         .unwrap_or_default();

@@ -348,12 +348,34 @@ async fn kubectl_apply_server_side() {
         .kubectl_ok(&["get", "s3b", "a", "-o", "jsonpath={.spec.bucketName}"])
         .await;
     assert_eq!(out, "bucket-c");
-    // Server-side apply of the CRD itself and of built-ins.
+    // Server-side apply of the CRD itself: unchanged re-applies do not write.
+    let before = crd_rv(&env).await;
     let r = env
         .kubectl_in(&["apply", "--server-side", "-f", "-"], Some(CRD_YAML))
         .await;
     assert!(r.ok, "{}", r.stderr);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = env
+        .kubectl_in(&["apply", "--server-side", "-f", "-"], Some(CRD_YAML))
+        .await;
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(
+        crd_rv(&env).await,
+        before,
+        "no-op applies keep the resourceVersion"
+    );
     env.stop().await;
+}
+
+async fn crd_rv(env: &Env) -> String {
+    env.kubectl_ok(&[
+        "get",
+        "crd",
+        "s3buckets.keeper.dev",
+        "-o",
+        "jsonpath={.metadata.resourceVersion}",
+    ])
+    .await
 }
 
 const BUILTINS: &str = r#"apiVersion: v1
