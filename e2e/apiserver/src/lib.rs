@@ -51,7 +51,7 @@
 //! - **CRDs**: served as soon as created (Established/NamesAccepted conditions set at once),
 //!   structural-schema pruning, defaulting and validation (types, required, enum, pattern,
 //!   minimum/maximum, min/maxLength, min/maxItems, nullable, int-or-string,
-//!   preserve-unknown-fields, int32/int64) with kube-apiserver's messages and causes, status
+//!   preserve-unknown-fields, int32/int64, allOf/anyOf/oneOf/not) with kube-apiserver's messages and causes, status
 //!   subresource, printer columns, categories, short names, `fieldValidation=Strict|Warn|Ignore`
 //!   (Warn by default, as a `Warning` header).
 //! - **Events**: one store with core/v1 and events.k8s.io/v1 views (`note`↔`message`,
@@ -86,7 +86,7 @@
 //! - Lists are served from the current state (a `continue` token does not pin a snapshot);
 //!   `resourceVersion`/`resourceVersionMatch` on lists are ignored; watches are not closed when
 //!   their CRD goes away.
-//! - CRD schemas: `allOf`/`anyOf`/`oneOf`/`not`, CEL `x-kubernetes-validations` (ignored),
+//! - CRD schemas: CEL `x-kubernetes-validations` (ignored),
 //!   list-type uniqueness, metadata constraints and `format`s other than int32/int64 are not
 //!   enforced; no version conversion (every served version returns the stored object with its
 //!   `apiVersion` rewritten).

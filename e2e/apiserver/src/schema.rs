@@ -128,6 +128,56 @@ fn type_error(path: &str, v: &Value, want: &str) -> Cause {
     )
 }
 
+fn valid_against(schema: &Value, v: &Value, path: &str) -> bool {
+    let mut e = Vec::new();
+    validate(schema, v, path, &mut e);
+    e.is_empty()
+}
+
+/// `allOf`, `anyOf`, `oneOf` and `not` (value validations in structural schemas).
+fn junctors(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>) {
+    let shown = format!("\"{}\"", type_name(v));
+    let invalid = |msg: String| {
+        Cause::new(
+            "FieldValueInvalid",
+            path,
+            format!("Invalid value: {shown}: {msg}"),
+        )
+    };
+    let at = if path.is_empty() {
+        "body".to_string()
+    } else {
+        format!("{path} in body")
+    };
+    if let Some(all) = schema["allOf"].as_array() {
+        for s in all {
+            validate(s, v, path, errs);
+        }
+    }
+    if let Some(any) = schema["anyOf"].as_array()
+        && !any.iter().any(|s| valid_against(s, v, path))
+    {
+        errs.push(invalid(format!(
+            "{at} must validate at least one schema (anyOf)"
+        )));
+    }
+    if let Some(one) = schema["oneOf"].as_array() {
+        let n = one.iter().filter(|s| valid_against(s, v, path)).count();
+        if n == 0 {
+            errs.push(invalid(format!(
+                "{at} must validate one and only one schema (oneOf). Found none valid"
+            )));
+        } else if n > 1 {
+            errs.push(invalid(format!(
+                "{at} must validate one and only one schema (oneOf). Found {n} valid alternatives"
+            )));
+        }
+    }
+    if schema["not"].is_object() && valid_against(&schema["not"], v, path) {
+        errs.push(invalid(format!("{at} must not validate the schema (not)")));
+    }
+}
+
 /// Validate a value against a structural schema, appending causes.
 pub fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>) {
     let root = path.is_empty();
@@ -168,6 +218,7 @@ pub fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>) {
             return;
         }
     }
+    junctors(schema, v, path, errs);
     if let Some(en) = schema["enum"].as_array()
         && !en.contains(v)
     {
@@ -360,6 +411,39 @@ mod tests {
         validate(&schema(), &json!({"spec": {}}), "", &mut errs);
         assert_eq!(errs[0].field, "spec.name");
         assert_eq!(errs[0].reason, "FieldValueRequired");
+    }
+
+    #[test]
+    fn junctors() {
+        let s = json!({"type": "object", "properties": {"src": {"type": "object",
+            "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+            "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+            "n": {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true},
+            "p": {"type": "string", "not": {"enum": ["forbidden"]}}}});
+        let errs = |v: Value| {
+            let mut e = vec![];
+            validate(&s, &v, "", &mut e);
+            e.iter()
+                .map(|c| format!("{}: {}", c.field, c.message))
+                .collect::<Vec<_>>()
+        };
+        assert!(errs(json!({"src": {"a": "x"}, "n": 3, "p": "ok"})).is_empty());
+        assert_eq!(
+            errs(json!({"src": {"a": "x", "b": "y"}})),
+            vec![
+                "src: Invalid value: \"object\": src in body must validate one and only one schema (oneOf). Found 2 valid alternatives"
+            ]
+        );
+        assert_eq!(
+            errs(json!({"src": {}})),
+            vec![
+                "src: Invalid value: \"object\": src in body must validate one and only one schema (oneOf). Found none valid"
+            ]
+        );
+        assert_eq!(
+            errs(json!({"p": "forbidden"})),
+            vec!["p: Invalid value: \"string\": p in body must not validate the schema (not)"]
+        );
     }
 
     #[test]
