@@ -51,9 +51,9 @@
 //! - **CRDs**: served as soon as created (Established/NamesAccepted conditions set at once),
 //!   structural-schema pruning, defaulting and validation (types, required, enum, pattern,
 //!   minimum/maximum, min/maxLength, min/maxItems, nullable, int-or-string,
-//!   preserve-unknown-fields, int32/int64, allOf/anyOf/oneOf/not) with kube-apiserver's messages and causes, status
-//!   subresource, printer columns, categories, short names, `fieldValidation=Strict|Warn|Ignore`
-//!   (Warn by default, as a `Warning` header).
+//!   preserve-unknown-fields, int32/int64, allOf/anyOf/oneOf/not, set/map list uniqueness) with kube-apiserver's messages
+//!   and causes, status subresource, printer columns, categories, short names,
+//!   `fieldValidation=Strict|Warn|Ignore` (Warn by default, as a `Warning` header).
 //! - **Events**: one store with core/v1 and events.k8s.io/v1 views (`note`↔`message`,
 //!   `regarding`↔`involvedObject`, `series`↔`count`/`lastTimestamp`, ...).
 //! - **Tables** (`as=Table;v=v1;g=meta.k8s.io`) for get, list and watch, `includeObject`;
@@ -86,8 +86,7 @@
 //! - Lists are served from the current state (a `continue` token does not pin a snapshot);
 //!   `resourceVersion`/`resourceVersionMatch` on lists are ignored; watches are not closed when
 //!   their CRD goes away.
-//! - CRD schemas: CEL `x-kubernetes-validations` (ignored),
-//!   list-type uniqueness, metadata constraints and `format`s other than int32/int64 are not
+//! - CRD schemas: CEL `x-kubernetes-validations` (ignored), metadata constraints and `format`s other than int32/int64 are not
 //!   enforced; no version conversion (every served version returns the stored object with its
 //!   `apiVersion` rewritten).
 //! - Built-in kinds are not schema-validated (beyond metadata and Secret data) and their OpenAPI

@@ -178,6 +178,42 @@ fn junctors(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>) {
     }
 }
 
+/// `x-kubernetes-list-type: set|map` forbid duplicates (of items, or of map keys).
+fn list_uniqueness(schema: &Value, items: &[Value], path: &str, errs: &mut Vec<Cause>) {
+    let keys: Vec<&str> = schema["x-kubernetes-list-map-keys"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let ident = |v: &Value| -> Value {
+        match schema["x-kubernetes-list-type"].as_str() {
+            Some("map") if !keys.is_empty() => {
+                Value::Array(keys.iter().map(|k| v[*k].clone()).collect())
+            }
+            _ => v.clone(),
+        }
+    };
+    if !matches!(
+        schema["x-kubernetes-list-type"].as_str(),
+        Some("set" | "map")
+    ) {
+        return;
+    }
+    for (i, it) in items.iter().enumerate() {
+        let id = ident(it);
+        if items[..i].iter().any(|prev| ident(prev) == id) {
+            let shown = match &id {
+                Value::Array(a) if keys.len() == 1 => render_value(&a[0]),
+                other => render_value(other),
+            };
+            errs.push(Cause::new(
+                "FieldValueDuplicate",
+                format!("{path}[{i}]"),
+                format!("Duplicate value: {shown}"),
+            ));
+        }
+    }
+}
+
 /// Validate a value against a structural schema, appending causes.
 pub fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>) {
     let root = path.is_empty();
@@ -338,6 +374,7 @@ pub fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>) {
                     validate(&schema["items"], it, &format!("{path}[{i}]"), errs);
                 }
             }
+            list_uniqueness(schema, items, path, errs);
         }
         Value::Object(map) => {
             for r in schema["required"].as_array().cloned().unwrap_or_default() {
@@ -411,6 +448,32 @@ mod tests {
         validate(&schema(), &json!({"spec": {}}), "", &mut errs);
         assert_eq!(errs[0].field, "spec.name");
         assert_eq!(errs[0].reason, "FieldValueRequired");
+    }
+
+    #[test]
+    fn list_types_forbid_duplicates() {
+        let s = json!({"type": "object", "properties": {
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "conds": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+                "items": {"type": "object", "properties": {"type": {"type": "string"}}}}}});
+        let mut e = vec![];
+        validate(
+            &s,
+            &json!({"tags": ["a", "b", "a"], "conds": [{"type": "R"}, {"type": "R"}]}),
+            "",
+            &mut e,
+        );
+        let msgs: Vec<String> = e
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "conds[1]: Duplicate value: \"R\"",
+                "tags[2]: Duplicate value: \"a\""
+            ]
+        );
     }
 
     #[test]
