@@ -84,11 +84,10 @@
 //!   `managedFields` is never recorded, there are no apply conflicts (`force` is accepted and
 //!   ignored), and a field set by two managers is removed when either stops applying it.
 //! - Lists are served from the current state (a `continue` token does not pin a snapshot);
-//!   `resourceVersion`/`resourceVersionMatch` on lists are ignored; watches are not closed when
-//!   their CRD goes away.
+//!   `resourceVersion`/`resourceVersionMatch` on lists are ignored.
 //! - CRD schemas: CEL `x-kubernetes-validations` (ignored), metadata constraints and `format`s
-//!   other than int32/int64 are not enforced; no version conversion (every served version returns the stored object with its
-//!   `apiVersion` rewritten).
+//!   other than int32/int64 are not enforced; no version conversion (every served version
+//!   returns the stored object with its `apiVersion` rewritten).
 //! - Built-in kinds are not schema-validated (beyond metadata and Secret data) and their OpenAPI
 //!   schemas are permissive, so `kubectl explain` shows no fields for them; strategic merge patch
 //!   knows the common merge keys rather than the full Go type metadata.
