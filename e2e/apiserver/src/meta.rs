@@ -55,10 +55,58 @@ pub fn qualified_name_errors(key: &str) -> Vec<String> {
     errs
 }
 
+/// (metadata field, shape check, expected shape).
+type Shape = (&'static str, fn(&Value) -> bool, &'static str);
+
 /// Validate labels, annotations, finalizers and ownerReferences of an object.
 pub fn validate(obj: &Value) -> Vec<Cause> {
     let mut causes = Vec::new();
     let meta = &obj["metadata"];
+    // Shapes first: anything else would not decode into ObjectMeta.
+    let shapes: [Shape; 4] = [
+        (
+            "labels",
+            |v| {
+                v.as_object()
+                    .is_some_and(|m| m.values().all(Value::is_string))
+            },
+            "a map of strings",
+        ),
+        (
+            "annotations",
+            |v| {
+                v.as_object()
+                    .is_some_and(|m| m.values().all(Value::is_string))
+            },
+            "a map of strings",
+        ),
+        (
+            "finalizers",
+            |v| v.as_array().is_some_and(|a| a.iter().all(Value::is_string)),
+            "a list of strings",
+        ),
+        (
+            "ownerReferences",
+            |v| v.as_array().is_some_and(|a| a.iter().all(Value::is_object)),
+            "a list of objects",
+        ),
+    ];
+    for (field, ok, want) in shapes {
+        let v = &meta[field];
+        if !v.is_null() && !ok(v) {
+            causes.push(Cause::new(
+                "FieldValueTypeInvalid",
+                format!("metadata.{field}"),
+                format!(
+                    "Invalid value: {}: must be {want}",
+                    crate::error::render_value(v)
+                ),
+            ));
+        }
+    }
+    if !causes.is_empty() {
+        return causes;
+    }
     if let Some(labels) = meta["labels"].as_object() {
         for (k, v) in labels {
             for e in qualified_name_errors(k) {

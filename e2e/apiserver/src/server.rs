@@ -223,7 +223,24 @@ pub async fn handle(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let (out, log) = route(&shared, &parts.method, &path, &ctx).await;
+    let routed = std::panic::AssertUnwindSafe(route(&shared, &parts.method, &path, &ctx));
+    let (out, log) = match futures::FutureExt::catch_unwind(routed).await {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            tracing::error!(%path, panic = %what, "request handler panicked");
+            (
+                Out::err(ApiError::internal(format!(
+                    "the emulator failed to handle the request: {what}"
+                ))),
+                None,
+            )
+        }
+    };
     if let Some(mut entry) = log {
         entry["userAgent"] = json!(ua);
         entry["code"] = json!(out.code);
@@ -1269,6 +1286,21 @@ fn plan_create(st: &State, t: &Target, ctx: &Ctx, body: Option<Value>) -> ApiRes
 
 /// Kind-specific rules (the registry "strategies").
 fn strategy(_st: &State, def: &ResDef, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
+    for field in ["spec", "status", "data", "stringData", "binaryData"] {
+        let v = &obj[field];
+        let kind_ok = match field {
+            "data" | "stringData" | "binaryData" => v
+                .as_object()
+                .is_some_and(|m| m.values().all(Value::is_string)),
+            _ => v.is_object(),
+        };
+        if !v.is_null() && !kind_ok && !def.crd {
+            return Err(ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: {field} has the wrong type",
+                def.kind, def.version, def.kind
+            )));
+        }
+    }
     if def.crd {
         return Ok(());
     }

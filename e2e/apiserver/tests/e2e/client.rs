@@ -1624,3 +1624,114 @@ async fn metadata_only_clients() {
     assert_eq!(second.metadata.name.as_deref(), Some("m2"));
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bodies_are_client_errors_not_crashes() {
+    let env = Env::new().await;
+    env.install_crd().await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    env.raw(
+        "POST",
+        cms,
+        None,
+        Some(json!({"metadata": {"name": "base"}})),
+    )
+    .await;
+    let cases: Vec<(&str, String, Option<&str>, Value)> = vec![
+        (
+            "POST",
+            "/api/v1/namespaces".into(),
+            None,
+            json!({"metadata": {"name": "n1"}, "spec": "x"}),
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/secrets".into(),
+            None,
+            json!({"metadata": {"name": "s"}, "data": "x"}),
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/secrets".into(),
+            None,
+            json!({"metadata": {"name": "s"}, "data": {"k": "not base64!"}}),
+        ),
+        (
+            "POST",
+            cms.into(),
+            None,
+            json!({"metadata": {"name": "c", "labels": "x"}}),
+        ),
+        (
+            "POST",
+            cms.into(),
+            None,
+            json!({"metadata": {"name": "c", "finalizers": [1]}}),
+        ),
+        ("POST", cms.into(), None, json!(["not", "an", "object"])),
+        (
+            "POST",
+            "/apis/keeper.dev/v1alpha1/namespaces/default/s3buckets".into(),
+            None,
+            json!({"metadata": {"name": "b"}, "spec": "x"}),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/base"),
+            Some("application/merge-patch+json"),
+            json!({"data": "x"}),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/base"),
+            Some("application/merge-patch+json"),
+            json!({"metadata": {"labels": ["x"]}}),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/base"),
+            Some("application/json-patch+json"),
+            json!([{"op": "replace", "path": "", "value": "x"}]),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/base"),
+            Some("application/strategic-merge-patch+json"),
+            json!({"data": ["x"]}),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/base"),
+            Some("application/apply-patch+yaml"),
+            json!({"kind": "ConfigMap"}),
+        ),
+        (
+            "PUT",
+            format!("{cms}/base"),
+            None,
+            json!({"metadata": {"name": "other"}}),
+        ),
+        (
+            "DELETE",
+            format!("{cms}/base"),
+            None,
+            json!({"preconditions": {"resourceVersion": "1"}}),
+        ),
+    ];
+    for (method, path, ct, body) in cases {
+        let path = if ct == Some("application/apply-patch+yaml") {
+            format!("{path}?fieldManager=t")
+        } else {
+            path
+        };
+        let (code, _, st) = env.raw(method, &path, ct, Some(body.clone())).await;
+        assert!(
+            (400..500).contains(&code),
+            "{method} {path} {body} -> {code} {st}"
+        );
+        assert_eq!(st["kind"], "Status", "{st}");
+    }
+    let (code, _, _) = env.raw("GET", "/version", None, None).await;
+    assert_eq!(code, 200);
+    env.stop().await;
+}
