@@ -1256,6 +1256,19 @@ fn plan_create(st: &State, t: &Target, ctx: &Ctx, body: Option<Value>) -> ApiRes
     if !causes.is_empty() {
         return Err(ApiError::invalid(&def.group, &def.kind, &name, causes));
     }
+    if def.crd
+        && st
+            .get(
+                crate::resources::CRD_KEY,
+                "",
+                &format!("{}.{}", def.plural, def.group),
+            )
+            .is_some_and(is_deleting)
+    {
+        return Err(ApiError::method_not_allowed(
+            "create not allowed while custom resource definition is terminating",
+        ));
+    }
     check_namespace(st, def, &ns, &name)?;
     strip_server_fields(&mut obj);
     let m = &mut obj["metadata"];

@@ -1136,6 +1136,51 @@ async fn crd_deletion_removes_objects_and_discovery() {
         )
         .await;
     assert_eq!(code, 404);
+    // A CRD whose objects are held by finalizers stays Terminating and refuses new objects.
+    env.install_crd().await;
+    let mut held = bucket("held", json!({"tenantRef": {"name": "t"}}));
+    held.metadata.finalizers = Some(vec!["keeper.dev/cleanup".into()]);
+    api.create(&PostParams::default(), &held).await.unwrap();
+    env.raw(
+        "DELETE",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/s3buckets.keeper.dev",
+        None,
+        None,
+    )
+    .await;
+    assert!(
+        api.get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    let err = api_err(
+        api.create(
+            &PostParams::default(),
+            &bucket("late", json!({"tenantRef": {"name": "t"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(err.code, 405, "{err:?}");
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    let (code, _, _) = env
+        .raw(
+            "GET",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/s3buckets.keeper.dev",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(code, 404, "the CRD goes once its last object is gone");
     // Recreating serves an empty collection: the objects went with the CRD.
     env.install_crd().await;
     assert!(
