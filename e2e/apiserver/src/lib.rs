@@ -26,8 +26,8 @@
 //!   generation (bumped on spec changes for kinds with a status subresource, on any non-metadata
 //!   change otherwise), no-op writes that keep the resourceVersion, optimistic concurrency
 //!   (409 Conflict, uid preconditions), generateName, validation of names, labels, annotations,
-//!   finalizers and ownerReferences, `metav1.Status` errors shaped like
-//!   kube-apiserver's (NotFound, AlreadyExists, Conflict, Invalid with causes, BadRequest,
+//!   finalizers, ownerReferences and Secret/ConfigMap keys (and `immutable`), `metav1.Status`
+//!   errors shaped like kube-apiserver's (NotFound, AlreadyExists, Conflict, Invalid with causes, BadRequest,
 //!   Forbidden, MethodNotAllowed, UnsupportedMediaType, Expired).
 //! - **Verbs**: get, list (label selectors `=`, `==`, `!=`, `in`, `notin`, exists, `!key`; field
 //!   selectors `metadata.name`/`metadata.namespace` plus the event fields kubectl uses;
@@ -51,9 +51,10 @@
 //! - **CRDs**: served as soon as created (Established/NamesAccepted conditions set at once),
 //!   structural-schema pruning, defaulting and validation (types, required, enum, pattern,
 //!   minimum/maximum, min/maxLength, min/maxItems, nullable, int-or-string,
-//!   preserve-unknown-fields, int32/int64, allOf/anyOf/oneOf/not, set/map list uniqueness) with kube-apiserver's messages
-//!   and causes, status subresource, printer columns, categories, short names,
-//!   `fieldValidation=Strict|Warn|Ignore` (Warn by default, as a `Warning` header).
+//!   preserve-unknown-fields, int32/int64, allOf/anyOf/oneOf/not, set/map list uniqueness)
+//!   with kube-apiserver's messages and causes, status subresource, printer columns, categories,
+//!   short names, `fieldValidation=Strict|Warn|Ignore` (Warn by default, as a `Warning` header);
+//!   no new objects while the CRD is terminating.
 //! - **Events**: one store with core/v1 and events.k8s.io/v1 views (`note`↔`message`,
 //!   `regarding`↔`involvedObject`, `series`↔`count`/`lastTimestamp`, ...).
 //! - **Tables** (`as=Table;v=v1;g=meta.k8s.io`) for get, list and watch, `includeObject`;
