@@ -65,7 +65,12 @@ impl ApiError {
             "NotFound",
             "the server could not find the requested resource",
         )
-        .with_details("", "", "")
+        .with_empty_details()
+    }
+
+    fn with_empty_details(mut self) -> Self {
+        self.details = Some(json!({}));
+        self
     }
 
     pub fn already_exists(group: &str, resource: &str, name: &str) -> Self {
@@ -181,6 +186,9 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty() {
+            s.as_object_mut().map(|m| m.remove("reason"));
+        }
         if let Some(d) = &self.details {
             s["details"] = d.clone();
         }

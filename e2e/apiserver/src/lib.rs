@@ -1,61 +1,105 @@
 //! # keeper-apiserver: a Kubernetes API emulator for keeper's tests
 //!
 //! An in-memory, single-process stand-in for kube-apiserver that real `kubectl` (v1.32) and
-//! kube-rs clients talk to through a kubeconfig. It binds 127.0.0.1 only and speaks plain HTTP/1.1.
+//! kube-rs 5 clients (including kube-runtime's `Controller`, finalizer helper and event
+//! `Recorder`) talk to through a kubeconfig. It binds 127.0.0.1 only and speaks plain HTTP/1.1.
+//!
+//! ```text
+//! keeper-apiserver --listen 127.0.0.1:0 --kubeconfig <path> [--ready-file <path>]
+//!                  [--watch-history N] [--bookmark-interval SECONDS]
+//!                  [--webhook-service NAMESPACE/NAME=PORT ...]
+//! ```
+//! It writes a kubeconfig (cluster, user and context `keeper-dev`, namespace `default`), prints
+//! `listening on http://127.0.0.1:PORT`, writes the URL atomically to `--ready-file`, and exits 0
+//! on SIGTERM/SIGINT. In-process: [`Server::start`] / [`Server::url`] / [`Server::stop`], or
+//! [`serve`] on your own listener.
 //!
 //! ## What is emulated
 //! - **Discovery**: `/version`, `/api`, `/api/v1`, `/apis`, `/apis/{group}[/{version}]` as plain
-//!   APIVersions / APIGroupList / APIResourceList (no aggregated discovery v2; kubectl falls back).
+//!   APIVersions / APIGroupList / APIResourceList (kubectl falls back from aggregated discovery).
 //!   Built-ins: core/v1 namespaces, secrets, configmaps, services, serviceaccounts, events;
 //!   events.k8s.io/v1 events; coordination.k8s.io/v1 leases; apps/v1 deployments; rbac/v1 roles,
 //!   rolebindings, clusterroles, clusterrolebindings; apiextensions.k8s.io/v1 CRDs;
-//!   admissionregistration.k8s.io/v1 validatingwebhookconfigurations.
+//!   admissionregistration.k8s.io/v1 validatingwebhookconfigurations. Namespaces `default`,
+//!   `kube-system` and `kube-public` exist from the start (and cannot be deleted).
 //! - **Objects**: uid, creationTimestamp, one global monotonically increasing resourceVersion,
-//!   generation (bumped on spec changes; on any non-metadata change for kinds without a status
-//!   subresource), optimistic concurrency (409 Conflict), generateName, `metav1.Status` errors.
-//! - **Verbs**: get, list (label selectors with `=`, `==`, `!=`, `in`, `notin`, exists, `!key`;
-//!   field selectors `metadata.name`/`metadata.namespace` plus the event fields kubectl uses;
+//!   generation (bumped on spec changes for kinds with a status subresource, on any non-metadata
+//!   change otherwise), no-op writes that keep the resourceVersion, optimistic concurrency
+//!   (409 Conflict, uid preconditions), generateName, validation of names, labels, annotations,
+//!   finalizers, ownerReferences and Secret/ConfigMap keys (and `immutable`), `metav1.Status`
+//!   errors shaped like kube-apiserver's (NotFound, AlreadyExists, Conflict, Invalid with causes, BadRequest,
+//!   Forbidden, MethodNotAllowed, UnsupportedMediaType, Expired).
+//! - **Verbs**: get, list (label selectors `=`, `==`, `!=`, `in`, `notin`, exists, `!key`; field
+//!   selectors `metadata.name`/`metadata.namespace` plus the event fields kubectl uses;
 //!   `limit`/`continue`), watch (from a resourceVersion, synthetic ADDED for `0`/unset,
-//!   `sendInitialEvents`, BOOKMARKs, `timeoutSeconds`, 410 Gone as an ERROR event once the
-//!   bounded history window has moved past the requested version, selector transitions turn into
-//!   ADDED/DELETED), create, update, patch (JSON merge, JSON patch, strategic merge for built-ins,
-//!   server-side apply), delete (preconditions, propagationPolicy), deletecollection, `dryRun=All`.
-//! - **Deletion**: finalizers and deletionTimestamp, no new finalizers while deleting, ownerReference
-//!   garbage collection (background, foreground, orphan), namespace termination, CRD deletion
-//!   removing its objects.
+//!   `sendInitialEvents`, BOOKMARKs, `timeoutSeconds`, 410 Gone as an ERROR event once the bounded
+//!   history window has moved past the requested version; objects that start or stop matching a
+//!   selector appear as ADDED/DELETED), create, update, patch (JSON merge, JSON patch with
+//!   kube's `test`-for-null semantics, strategic merge for built-ins incl. `$patch`,
+//!   `$setElementOrder`, `$retainKeys`, `$deleteFromPrimitiveList` and the usual merge keys,
+//!   server-side apply that creates, merges (associative lists by key) and removes fields its
+//!   manager no longer applies), delete (preconditions, propagationPolicy), deletecollection,
+//!   `dryRun=All`, namespaced and cluster-wide paths.
+//! - **Bodies**: JSON and YAML; the protobuf envelope kubectl's typed clients send is decoded for
+//!   Secret, ConfigMap, Namespace, ServiceAccount and the four RBAC kinds (`kubectl create
+//!   secret|configmap|namespace|serviceaccount|role|clusterrole|rolebinding|clusterrolebinding`,
+//!   Helm's release Secrets). Responses are always JSON.
+//! - **Deletion**: finalizers and deletionTimestamp (+ `deletionGracePeriodSeconds: 0`), no new
+//!   finalizers while deleting, ownerReference garbage collection (background, foreground,
+//!   orphan), namespace termination (`Terminating`, content deleted, 403 on create inside,
+//!   namespace removed once empty), CRD deletion removing its objects.
 //! - **CRDs**: served as soon as created (Established/NamesAccepted conditions set at once),
-//!   structural-schema pruning, defaulting and validation with kube-apiserver's messages, status
-//!   subresource, printer columns, categories, short names; `fieldValidation=Strict|Warn|Ignore`.
-//! - **Events**: one store with core/v1 and events.k8s.io/v1 views.
-//! - **Tables** (`as=Table;v=v1;g=meta.k8s.io`) for get, list and watch; `includeObject`.
+//!   structural-schema pruning, defaulting and validation (types, required, enum, pattern,
+//!   minimum/maximum, min/maxLength, min/maxItems, nullable, int-or-string,
+//!   preserve-unknown-fields, int32/int64, allOf/anyOf/oneOf/not, set/map list uniqueness)
+//!   with kube-apiserver's messages and causes, status subresource, printer columns, categories,
+//!   short names, `fieldValidation=Strict|Warn|Ignore` (Warn by default, as a `Warning` header);
+//!   no new objects while the CRD is terminating.
+//! - **Events**: one store with core/v1 and events.k8s.io/v1 views (`note`↔`message`,
+//!   `regarding`↔`involvedObject`, `series`↔`count`/`lastTimestamp`, ...).
+//! - **Tables** (`as=Table;v=v1;g=meta.k8s.io`) for get, list and watch, `includeObject`;
 //!   PartialObjectMetadata(List) for metadata-only clients.
-//! - **OpenAPI v3** index and per group-version documents (CRD schemas; built-ins are permissive),
-//!   including PATCH operations that advertise `fieldValidation`, so `kubectl apply` validates
-//!   server-side and `kubectl explain` works.
-//! - **Validating admission webhooks** over HTTPS (`clientConfig.url`, `caBundle`), rules, scope,
-//!   namespace/object selectors, failurePolicy, timeoutSeconds, deny messages and warnings.
-//! - `GET /debug/requests` / `DELETE /debug/requests`: an audit-style request log.
+//! - **OpenAPI v3** index and per group-version documents (CRD schemas; permissive schemas for
+//!   built-ins) whose PATCH operations advertise `fieldValidation`, so `kubectl apply` validates
+//!   server-side and `kubectl explain` works for custom resources. `/openapi/v2` answers a
+//!   document without definitions (JSON or protobuf), so kubectl's client-side check of
+//!   `kind: List` manifests passes instead of failing.
+//! - **Validating admission webhooks** over HTTPS (`clientConfig.url`, or a `service` mapped
+//!   with `--webhook-service`), trusting only `caBundle`; rules (groups, versions, operations,
+//!   resources incl. `*` and subresources, scope), namespace/object selectors, failurePolicy,
+//!   timeoutSeconds, kube's denial messages and codes, warnings as `Warning: 299` headers,
+//!   DELETE reviewed with `oldObject`.
+//! - `GET /debug/requests` / `DELETE /debug/requests`: an audit-style request log (bounded).
 //!
 //! ## What is not emulated (known deviations)
-//! - No authentication or authorization: any token is accepted, every request is allowed.
-//! - No persistence, no protobuf, no HTTP/2, no TLS on the API itself, no aggregated discovery.
-//! - No controllers besides the garbage collector / namespace / CRD finalizers (a Deployment never
-//!   gets pods or status; Services get no cluster IP).
-//! - Server-side apply does not track field ownership: `managedFields` is never recorded, fields
-//!   removed from an applied configuration are not removed from the object, and there are no
-//!   apply conflicts (`force` is accepted and ignored).
-//! - Lists are served from the current state (a `continue` token does not pin a snapshot) and
+//! - No authentication or authorization: any token is accepted, every request is allowed; no
+//!   `SelfSubjectAccessReview` (`kubectl auth can-i`).
+//! - No persistence, no HTTP/2, no TLS on the API itself, no aggregated discovery, no protobuf
+//!   responses and protobuf request bodies only for the kinds above (`kubectl create deployment`
+//!   is refused with 415).
+//! - No controllers besides the garbage collector and the namespace/CRD finalizers: Deployments
+//!   never get pods or status, Services get no cluster IP, there are no pods, no `scale`
+//!   subresource.
+//! - Server-side apply keeps, per object and field manager, the configuration applied last and
+//!   removes what that manager stops applying, but it does not track ownership across managers:
+//!   `managedFields` is never recorded, there are no apply conflicts (`force` is accepted and
+//!   ignored), and a field set by two managers is removed when either stops applying it.
+//! - Lists are served from the current state (a `continue` token does not pin a snapshot);
 //!   `resourceVersion`/`resourceVersionMatch` on lists are ignored.
-//! - CRD schemas: `allOf`/`anyOf`/`oneOf`/`not`, CEL `x-kubernetes-validations`, list-type
-//!   uniqueness and `format` other than int32/int64 are not enforced; no version conversion
-//!   (objects are served in every version unchanged apart from `apiVersion`).
-//! - Built-in kinds are not schema-validated; strategic merge patch knows the common merge keys
-//!   (containers, env, volumes, ports, ...) rather than the full Go type metadata.
-//! - Mutating webhooks are not supported; webhooks are not called for garbage-collector deletions.
+//! - CRD schemas: CEL `x-kubernetes-validations` (ignored), metadata constraints and `format`s
+//!   other than int32/int64 are not enforced; no version conversion (every served version
+//!   returns the stored object with its `apiVersion` rewritten).
+//! - Built-in kinds are not schema-validated (beyond metadata and Secret data) and their OpenAPI
+//!   schemas are permissive, so `kubectl explain` shows no fields for them; strategic merge patch
+//!   knows the common merge keys rather than the full Go type metadata.
+//! - `generation` is kept for every kind (kube leaves it unset on e.g. Secrets and ConfigMaps).
+//! - Mutating webhooks are not supported; webhooks are not called for garbage-collector
+//!   deletions and `sideEffects` is not checked for dry-run requests.
 //! - DELETE of an object removed at once answers a `Status` of `Success`, not the object.
 
 pub mod error;
 pub mod events;
+pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;

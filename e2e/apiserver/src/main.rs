@@ -54,6 +54,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    // One rustls crypto provider for the whole process (webhook calls use rustls).
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let args = Args::parse();
     let addr: std::net::SocketAddr = args
         .listen

@@ -240,6 +240,95 @@ fn child_schema<'a>(schema: Option<&'a Value>, key: &str) -> Option<&'a Value> {
     None
 }
 
+/// How a list merges under apply: `map` (by keys), `set` or `atomic`.
+fn list_semantics(schema: Option<&Value>, field: &str, items: &[Value]) -> (String, Vec<String>) {
+    match schema_list(schema) {
+        Some(x) => x,
+        None if merge_primitive(field) => ("set".to_string(), vec![]),
+        None => match merge_key(field, items.first()) {
+            Some(k) if items.iter().all(Value::is_object) => {
+                ("map".to_string(), vec![k.to_string()])
+            }
+            _ => ("atomic".to_string(), vec![]),
+        },
+    }
+}
+
+/// Server-side apply field removal: what the same manager applied before (`prev`) but no longer
+/// applies (`now`) is removed from `live`. Ownership by other managers is not tracked.
+pub fn apply_remove_stale(
+    live: &mut Value,
+    prev: &Value,
+    now: &Value,
+    schema: Option<&Value>,
+    field: &str,
+) {
+    match (prev, live) {
+        (Value::Object(p), Value::Object(l)) => {
+            for (k, pv) in p {
+                let gone = now.get(k).is_none();
+                let nv = match (now.get(k), pv) {
+                    (Some(nv), _) => nv.clone(),
+                    (None, Value::Object(_)) => Value::Object(Map::new()),
+                    (None, Value::Array(_)) => Value::Array(vec![]),
+                    (None, _) => {
+                        l.remove(k);
+                        continue;
+                    }
+                };
+                let sub = child_schema(schema, k);
+                if let Some(lv) = l.get_mut(k) {
+                    let atomic_list = pv.is_array() && {
+                        let sample: Vec<Value> = pv
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .take(1)
+                            .cloned()
+                            .collect();
+                        list_semantics(sub, k, &sample).0 == "atomic"
+                    };
+                    if gone && atomic_list {
+                        l.remove(k);
+                        continue;
+                    }
+                    apply_remove_stale(lv, pv, &nv, sub, k);
+                    let empty = lv.as_object().is_some_and(Map::is_empty)
+                        || lv.as_array().is_some_and(Vec::is_empty);
+                    if gone && empty {
+                        l.remove(k);
+                    }
+                }
+            }
+        }
+        (Value::Array(p), Value::Array(l)) => {
+            let empty = Vec::new();
+            let n = now.as_array().unwrap_or(&empty);
+            let sample: Vec<Value> = p.iter().chain(n.iter()).take(1).cloned().collect();
+            let (ty, keys) = list_semantics(schema, field, &sample);
+            let item_schema = schema.map(|s| &s["items"]);
+            match ty.as_str() {
+                "map" if !keys.is_empty() => {
+                    let same = |a: &Value, b: &Value| keys.iter().all(|k| a[k] == b[k]);
+                    for pi in p {
+                        match n.iter().find(|ni| same(ni, pi)) {
+                            None => l.retain(|li| !same(li, pi)),
+                            Some(ni) => {
+                                if let Some(li) = l.iter_mut().find(|li| same(li, pi)) {
+                                    apply_remove_stale(li, pi, ni, item_schema, "");
+                                }
+                            }
+                        }
+                    }
+                }
+                "set" => l.retain(|li| !p.contains(li) || n.contains(li)),
+                _ => {}
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Server-side apply, without field ownership: the applied configuration is merged
 /// into the live object (maps recursively, associative lists by key, other lists replaced).
 pub fn apply_merge(live: &mut Value, applied: &Value, schema: Option<&Value>, field: &str) {
@@ -259,16 +348,7 @@ pub fn apply_merge(live: &mut Value, applied: &Value, schema: Option<&Value>, fi
             }
         }
         Value::Array(items) => {
-            let (ty, keys) = match schema_list(schema) {
-                Some(x) => x,
-                None if merge_primitive(field) => ("set".to_string(), vec![]),
-                None => match merge_key(field, items.first()) {
-                    Some(k) if items.iter().all(Value::is_object) => {
-                        ("map".to_string(), vec![k.to_string()])
-                    }
-                    _ => ("atomic".to_string(), vec![]),
-                },
-            };
+            let (ty, keys) = list_semantics(schema, field, items);
             let item_schema = schema.map(|s| &s["items"]);
             match (ty.as_str(), live.as_array_mut()) {
                 ("map", Some(list)) if !keys.is_empty() => {
@@ -340,6 +420,22 @@ mod tests {
             t["metadata"]["finalizers"],
             json!(["f"]),
             "nothing applied when a test fails"
+        );
+    }
+
+    #[test]
+    fn apply_removes_what_the_manager_no_longer_applies() {
+        let prev = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"]},
+            "spec": {"keep": 1, "drop": 2, "containers": [{"name": "c1", "image": "i", "args": ["a"]}, {"name": "c2", "image": "j"}]}});
+        let now = json!({"metadata": {"labels": {"a": "1"}, "finalizers": ["x"]},
+            "spec": {"keep": 1, "containers": [{"name": "c1", "image": "i"}]}});
+        let mut live = json!({"metadata": {"labels": {"a": "1", "b": "2", "other": "3"}, "finalizers": ["x", "y", "z"]},
+            "spec": {"keep": 1, "drop": 2, "foreign": 3, "containers": [{"name": "c1", "image": "i", "args": ["a"]}, {"name": "c2", "image": "j"}]}});
+        apply_remove_stale(&mut live, &prev, &now, None, "");
+        assert_eq!(
+            live,
+            json!({"metadata": {"labels": {"a": "1", "other": "3"}, "finalizers": ["x", "z"]},
+            "spec": {"keep": 1, "foreign": 3, "containers": [{"name": "c1", "image": "i"}]}})
         );
     }
 

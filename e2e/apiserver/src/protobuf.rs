@@ -1,6 +1,6 @@
 //! Decoding of the Kubernetes protobuf wire format (`application/vnd.kubernetes.protobuf`) for the
 //! few built-in kinds kubectl's typed clients send that way (`kubectl create secret|configmap|
-//! namespace|serviceaccount`). Anything else is refused with 415 and a clear message.
+//! namespace|serviceaccount|role|clusterrole|rolebinding|clusterrolebinding`). Anything else is refused with 415 and a clear message.
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -87,6 +87,38 @@ const SERVICE_ACCOUNT: &[F] = &[
     F(2, "secrets", K::Msg(OBJECT_REF), true),
     F(3, "imagePullSecrets", K::Msg(LOCAL_REF), true),
     F(4, "automountServiceAccountToken", K::Bool, false),
+];
+
+const POLICY_RULE: &[F] = &[
+    F(1, "verbs", K::Str, true),
+    F(2, "apiGroups", K::Str, true),
+    F(3, "resources", K::Str, true),
+    F(4, "resourceNames", K::Str, true),
+    F(5, "nonResourceURLs", K::Str, true),
+];
+
+const ROLE: &[F] = &[
+    F(1, "metadata", K::Msg(OBJECT_META), false),
+    F(2, "rules", K::Msg(POLICY_RULE), true),
+];
+
+const SUBJECT: &[F] = &[
+    F(1, "kind", K::Str, false),
+    F(2, "apiGroup", K::Str, false),
+    F(3, "name", K::Str, false),
+    F(4, "namespace", K::Str, false),
+];
+
+const ROLE_REF: &[F] = &[
+    F(1, "apiGroup", K::Str, false),
+    F(2, "kind", K::Str, false),
+    F(3, "name", K::Str, false),
+];
+
+const ROLE_BINDING: &[F] = &[
+    F(1, "metadata", K::Msg(OBJECT_META), false),
+    F(2, "subjects", K::Msg(SUBJECT), true),
+    F(3, "roleRef", K::Msg(ROLE_REF), false),
 ];
 
 const TYPE_META: &[F] = &[
@@ -229,6 +261,8 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         ("v1", "ConfigMap") => CONFIG_MAP,
         ("v1", "Namespace") => NAMESPACE,
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
+        ("rbac.authorization.k8s.io/v1", "Role" | "ClusterRole") => ROLE,
+        ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => ROLE_BINDING,
         _ => {
             return Err(format!(
                 "protobuf bodies of {api_version}/{kind} are not supported by the emulator; send JSON"

@@ -326,7 +326,7 @@ pub fn builtins() -> Vec<Arc<ResDef>> {
         &["api-extensions"],
         true,
     );
-    crd.columns = vec![col("Created At", "date", ".metadata.creationTimestamp", 0)];
+    crd.columns = vec![col("Created At", "date", "#created", 0)];
     v.push(crd);
     v.push(builtin(
         "admissionregistration.k8s.io",

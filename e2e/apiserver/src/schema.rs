@@ -128,6 +128,92 @@ fn type_error(path: &str, v: &Value, want: &str) -> Cause {
     )
 }
 
+fn valid_against(schema: &Value, v: &Value, path: &str) -> bool {
+    let mut e = Vec::new();
+    validate(schema, v, path, &mut e);
+    e.is_empty()
+}
+
+/// `allOf`, `anyOf`, `oneOf` and `not` (value validations in structural schemas).
+fn junctors(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>) {
+    let shown = format!("\"{}\"", type_name(v));
+    let invalid = |msg: String| {
+        Cause::new(
+            "FieldValueInvalid",
+            path,
+            format!("Invalid value: {shown}: {msg}"),
+        )
+    };
+    let at = if path.is_empty() {
+        "body".to_string()
+    } else {
+        format!("{path} in body")
+    };
+    if let Some(all) = schema["allOf"].as_array() {
+        for s in all {
+            validate(s, v, path, errs);
+        }
+    }
+    if let Some(any) = schema["anyOf"].as_array()
+        && !any.iter().any(|s| valid_against(s, v, path))
+    {
+        errs.push(invalid(format!(
+            "{at} must validate at least one schema (anyOf)"
+        )));
+    }
+    if let Some(one) = schema["oneOf"].as_array() {
+        let n = one.iter().filter(|s| valid_against(s, v, path)).count();
+        if n == 0 {
+            errs.push(invalid(format!(
+                "{at} must validate one and only one schema (oneOf). Found none valid"
+            )));
+        } else if n > 1 {
+            errs.push(invalid(format!(
+                "{at} must validate one and only one schema (oneOf). Found {n} valid alternatives"
+            )));
+        }
+    }
+    if schema["not"].is_object() && valid_against(&schema["not"], v, path) {
+        errs.push(invalid(format!("{at} must not validate the schema (not)")));
+    }
+}
+
+/// `x-kubernetes-list-type: set|map` forbid duplicates (of items, or of map keys).
+fn list_uniqueness(schema: &Value, items: &[Value], path: &str, errs: &mut Vec<Cause>) {
+    let keys: Vec<&str> = schema["x-kubernetes-list-map-keys"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let ident = |v: &Value| -> Value {
+        match schema["x-kubernetes-list-type"].as_str() {
+            Some("map") if !keys.is_empty() => {
+                Value::Array(keys.iter().map(|k| v[*k].clone()).collect())
+            }
+            _ => v.clone(),
+        }
+    };
+    if !matches!(
+        schema["x-kubernetes-list-type"].as_str(),
+        Some("set" | "map")
+    ) {
+        return;
+    }
+    for (i, it) in items.iter().enumerate() {
+        let id = ident(it);
+        if items[..i].iter().any(|prev| ident(prev) == id) {
+            let shown = match &id {
+                Value::Array(a) if keys.len() == 1 => render_value(&a[0]),
+                other => render_value(other),
+            };
+            errs.push(Cause::new(
+                "FieldValueDuplicate",
+                format!("{path}[{i}]"),
+                format!("Duplicate value: {shown}"),
+            ));
+        }
+    }
+}
+
 /// Validate a value against a structural schema, appending causes.
 pub fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>) {
     let root = path.is_empty();
@@ -168,6 +254,7 @@ pub fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>) {
             return;
         }
     }
+    junctors(schema, v, path, errs);
     if let Some(en) = schema["enum"].as_array()
         && !en.contains(v)
     {
@@ -287,6 +374,7 @@ pub fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<Cause>) {
                     validate(&schema["items"], it, &format!("{path}[{i}]"), errs);
                 }
             }
+            list_uniqueness(schema, items, path, errs);
         }
         Value::Object(map) => {
             for r in schema["required"].as_array().cloned().unwrap_or_default() {
@@ -360,6 +448,65 @@ mod tests {
         validate(&schema(), &json!({"spec": {}}), "", &mut errs);
         assert_eq!(errs[0].field, "spec.name");
         assert_eq!(errs[0].reason, "FieldValueRequired");
+    }
+
+    #[test]
+    fn list_types_forbid_duplicates() {
+        let s = json!({"type": "object", "properties": {
+            "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+            "conds": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"],
+                "items": {"type": "object", "properties": {"type": {"type": "string"}}}}}});
+        let mut e = vec![];
+        validate(
+            &s,
+            &json!({"tags": ["a", "b", "a"], "conds": [{"type": "R"}, {"type": "R"}]}),
+            "",
+            &mut e,
+        );
+        let msgs: Vec<String> = e
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
+        assert_eq!(
+            msgs,
+            vec![
+                "conds[1]: Duplicate value: \"R\"",
+                "tags[2]: Duplicate value: \"a\""
+            ]
+        );
+    }
+
+    #[test]
+    fn junctors() {
+        let s = json!({"type": "object", "properties": {"src": {"type": "object",
+            "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+            "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+            "n": {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": true},
+            "p": {"type": "string", "not": {"enum": ["forbidden"]}}}});
+        let errs = |v: Value| {
+            let mut e = vec![];
+            validate(&s, &v, "", &mut e);
+            e.iter()
+                .map(|c| format!("{}: {}", c.field, c.message))
+                .collect::<Vec<_>>()
+        };
+        assert!(errs(json!({"src": {"a": "x"}, "n": 3, "p": "ok"})).is_empty());
+        assert_eq!(
+            errs(json!({"src": {"a": "x", "b": "y"}})),
+            vec![
+                "src: Invalid value: \"object\": src in body must validate one and only one schema (oneOf). Found 2 valid alternatives"
+            ]
+        );
+        assert_eq!(
+            errs(json!({"src": {}})),
+            vec![
+                "src: Invalid value: \"object\": src in body must validate one and only one schema (oneOf). Found none valid"
+            ]
+        );
+        assert_eq!(
+            errs(json!({"p": "forbidden"})),
+            vec!["p: Invalid value: \"string\": p in body must not validate the schema (not)"]
+        );
     }
 
     #[test]

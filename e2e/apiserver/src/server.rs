@@ -22,6 +22,9 @@ use tokio::sync::{broadcast, mpsc};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
+/// The request log keeps at most this many entries (oldest dropped first).
+const REQUEST_LOG_LIMIT: usize = 100_000;
+
 /// Tunables of one server instance.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -135,7 +138,16 @@ impl Ctx {
         self.query.get(k).map(String::as_str)
     }
     fn dry_run(&self) -> bool {
-        self.q("dryRun") == Some("All")
+        if self.q("dryRun") == Some("All") {
+            return true;
+        }
+        // DeleteOptions carry dryRun in the body.
+        serde_json::from_slice::<Value>(&self.body).is_ok_and(|b| {
+            (b["kind"] == "DeleteOptions" || b.get("metadata").is_none())
+                && b["dryRun"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|v| v == "All"))
+        })
     }
     fn content_type(&self) -> String {
         self.headers
@@ -197,6 +209,9 @@ pub async fn handle(
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
     let path = parts.uri.path().to_string();
+    if parts.method == Method::GET && path == "/openapi/v2" {
+        return Ok(openapi_v2(&parts.headers));
+    }
     let ctx = Ctx {
         query,
         headers: parts.headers.clone(),
@@ -208,18 +223,69 @@ pub async fn handle(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let (out, log) = route(&shared, &parts.method, &path, &ctx).await;
+    let routed = std::panic::AssertUnwindSafe(route(&shared, &parts.method, &path, &ctx));
+    let (out, log) = match futures::FutureExt::catch_unwind(routed).await {
+        Ok(r) => r,
+        Err(panic) => {
+            let what = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            tracing::error!(%path, panic = %what, "request handler panicked");
+            (
+                Out::err(ApiError::internal(format!(
+                    "the emulator failed to handle the request: {what}"
+                ))),
+                None,
+            )
+        }
+    };
     if let Some(mut entry) = log {
         entry["userAgent"] = json!(ua);
         entry["code"] = json!(out.code);
-        shared
-            .requests
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(entry);
+        let mut log = shared.requests.lock().unwrap_or_else(|e| e.into_inner());
+        if log.len() >= REQUEST_LOG_LIMIT {
+            log.drain(..REQUEST_LOG_LIMIT / 10);
+        }
+        log.push(entry);
     }
     tracing::debug!(method = %parts.method, %path, code = out.code, "request");
     Ok(render(out))
+}
+
+/// An OpenAPI v2 document without definitions: kubectl's client-side validation (used for
+/// `kind: List` manifests) then skips the schema check instead of failing; the real schemas are
+/// served as OpenAPI v3.
+fn openapi_v2(headers: &HeaderMap) -> Response<Body> {
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let (ct, body) = if accept.contains("protobuf") {
+        // gnostic openapi_v2.Document { swagger: "2.0" (1), info: Info { title (1), version (2) } (2) }
+        let mut info = vec![0x0a, 10];
+        info.extend_from_slice(b"Kubernetes");
+        info.extend_from_slice(&[0x12, 7]);
+        info.extend_from_slice(b"v1.32.0");
+        let mut doc = vec![0x0a, 3];
+        doc.extend_from_slice(b"2.0");
+        doc.push(0x12);
+        doc.push(info.len() as u8);
+        doc.extend_from_slice(&info);
+        (
+            "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+            Bytes::from(doc),
+        )
+    } else {
+        let doc = json!({"swagger": "2.0", "info": {"title": "Kubernetes", "version": "v1.32.0"}, "paths": {}, "definitions": {}});
+        ("application/json", Bytes::from(doc.to_string()))
+    };
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, ct)
+        .body(Full::new(body).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
 }
 
 fn render(out: Out) -> Response<Body> {
@@ -691,7 +757,6 @@ fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Out> {
         let compacted = st.compacted;
         (brx, st.rv, gone.map(|r| (r, compacted)))
     };
-    let shared2 = shared.clone();
     let interval = shared.config.bookmark_interval;
     tokio::spawn(async move {
         let mut headers_sent = false;
@@ -752,6 +817,12 @@ fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Out> {
                             continue;
                         }
                         progress = c.rv;
+                        // Like kube-apiserver, watches of a custom resource end with its CRD.
+                        if def.crd && c.ty == "DELETED" && c.store_key == crate::resources::CRD_KEY
+                            && c.obj["spec"]["group"] == def.group.as_str()
+                            && c.obj["spec"]["names"]["plural"] == def.plural.as_str() {
+                            return;
+                        }
                         if let Some((ty, obj)) = translate(&def, &filter, &c)
                             && tx.send(render(&ty, obj)).await.is_err() {
                             return;
@@ -765,9 +836,10 @@ fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Out> {
                     Err(broadcast::error::RecvError::Closed) => return,
                 },
                 _ = tick.tick(), if bookmarks => {
-                    let rv = progress.max(shared2.lock().rv);
-                    progress = rv;
-                    if tx.send(render("BOOKMARK", bookmark(rv, false))).await.is_err() {
+                    // Every change passes through this watcher's receiver (filtered or not), so
+                    // `progress` is exactly how far this watch has seen; queued changes beyond it
+                    // are still delivered after the bookmark.
+                    if tx.send(render("BOOKMARK", bookmark(progress, false))).await.is_err() {
                         return;
                     }
                 }
@@ -833,6 +905,8 @@ struct Plan {
     warnings: Vec<String>,
     hooks: Vec<webhook::Hook>,
     code: u16,
+    /// Server-side apply: remember this configuration for (field manager key) once committed.
+    applied: Option<(String, Value)>,
 }
 
 async fn write(
@@ -921,6 +995,15 @@ fn commit(st: &mut State, t: &Target, ctx: &Ctx, plan: Plan) -> ApiResult<Out> {
     let def = &t.def;
     let key = def.store_key.clone();
     let dry = ctx.dry_run();
+    if !dry && let Some((manager, record)) = &plan.applied {
+        let uid = plan
+            .new
+            .as_ref()
+            .or(plan.old.as_ref())
+            .map(|o| meta_str(o, "uid").to_string())
+            .unwrap_or_default();
+        st.applied.insert((uid, manager.clone()), record.clone());
+    }
     let out = match plan.op {
         Op::Create => {
             if st.get(&key, &plan.ns, &plan.name).is_some() {
@@ -1169,6 +1252,23 @@ fn plan_create(st: &State, t: &Target, ctx: &Ctx, body: Option<Value>) -> ApiRes
     if st.get(&def.store_key, &ns, &name).is_some() {
         return Err(ApiError::already_exists(&def.group, &def.plural, &name));
     }
+    let causes = crate::meta::validate(&obj);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(&def.group, &def.kind, &name, causes));
+    }
+    if def.crd
+        && st
+            .get(
+                crate::resources::CRD_KEY,
+                "",
+                &format!("{}.{}", def.plural, def.group),
+            )
+            .is_some_and(is_deleting)
+    {
+        return Err(ApiError::method_not_allowed(
+            "create not allowed while custom resource definition is terminating",
+        ));
+    }
     check_namespace(st, def, &ns, &name)?;
     strip_server_fields(&mut obj);
     let m = &mut obj["metadata"];
@@ -1193,11 +1293,27 @@ fn plan_create(st: &State, t: &Target, ctx: &Ctx, body: Option<Value>) -> ApiRes
         warnings,
         hooks,
         code: 201,
+        applied: None,
     })
 }
 
 /// Kind-specific rules (the registry "strategies").
 fn strategy(_st: &State, def: &ResDef, obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
+    for field in ["spec", "status", "data", "stringData", "binaryData"] {
+        let v = &obj[field];
+        let kind_ok = match field {
+            "data" | "stringData" | "binaryData" => v
+                .as_object()
+                .is_some_and(|m| m.values().all(Value::is_string)),
+            _ => v.is_object(),
+        };
+        if !v.is_null() && !kind_ok && !def.crd {
+            return Err(ApiError::bad_request(format!(
+                "{} in version \"{}\" cannot be handled as a {}: {field} has the wrong type",
+                def.kind, def.version, def.kind
+            )));
+        }
+    }
     if def.crd {
         return Ok(());
     }
@@ -1243,7 +1359,58 @@ fn strategy(_st: &State, def: &ResDef, obj: &mut Value, old: Option<&Value>) -> 
         }
         _ => {}
     }
+    if def.group.is_empty() && matches!(def.plural.as_str(), "secrets" | "configmaps") {
+        config_data_rules(def, obj, old)?;
+    }
     Ok(())
+}
+
+/// Secret/ConfigMap data keys and `immutable`, as kube validates them.
+fn config_data_rules(def: &ResDef, obj: &Value, old: Option<&Value>) -> ApiResult<()> {
+    use regex::Regex;
+    use std::sync::OnceLock;
+    static KEY: OnceLock<Regex> = OnceLock::new();
+    let key_re = KEY.get_or_init(|| Regex::new(r"^[-._a-zA-Z0-9]+$").expect("regex"));
+    let name = meta_str(obj, "name").to_string();
+    let mut causes = Vec::new();
+    for field in ["data", "binaryData"] {
+        for k in obj[field]
+            .as_object()
+            .map(|m| m.keys().cloned().collect::<Vec<_>>())
+            .unwrap_or_default()
+        {
+            if k.len() > 253 || !key_re.is_match(&k) {
+                causes.push(Cause::invalid(
+                    format!("{field}[{k}]"),
+                    &json!(k),
+                    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')",
+                ));
+            }
+        }
+    }
+    if let Some(old) = old
+        && old["immutable"].as_bool() == Some(true)
+    {
+        for field in ["data", "binaryData"] {
+            if obj[field] != old[field] {
+                causes.push(Cause::forbidden(
+                    field,
+                    "field is immutable when `immutable` is set",
+                ));
+            }
+        }
+        if obj["immutable"] != old["immutable"] {
+            causes.push(Cause::forbidden(
+                "immutable",
+                "field is immutable when `immutable` is set",
+            ));
+        }
+    }
+    if causes.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid(&def.group, &def.kind, &name, causes))
+    }
 }
 
 fn crd_strategy(obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
@@ -1333,7 +1500,11 @@ fn crd_strategy(obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
         .find(|v| v["storage"].as_bool() == Some(true))
         .and_then(|v| v["name"].as_str())
         .unwrap_or_default();
-    let now = store::now();
+    // Conditions keep their transition time while they stay true.
+    let now = old
+        .and_then(|o| o["status"]["conditions"][0]["lastTransitionTime"].as_str())
+        .map(str::to_string)
+        .unwrap_or_else(store::now);
     let mut stored_versions: Vec<Value> = old
         .and_then(|o| o["status"]["storedVersions"].as_array().cloned())
         .unwrap_or_default();
@@ -1437,6 +1608,18 @@ fn finish_update(
     }
     let cur_rv = meta_str(current, "resourceVersion").to_string();
     let new_rv = meta_str(&new, "resourceVersion").to_string();
+    let new_uid = meta_str(&new, "uid");
+    if !new_uid.is_empty() && new_uid != meta_str(current, "uid") {
+        return Err(ApiError::conflict(
+            &def.group,
+            &def.plural,
+            &name,
+            &format!(
+                "Precondition failed: UID in precondition: {new_uid}, UID in object meta: {}",
+                meta_str(current, "uid")
+            ),
+        ));
+    }
     if new_rv.is_empty() {
         if require_rv {
             return Err(ApiError::invalid(
@@ -1520,6 +1703,10 @@ fn finish_update(
             ));
         }
     }
+    let causes = crate::meta::validate(&new);
+    if !causes.is_empty() {
+        return Err(ApiError::invalid(&def.group, &def.kind, &name, causes));
+    }
     strategy(st, def, &mut new, Some(current))?;
     let mut warnings = Vec::new();
     cr_schema(def, &mut new, ctx, &mut warnings, &name)?;
@@ -1557,6 +1744,7 @@ fn finish_update(
         warnings,
         hooks,
         code: 200,
+        applied: None,
     })
 }
 
@@ -1608,13 +1796,34 @@ fn plan_patch(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> {
                 "the name of the object ({an}) does not match the name on the URL ({name})"
             )));
         }
+        let manager = format!(
+            "{}{}",
+            ctx.q("fieldManager").unwrap_or_default(),
+            if t.sub.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", t.sub)
+            }
+        );
+        let mut record = applied.clone();
+        if let Some(o) = record.as_object_mut() {
+            o.remove("apiVersion");
+            o.remove("kind");
+        }
+        if let Some(m) = record["metadata"].as_object_mut() {
+            for k in ["name", "namespace", "resourceVersion", "uid"] {
+                m.remove(k);
+            }
+        }
         let Some(cur) = st.get(&def.store_key, ns_of(t), &name).cloned() else {
             if !t.sub.is_empty() {
                 return Err(ApiError::not_found(&def.group, &def.plural, &name));
             }
             let mut body = applied.clone();
             body["metadata"]["name"] = json!(name);
-            return plan_create(st, t, ctx, Some(body));
+            let mut plan = plan_create(st, t, ctx, Some(body))?;
+            plan.applied = Some((manager, record));
+            return Ok(plan);
         };
         let mut merged = view(def, &cur);
         let wanted_rv = applied["metadata"]["resourceVersion"]
@@ -1624,13 +1833,21 @@ fn plan_patch(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> {
         applied["metadata"]
             .as_object_mut()
             .map(|m| m.remove("resourceVersion"));
+        if let Some(prev) = st
+            .applied
+            .get(&(meta_str(&cur, "uid").to_string(), manager.clone()))
+        {
+            patch::apply_remove_stale(&mut merged, prev, &record, def.schema.as_ref(), "");
+        }
         patch::apply_merge(&mut merged, &applied, def.schema.as_ref(), "");
         if let Some(rv) = wanted_rv {
             merged["metadata"]["resourceVersion"] = json!(rv);
         }
         check_type(def, &merged)?;
         let new = unview(def, &merged);
-        return finish_update(st, t, ctx, &cur, new, false);
+        let mut plan = finish_update(st, t, ctx, &cur, new, false)?;
+        plan.applied = Some((manager, record));
+        return Ok(plan);
     }
     if ct.contains("protobuf") || ct.contains("cbor") {
         return Err(ApiError::unsupported_media_type(&ct));
@@ -1691,6 +1908,17 @@ fn plan_delete(
         .get(&def.store_key, &ns, &name)
         .cloned()
         .ok_or_else(|| ApiError::not_found(&def.group, &def.plural, &name))?;
+    if def.group.is_empty()
+        && def.plural == "namespaces"
+        && matches!(name.as_str(), "default" | "kube-system" | "kube-public")
+    {
+        return Err(ApiError::forbidden(
+            "",
+            "namespaces",
+            &name,
+            "this namespace may not be deleted",
+        ));
+    }
     let opts: Value = if ctx.body.is_empty() {
         json!({})
     } else {
@@ -1758,6 +1986,7 @@ fn plan_delete(
         warnings: vec![],
         hooks,
         code: 200,
+        applied: None,
     })
 }
 

@@ -34,6 +34,8 @@ pub struct State {
     pub tx: broadcast::Sender<Arc<Change>>,
     /// `namespace/name` of a webhook Service → local HTTPS port.
     pub webhook_services: HashMap<String, u16>,
+    /// Server-side apply: the configuration each (object uid, field manager) applied last.
+    pub applied: HashMap<(String, String), Value>,
 }
 
 pub fn now() -> String {
@@ -90,6 +92,7 @@ impl State {
             crds: Vec::new(),
             tx,
             webhook_services: HashMap::new(),
+            applied: HashMap::new(),
         };
         for ns in ["default", "kube-system", "kube-public"] {
             let obj = json!({
@@ -205,7 +208,9 @@ impl State {
             .objects
             .get_mut(key)?
             .remove(&(ns.to_string(), name.to_string()))?;
-        self.uids.remove(meta_str(&obj, "uid"));
+        let uid = meta_str(&obj, "uid").to_string();
+        self.uids.remove(&uid);
+        self.applied.retain(|(u, _), _| *u != uid);
         let rv = self.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         self.push("DELETED", key, ns, None, obj.clone());

@@ -171,6 +171,7 @@ fn cell(obj: &Value, c: &Column) -> Value {
                 io["name"].as_str().unwrap_or_default()
             ))
         }
+        "#created" => obj["metadata"]["creationTimestamp"].clone(),
         "#lastseen" => {
             let ts = [
                 &obj["lastTimestamp"],
@@ -210,27 +211,38 @@ pub fn table(
     with_columns: bool,
     list_meta: Value,
 ) -> Value {
-    let mut cols = vec![name_col()];
+    // Events print their name only in wide output, last (like kube's event printer).
+    let name_last = def.plural == "events";
+    let mut cols = if name_last { vec![] } else { vec![name_col()] };
     for c in &def.columns {
         cols.push(json!({"name": c.name, "type": if c.type_ == "date" { "date" } else { c.type_.as_str() },
             "format": c.format, "description": c.description, "priority": c.priority}));
     }
-    let has_age = def
-        .columns
-        .iter()
-        .any(|c| c.name.eq_ignore_ascii_case("age"));
+    let has_age = def.columns.iter().any(|c| {
+        c.name.eq_ignore_ascii_case("age")
+            || c.json_path == "#lastseen"
+            || c.json_path == "#created"
+    });
     if !has_age {
         cols.push(age_col());
+    }
+    if name_last {
+        let mut n = name_col();
+        n["priority"] = json!(1);
+        cols.push(n);
     }
     let rows: Vec<Value> = objs
         .iter()
         .map(|o| {
-            let mut cells = vec![o["metadata"]["name"].clone()];
+            let mut cells = if name_last { vec![] } else { vec![o["metadata"]["name"].clone()] };
             for c in &def.columns {
                 cells.push(cell(o, c));
             }
             if !has_age {
                 cells.push(age(&o["metadata"]["creationTimestamp"]));
+            }
+            if name_last {
+                cells.push(o["metadata"]["name"].clone());
             }
             let mut row = json!({"cells": cells});
             match include {

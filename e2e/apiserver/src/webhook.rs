@@ -50,6 +50,10 @@ pub fn matching(
     old: Option<&Value>,
 ) -> Vec<Hook> {
     let mut out = Vec::new();
+    // Like kube-apiserver, webhook configurations themselves are never sent to webhooks.
+    if def.store_key == VWC_KEY {
+        return out;
+    }
     let Some(configs) = st.objects.get(VWC_KEY) else {
         return out;
     };

@@ -62,6 +62,21 @@ async fn stale_update_gets_409_conflict() {
         "{}",
         err.message
     );
+    // A body with another object's uid is a failed precondition.
+    let mut other = api.get("c1").await.unwrap();
+    other.metadata.uid = Some("00000000-0000-0000-0000-000000000000".into());
+    let err = api_err(
+        api.replace("c1", &PostParams::default(), &other)
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 409);
+    assert!(
+        err.message
+            .contains("Precondition failed: UID in precondition"),
+        "{}",
+        err.message
+    );
     // A duplicate create is AlreadyExists, a missing object NotFound.
     let err = api_err(
         api.create(&PostParams::default(), &cm("c1", json!({})))
@@ -342,7 +357,7 @@ async fn status_subresource_split_and_generation() {
         .await
         .unwrap();
     assert_eq!(again.metadata.resource_version, s.metadata.resource_version);
-    // Server-side apply of status (kube-rs controllers do this) merges conditions by type.
+    // Server-side apply of status (kube-rs controllers do this): two managers, conditions merged by type.
     let apply = |c: Value| json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "status": {"conditions": [c]}});
     api.patch_status(
         "b1",
@@ -354,7 +369,7 @@ async fn status_subresource_split_and_generation() {
     let got = api
         .patch_status(
             "b1",
-            &PatchParams::apply("keeper").force(),
+            &PatchParams::apply("keeper-sync").force(),
             &Patch::Apply(apply(json!({"type": "Synced", "status": "False"}))),
         )
         .await
@@ -628,6 +643,16 @@ async fn namespace_deletion_terminates_then_disappears() {
     );
     assert_eq!(err.code, 404);
     assert_eq!(err.message, "namespaces \"team\" not found");
+    let err = api_err(
+        nss.delete("kube-system", &DeleteParams::default())
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(err.code, 403);
+    assert_eq!(
+        err.message,
+        "namespaces \"kube-system\" is forbidden: this namespace may not be deleted"
+    );
     // Starting namespaces.
     let names: Vec<String> = nss
         .list(&ListParams::default())
@@ -962,12 +987,55 @@ async fn server_side_apply_creates_and_merges() {
     let created = api.patch("ssa", &pp, &Patch::Apply(doc)).await.unwrap();
     assert_eq!(created.metadata.generation, Some(1));
     assert_eq!(created.data["spec"]["deletionPolicy"], "Delete");
-    let doc = json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "metadata": {"name": "ssa", "labels": {"b": "2"}}, "spec": {"deletionPolicy": "Retain"}});
+    let doc = json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "metadata": {"name": "ssa", "labels": {"a": "1", "b": "2"}}, "spec": {"tenantRef": {"name": "t"}, "deletionPolicy": "Retain"}});
     let merged = api.patch("ssa", &pp, &Patch::Apply(doc)).await.unwrap();
     assert_eq!(merged.data["spec"]["tenantRef"]["name"], "t");
     assert_eq!(merged.data["spec"]["deletionPolicy"], "Retain");
     assert_eq!(merged.metadata.labels.unwrap().len(), 2);
     assert_eq!(merged.metadata.generation, Some(2));
+    // Fields this manager applied before but no longer applies are removed; others' fields stay.
+    api.patch(
+        "ssa",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"other": "x"}}})),
+    )
+    .await
+    .unwrap();
+    let doc = json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "metadata": {"name": "ssa", "labels": {"a": "1"}},
+        "spec": {"tenantRef": {"name": "t"}, "bucketName": "ssa-bucket"}});
+    api.patch("ssa", &pp, &Patch::Apply(doc)).await.unwrap();
+    let doc = json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "metadata": {"name": "ssa"}, "spec": {"tenantRef": {"name": "t"}}});
+    let pruned = api.patch("ssa", &pp, &Patch::Apply(doc)).await.unwrap();
+    let labels = pruned.metadata.labels.clone().unwrap_or_default();
+    assert!(
+        !labels.contains_key("a") && labels.contains_key("other"),
+        "{labels:?}"
+    );
+    assert!(
+        pruned.data["spec"].get("bucketName").is_none(),
+        "{}",
+        pruned.data
+    );
+    // Status conditions applied by a controller: a dropped condition goes away.
+    let cond = |types: &[&str]| {
+        let c: Vec<Value> = types
+            .iter()
+            .map(|t| json!({"type": t, "status": "True"}))
+            .collect();
+        json!({"apiVersion": "keeper.dev/v1alpha1", "kind": "S3Bucket", "status": {"conditions": c}})
+    };
+    let spp = PatchParams::apply("keeper").force();
+    api.patch_status("ssa", &spp, &Patch::Apply(cond(&["Ready", "Synced"])))
+        .await
+        .unwrap();
+    let got = api
+        .patch_status("ssa", &spp, &Patch::Apply(cond(&["Ready"])))
+        .await
+        .unwrap();
+    assert_eq!(
+        got.data["status"]["conditions"],
+        json!([{"type": "Ready", "status": "True"}])
+    );
     // Missing fieldManager is refused.
     let (code, _, _) = env
         .raw(
@@ -1029,6 +1097,18 @@ async fn crd_deletion_removes_objects_and_discovery() {
     assert_eq!(r["shortNames"], json!(["s3b"]));
     assert_eq!(r["categories"], json!(["keeper"]));
     assert_eq!(r["singularName"], "s3bucket");
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    let mut stream = api
+        .watch(&WatchParams::default().timeout(30), &rv)
+        .await
+        .unwrap()
+        .boxed();
     env.raw(
         "DELETE",
         "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/s3buckets.keeper.dev",
@@ -1040,6 +1120,13 @@ async fn crd_deletion_removes_objects_and_discovery() {
         .raw("GET", "/apis/keeper.dev/v1alpha1", None, None)
         .await;
     assert_eq!(code, 404);
+    // The open watch saw the object go and then ended with its CRD.
+    let ev = stream.try_next().await.unwrap().unwrap();
+    assert!(matches!(ev, WatchEvent::Deleted(_)), "{ev:?}");
+    let end = tokio::time::timeout(Duration::from_secs(5), stream.try_next())
+        .await
+        .expect("watch ends");
+    assert!(matches!(end, Ok(None)), "{end:?}");
     let (code, _, _) = env
         .raw(
             "GET",
@@ -1049,6 +1136,51 @@ async fn crd_deletion_removes_objects_and_discovery() {
         )
         .await;
     assert_eq!(code, 404);
+    // A CRD whose objects are held by finalizers stays Terminating and refuses new objects.
+    env.install_crd().await;
+    let mut held = bucket("held", json!({"tenantRef": {"name": "t"}}));
+    held.metadata.finalizers = Some(vec!["keeper.dev/cleanup".into()]);
+    api.create(&PostParams::default(), &held).await.unwrap();
+    env.raw(
+        "DELETE",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/s3buckets.keeper.dev",
+        None,
+        None,
+    )
+    .await;
+    assert!(
+        api.get("held")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    let err = api_err(
+        api.create(
+            &PostParams::default(),
+            &bucket("late", json!({"tenantRef": {"name": "t"}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!(err.code, 405, "{err:?}");
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    let (code, _, _) = env
+        .raw(
+            "GET",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/s3buckets.keeper.dev",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(code, 404, "the CRD goes once its last object is gone");
     // Recreating serves an empty collection: the objects went with the CRD.
     env.install_crd().await;
     assert!(
@@ -1168,7 +1300,483 @@ async fn request_log_tables_and_openapi() {
         "string"
     );
     assert_eq!(code, 200);
-    let (code, _, _) = env.raw("GET", "/openapi/v2", None, None).await;
-    assert_eq!(code, 404);
+    let (code, _, v2) = env.raw("GET", "/openapi/v2", None, None).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        v2["definitions"],
+        json!({}),
+        "OpenAPI v2 carries no schemas"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_writes_nothing() {
+    let env = Env::new().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let got = api.create(&dry, &cm("dry", json!({}))).await.unwrap();
+    assert_eq!(got.metadata.name.as_deref(), Some("dry"));
+    assert!(api.get_opt("dry").await.unwrap().is_none());
+    api.create(&PostParams::default(), &cm("real", json!({})))
+        .await
+        .unwrap();
+    let pp = PatchParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let got = api
+        .patch(
+            "real",
+            &pp,
+            &Patch::Merge(json!({"data": {"k": "changed"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.data.unwrap()["k"], "changed");
+    assert_eq!(api.get("real").await.unwrap().data.unwrap()["k"], "v");
+    let dp = DeleteParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    api.delete("real", &dp).await.unwrap();
+    assert!(api.get_opt("real").await.unwrap().is_some());
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_list_watcher_gets_initial_events_then_changes() {
+    let env = Env::new().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    api.create(&PostParams::default(), &cm("pre", json!({})))
+        .await
+        .unwrap();
+    let cfg = kube::runtime::watcher::Config::default().streaming_lists();
+    let mut events = Box::pin(kube::runtime::watcher(api.clone(), cfg));
+    let mut names = Vec::new();
+    loop {
+        let ev = tokio::time::timeout(Duration::from_secs(5), events.try_next())
+            .await
+            .expect("event")
+            .unwrap()
+            .unwrap();
+        match ev {
+            kube::runtime::watcher::Event::InitApply(o) => names.push(o.metadata.name.unwrap()),
+            kube::runtime::watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    assert_eq!(names, vec!["pre"]);
+    api.create(&PostParams::default(), &cm("post", json!({})))
+        .await
+        .unwrap();
+    let ev = tokio::time::timeout(Duration::from_secs(5), events.try_next())
+        .await
+        .expect("event")
+        .unwrap()
+        .unwrap();
+    match ev {
+        kube::runtime::watcher::Event::Apply(o) => {
+            assert_eq!(o.metadata.name.as_deref(), Some("post"))
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    let (_, _, log) = env.raw("GET", "/debug/requests", None, None).await;
+    assert!(
+        !log["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["verb"] == "list"),
+        "a streaming list uses a watch only: {log}"
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors() {
+    let env = Env::new().await;
+    env.install_crd().await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    // Not JSON.
+    let resp = env
+        .http
+        .post(format!("{}{cms}", env.url()))
+        .header("Content-Type", "application/json")
+        .body("{nope")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 400);
+    let st: Value = resp.json().await.unwrap();
+    assert_eq!(
+        (st["kind"].as_str(), st["reason"].as_str()),
+        (Some("Status"), Some("BadRequest"))
+    );
+    // Wrong kind for the endpoint.
+    let (code, _, st) = env
+        .raw(
+            "POST",
+            cms,
+            None,
+            Some(json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "x"}})),
+        )
+        .await;
+    assert_eq!(code, 400, "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains("does not match the expected kind (ConfigMap)"),
+        "{st}"
+    );
+    // Namespace in the body differs from the URL.
+    let (code, _, st) = env
+        .raw(
+            "POST",
+            cms,
+            None,
+            Some(json!({"metadata": {"name": "x", "namespace": "other"}})),
+        )
+        .await;
+    assert_eq!(code, 400, "{st}");
+    // Missing name.
+    let (code, _, st) = env
+        .raw("POST", cms, None, Some(json!({"metadata": {}})))
+        .await;
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(st["details"]["causes"][0]["field"], "metadata.name");
+    // Invalid label values and finalizer names are refused like kube does.
+    let (code, _, st) = env
+        .raw("POST", cms, None, Some(json!({"metadata": {"name": "lbl", "labels": {"ok": "has space"}, "finalizers": ["Not Valid"]}})))
+        .await;
+    assert_eq!(code, 422, "{st}");
+    let fields: Vec<&str> = st["details"]["causes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        fields,
+        vec!["metadata.labels", "metadata.finalizers[0]"],
+        "{st}"
+    );
+    // Config keys and immutable Secrets.
+    let (code, _, st) = env
+        .raw(
+            "POST",
+            cms,
+            None,
+            Some(json!({"metadata": {"name": "keys"}, "data": {"bad key": "x"}})),
+        )
+        .await;
+    assert_eq!(code, 422, "{st}");
+    assert_eq!(st["details"]["causes"][0]["field"], "data[bad key]");
+    let secrets = "/api/v1/namespaces/default/secrets";
+    let (code, _, _) = env.raw("POST", secrets, None, Some(json!({"metadata": {"name": "frozen"}, "immutable": true, "stringData": {"a": "b"}}))).await;
+    assert_eq!(code, 201);
+    let (code, _, st) = env
+        .raw(
+            "PATCH",
+            &format!("{secrets}/frozen"),
+            Some("application/merge-patch+json"),
+            Some(json!({"stringData": {"a": "c"}})),
+        )
+        .await;
+    assert_eq!(code, 422, "{st}");
+    assert!(
+        st["message"]
+            .as_str()
+            .unwrap()
+            .contains("field is immutable when `immutable` is set"),
+        "{st}"
+    );
+    let (code, _, _) = env
+        .raw(
+            "PATCH",
+            &format!("{secrets}/frozen"),
+            Some("application/merge-patch+json"),
+            Some(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await;
+    assert_eq!(code, 200, "metadata of an immutable secret can change");
+    // Missing namespace.
+    let (code, _, st) = env
+        .raw(
+            "POST",
+            "/api/v1/namespaces/nowhere/configmaps",
+            None,
+            Some(json!({"metadata": {"name": "x"}})),
+        )
+        .await;
+    assert_eq!(
+        (code, st["message"].as_str()),
+        (404, Some("namespaces \"nowhere\" not found"))
+    );
+    // Unknown resources and verbs.
+    let (code, _, st) = env.raw("GET", "/api/v1/pods", None, None).await;
+    assert_eq!((code, st["reason"].as_str()), (404, Some("NotFound")));
+    let (code, _, st) = env
+        .raw("POST", &format!("{cms}/x"), None, Some(json!({})))
+        .await;
+    assert_eq!(
+        (code, st["reason"].as_str()),
+        (405, Some("MethodNotAllowed"))
+    );
+    let (code, _, _) = env
+        .raw(
+            "GET",
+            "/api/v1/namespaces/default/configmaps/x/status",
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(code, 404, "configmaps have no status subresource");
+    // Bad selectors, bad patch bodies, bad watch versions.
+    let (code, _, st) = env
+        .raw(
+            "GET",
+            &format!("{cms}?labelSelector=a%20in%20b"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(code, 400, "{st}");
+    env.raw("POST", cms, None, Some(json!({"metadata": {"name": "p"}})))
+        .await;
+    let (code, _, _) = env
+        .raw(
+            "PATCH",
+            &format!("{cms}/p"),
+            Some("application/json-patch+json"),
+            Some(json!({"not": "a list"})),
+        )
+        .await;
+    assert!(code == 400 || code == 422, "{code}");
+    let (code, _, _) = env
+        .raw(
+            "GET",
+            &format!("{cms}?watch=1&resourceVersion=abc"),
+            None,
+            None,
+        )
+        .await;
+    assert_eq!(code, 400);
+    // CRD objects without their required apiVersion group.
+    let (code, _, st) = env
+        .raw("POST", "/apis/keeper.dev/v1alpha1/namespaces/default/s3buckets", None,
+            Some(json!({"apiVersion": "other.dev/v1", "kind": "S3Bucket", "metadata": {"name": "b"}, "spec": {"tenantRef": {"name": "t"}}})))
+        .await;
+    assert_eq!(code, 400, "{st}");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_timeout_seconds_ends_the_stream() {
+    let env = Env::new().await;
+    let start = std::time::Instant::now();
+    let resp = env
+        .http
+        .get(format!(
+            "{}/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=1",
+            env.url()
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    let body = resp.text().await.unwrap();
+    let elapsed = start.elapsed();
+    assert!(body.is_empty(), "{body}");
+    assert!(
+        elapsed >= Duration::from_millis(900) && elapsed < Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    // Table watches: one row per event, column definitions once.
+    let env2 = &env;
+    let watcher = tokio::spawn({
+        let url = format!(
+            "{}/api/v1/namespaces/default/configmaps?watch=1&timeoutSeconds=2",
+            env2.url()
+        );
+        let http = env2.http.clone();
+        async move {
+            http.get(url)
+                .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap()
+        }
+    });
+    env.wait_for_request("watch", "configmaps").await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    api.create(&PostParams::default(), &cm("t1", json!({})))
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &cm("t2", json!({})))
+        .await
+        .unwrap();
+    let text = watcher.await.unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2, "{text}");
+    assert_eq!(events[0]["object"]["kind"], "Table");
+    assert!(events[0]["object"]["columnDefinitions"].is_array());
+    assert!(events[1]["object"].get("columnDefinitions").is_none());
+    assert_eq!(events[1]["object"]["rows"][0]["cells"][0], "t2");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_clients() {
+    let env = Env::new().await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    api.create(&PostParams::default(), &cm("m1", json!({"a": "b"})))
+        .await
+        .unwrap();
+    let list = api.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    assert_eq!(list.items[0].metadata.labels.as_ref().unwrap()["a"], "b");
+    let one = api.get_metadata("m1").await.unwrap();
+    assert_eq!(one.metadata.name.as_deref(), Some("m1"));
+    let meta_api: Api<kube::core::PartialObjectMeta<ConfigMap>> =
+        Api::namespaced(env.client().await, "default");
+    let w = kube::runtime::watcher(meta_api, kube::runtime::watcher::Config::default());
+    let mut objs = Box::pin(kube::runtime::WatchStreamExt::applied_objects(w));
+    let first = tokio::time::timeout(Duration::from_secs(5), objs.try_next())
+        .await
+        .expect("applied")
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.metadata.name.as_deref(), Some("m1"));
+    api.create(&PostParams::default(), &cm("m2", json!({})))
+        .await
+        .unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(5), objs.try_next())
+        .await
+        .expect("applied")
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.metadata.name.as_deref(), Some("m2"));
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_bodies_are_client_errors_not_crashes() {
+    let env = Env::new().await;
+    env.install_crd().await;
+    let cms = "/api/v1/namespaces/default/configmaps";
+    env.raw(
+        "POST",
+        cms,
+        None,
+        Some(json!({"metadata": {"name": "base"}})),
+    )
+    .await;
+    let cases: Vec<(&str, String, Option<&str>, Value)> = vec![
+        (
+            "POST",
+            "/api/v1/namespaces".into(),
+            None,
+            json!({"metadata": {"name": "n1"}, "spec": "x"}),
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/secrets".into(),
+            None,
+            json!({"metadata": {"name": "s"}, "data": "x"}),
+        ),
+        (
+            "POST",
+            "/api/v1/namespaces/default/secrets".into(),
+            None,
+            json!({"metadata": {"name": "s"}, "data": {"k": "not base64!"}}),
+        ),
+        (
+            "POST",
+            cms.into(),
+            None,
+            json!({"metadata": {"name": "c", "labels": "x"}}),
+        ),
+        (
+            "POST",
+            cms.into(),
+            None,
+            json!({"metadata": {"name": "c", "finalizers": [1]}}),
+        ),
+        ("POST", cms.into(), None, json!(["not", "an", "object"])),
+        (
+            "POST",
+            "/apis/keeper.dev/v1alpha1/namespaces/default/s3buckets".into(),
+            None,
+            json!({"metadata": {"name": "b"}, "spec": "x"}),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/base"),
+            Some("application/merge-patch+json"),
+            json!({"data": "x"}),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/base"),
+            Some("application/merge-patch+json"),
+            json!({"metadata": {"labels": ["x"]}}),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/base"),
+            Some("application/json-patch+json"),
+            json!([{"op": "replace", "path": "", "value": "x"}]),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/base"),
+            Some("application/strategic-merge-patch+json"),
+            json!({"data": ["x"]}),
+        ),
+        (
+            "PATCH",
+            format!("{cms}/base"),
+            Some("application/apply-patch+yaml"),
+            json!({"kind": "ConfigMap"}),
+        ),
+        (
+            "PUT",
+            format!("{cms}/base"),
+            None,
+            json!({"metadata": {"name": "other"}}),
+        ),
+        (
+            "DELETE",
+            format!("{cms}/base"),
+            None,
+            json!({"preconditions": {"resourceVersion": "1"}}),
+        ),
+    ];
+    for (method, path, ct, body) in cases {
+        let path = if ct == Some("application/apply-patch+yaml") {
+            format!("{path}?fieldManager=t")
+        } else {
+            path
+        };
+        let (code, _, st) = env.raw(method, &path, ct, Some(body.clone())).await;
+        assert!(
+            (400..500).contains(&code),
+            "{method} {path} {body} -> {code} {st}"
+        );
+        assert_eq!(st["kind"], "Status", "{st}");
+    }
+    let (code, _, _) = env.raw("GET", "/version", None, None).await;
+    assert_eq!(code, 200);
     env.stop().await;
 }

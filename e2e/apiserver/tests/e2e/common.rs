@@ -187,3 +187,26 @@ pub fn s3_api_resource() -> kube::api::ApiResource {
         "s3buckets",
     )
 }
+
+impl Env {
+    /// Wait until the request log shows a request with this verb on this resource (e.g. a kubectl
+    /// started in the background has opened its watch).
+    pub async fn wait_for_request(&self, verb: &str, resource: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let (_, _, log) = self.raw("GET", "/debug/requests", None, None).await;
+            let seen = log["requests"].as_array().is_some_and(|a| {
+                a.iter()
+                    .any(|r| r["verb"] == verb && r["resource"] == resource)
+            });
+            if seen {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {verb} on {resource} in time: {log}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}

@@ -75,6 +75,14 @@ async fn kubectl_apply_crd_and_get_with_printer_columns_and_category() {
     );
     let out = env.kubectl_ok(&["get", "s3b", "-o", "name"]).await;
     assert_eq!(out.trim(), "s3bucket.keeper.dev/a");
+    let out = env.kubectl_ok(&["get", "crd"]).await;
+    let lines: Vec<Vec<&str>> = out
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], vec!["NAME", "CREATED", "AT"], "{out}");
+    assert_eq!(lines[1][0], "s3buckets.keeper.dev");
+    assert!(lines[1][1].ends_with('Z'), "{out}");
     let out = env
         .kubectl_ok(&[
             "get",
@@ -145,11 +153,11 @@ async fn kubectl_watch_sees_added_modified_deleted() {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true);
     let mut child = cmd.spawn().unwrap();
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    env.wait_for_request("watch", "s3buckets").await;
     env.apply(BUCKET_A).await;
     env.kubectl_ok(&["label", "s3b", "a", "x=y"]).await;
     env.kubectl_ok(&["delete", "s3b", "a"]).await;
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
     child.start_kill().unwrap();
     let out = child.wait_with_output().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -188,7 +196,7 @@ async fn kubectl_delete_wait_false_keeps_finalized_object() {
     // kubectl delete --wait watches until the finalizer is removed.
     let del = env.kubectl(&["delete", "s3b", "a", "--timeout=20s"]);
     let remove = async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        env.wait_for_request("watch", "s3buckets").await;
         env.kubectl_ok(&[
             "patch",
             "s3b",
@@ -302,6 +310,12 @@ async fn kubectl_describe_lists_events_and_get_events() {
         out.contains("BucketCreated") && out.contains("s3bucket/a"),
         "{out}"
     );
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        vec!["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{out}"
+    );
     let out = env
         .kubectl_ok(&[
             "get",
@@ -334,12 +348,34 @@ async fn kubectl_apply_server_side() {
         .kubectl_ok(&["get", "s3b", "a", "-o", "jsonpath={.spec.bucketName}"])
         .await;
     assert_eq!(out, "bucket-c");
-    // Server-side apply of the CRD itself and of built-ins.
+    // Server-side apply of the CRD itself: unchanged re-applies do not write.
+    let before = crd_rv(&env).await;
     let r = env
         .kubectl_in(&["apply", "--server-side", "-f", "-"], Some(CRD_YAML))
         .await;
     assert!(r.ok, "{}", r.stderr);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let r = env
+        .kubectl_in(&["apply", "--server-side", "-f", "-"], Some(CRD_YAML))
+        .await;
+    assert!(r.ok, "{}", r.stderr);
+    assert_eq!(
+        crd_rv(&env).await,
+        before,
+        "no-op applies keep the resourceVersion"
+    );
     env.stop().await;
+}
+
+async fn crd_rv(env: &Env) -> String {
+    env.kubectl_ok(&[
+        "get",
+        "crd",
+        "s3buckets.keeper.dev",
+        "-o",
+        "jsonpath={.metadata.resourceVersion}",
+    ])
+    .await
 }
 
 const BUILTINS: &str = r#"apiVersion: v1
@@ -563,6 +599,77 @@ async fn kubectl_imperative_creates_send_protobuf() {
             .trim(),
         "serviceaccount/bot"
     );
+    env.kubectl_ok(&[
+        "create",
+        "clusterrole",
+        "reader",
+        "--verb=get,list",
+        "--resource=secrets,configmaps",
+    ])
+    .await;
+    env.kubectl_ok(&[
+        "create",
+        "role",
+        "r",
+        "-n",
+        "team1",
+        "--verb=get",
+        "--resource=secrets",
+        "--resource-name=s1",
+    ])
+    .await;
+    env.kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "rb",
+        "-n",
+        "team1",
+        "--clusterrole=reader",
+        "--serviceaccount=team1:bot",
+    ])
+    .await;
+    env.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        "crb",
+        "--clusterrole=reader",
+        "--user=alice",
+    ])
+    .await;
+    let out = env
+        .kubectl_ok(&[
+            "get",
+            "clusterrole",
+            "reader",
+            "-o",
+            "jsonpath={.rules[0].verbs} {.rules[0].resources}",
+        ])
+        .await;
+    assert_eq!(out, r#"["get","list"] ["secrets","configmaps"]"#);
+    let out = env
+        .kubectl_ok(&[
+            "get",
+            "role",
+            "r",
+            "-n",
+            "team1",
+            "-o",
+            "jsonpath={.rules[0].resourceNames}",
+        ])
+        .await;
+    assert_eq!(out, r#"["s1"]"#);
+    let out = env.kubectl_ok(&["get", "rolebinding", "rb", "-n", "team1", "-o", "jsonpath={.roleRef.kind}/{.roleRef.name} {.subjects[0].kind}/{.subjects[0].namespace}/{.subjects[0].name}"]).await;
+    assert_eq!(out, "ClusterRole/reader ServiceAccount/team1/bot");
+    let out = env
+        .kubectl_ok(&[
+            "get",
+            "clusterrolebinding",
+            "crb",
+            "-o",
+            "jsonpath={.subjects[0].kind}/{.subjects[0].name}/{.subjects[0].apiGroup}",
+        ])
+        .await;
+    assert_eq!(out, "User/alice/rbac.authorization.k8s.io");
     // Kinds the protobuf decoder does not know are refused clearly.
     let r = env
         .kubectl(&["create", "deployment", "d", "--image=x"])
@@ -571,6 +678,62 @@ async fn kubectl_imperative_creates_send_protobuf() {
         !r.ok && r.stderr.contains("not supported by the emulator"),
         "{}",
         r.stderr
+    );
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_watch_prints_table_rows_and_reapplies_crd() {
+    let env = with_crd().await;
+    env.apply(BUCKET_A).await;
+    let mut cmd = tokio::process::Command::new("kubectl");
+    cmd.arg("--kubeconfig")
+        .arg(&env.kubeconfig)
+        .arg("--cache-dir")
+        .arg(env.dir.path().join("cache"))
+        .args(["get", "s3b", "-w"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    env.wait_for_request("watch", "s3buckets").await;
+    env.kubectl_ok(&[
+        "patch",
+        "s3b",
+        "a",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Provisioning"}}"#,
+    ])
+    .await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    child.start_kill().unwrap();
+    let out = child.wait_with_output().await.unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Vec<&str>> = stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0], vec!["NAME", "PHASE", "BUCKET", "AGE"], "{stdout}");
+    assert_eq!(lines[1][0], "a");
+    assert_eq!(&lines[2][..2], &["a", "Provisioning"], "{stdout}");
+    // Client-side re-apply of a changed CRD (merge patch) updates what is served.
+    let crd = CRD_YAML.replace("shortNames: [s3b]", "shortNames: [s3b, bkt]");
+    assert!(env.apply(&crd).await.contains("configured"));
+    let out = env.kubectl_ok(&["get", "bkt", "-o", "name"]).await;
+    assert_eq!(out.trim(), "s3bucket.keeper.dev/a");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_a_list_manifest() {
+    let env = Env::new().await;
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: l1}\n  data: {a: b}\n- apiVersion: v1\n  kind: ConfigMap\n  metadata: {name: l2}\n";
+    let out = env.apply(list).await;
+    assert!(
+        out.contains("configmap/l1 created") && out.contains("configmap/l2 created"),
+        "{out}"
     );
     env.stop().await;
 }

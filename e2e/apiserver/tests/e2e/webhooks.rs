@@ -153,6 +153,21 @@ async fn webhook_denies_and_warns() {
         env.raw("GET", &format!("{CMS}/no"), None, None).await.0,
         404
     );
+    // kube-rs sees the same Status.
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(env.client().await, "default");
+    let denied: k8s_openapi::api::core::v1::ConfigMap =
+        serde_json::from_value(cm("kube-rs", true)).unwrap();
+    match api.create(&Default::default(), &denied).await {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403);
+            assert_eq!(
+                s.message,
+                "admission webhook \"deny.keeper.dev\" denied the request: objects labelled deny=true are refused"
+            );
+        }
+        other => panic!("expected a denial, got {other:?}"),
+    }
     // UPDATE carries oldObject; turning the label on is refused.
     let (code, _, _) = env
         .raw(
@@ -250,6 +265,40 @@ async fn webhook_failure_policy_and_untrusted_ca() {
     env.raw(
         "DELETE",
         "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/strict",
+        None,
+        None,
+    )
+    .await;
+    // A webhook that never answers: timeoutSeconds bounds the wait, then Fail refuses.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_url = format!("https://{}/validate", silent.local_addr().unwrap());
+    let hold = tokio::spawn(async move {
+        let mut conns = Vec::new();
+        while let Ok((c, _)) = silent.accept().await {
+            conns.push(c);
+        }
+    });
+    let mut cfg = vwc("slow", &silent_url, &hook.ca_pem, "Fail", json!(["CREATE"]));
+    cfg["webhooks"][0]["timeoutSeconds"] = json!(1);
+    env.raw(
+        "POST",
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        None,
+        Some(cfg),
+    )
+    .await;
+    let start = std::time::Instant::now();
+    let (code, _, st) = env.raw("POST", CMS, None, Some(cm("slow", false))).await;
+    assert_eq!(code, 500, "{st}");
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    hold.abort();
+    env.raw(
+        "DELETE",
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/slow",
         None,
         None,
     )
