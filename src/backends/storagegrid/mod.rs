@@ -282,6 +282,20 @@ impl Client {
             .await
     }
 
+    /// Sets the password of the account's root user (used when keeper lost or cannot use the
+    /// password it stored).
+    pub async fn set_root_password(
+        &self,
+        admin: &Login,
+        id: &str,
+        password: &str,
+    ) -> Result<(), Error> {
+        let path = format!("grid/accounts/{}/change-password", segment(id));
+        let body = json!({"password": password});
+        self.call_empty(admin, "set_root_password", Method::POST, &path, Some(&body))
+            .await
+    }
+
     /// Every account on the grid, page by page (the API has no server-side filter).
     pub async fn list_accounts(&self, admin: &Login) -> Result<Vec<Account>, Error> {
         let mut all: Vec<Account> = Vec::new();
@@ -519,6 +533,22 @@ impl Client {
     ) -> Result<Vec<AccessKey>, Error> {
         let path = format!("org/users/{}/s3-access-keys", segment(owner.path_segment()));
         self.call::<(), _>(tenant, "list_access_keys", Method::GET, &path, None)
+            .await
+    }
+
+    /// A key by credential id or access key id (without its secret).
+    pub async fn get_access_key(
+        &self,
+        tenant: &Login,
+        owner: KeyOwner<'_>,
+        key: &str,
+    ) -> Result<AccessKey, Error> {
+        let path = format!(
+            "org/users/{}/s3-access-keys/{}",
+            segment(owner.path_segment()),
+            segment(key)
+        );
+        self.call::<(), _>(tenant, "get_access_key", Method::GET, &path, None)
             .await
     }
 

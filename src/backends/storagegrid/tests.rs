@@ -441,6 +441,26 @@ async fn throttling_is_transient() {
 }
 
 #[tokio::test]
+async fn the_root_password_is_set_through_the_grid_api() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    Mock::given(method("POST"))
+        .and(path(format!(
+            "/api/v4/grid/accounts/{ACCOUNT_ID}/change-password"
+        )))
+        .and(body_json(json!({"password": "new-root-password"})))
+        .respond_with(ResponseTemplate::new(204))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let (client, _) = client(&server);
+    client
+        .set_root_password(&admin(), ACCOUNT_ID, "new-root-password")
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn deleting_an_account_that_has_buckets_is_a_conflict() {
     let server = server().await;
     grid_login(&server, "t").await;
@@ -662,6 +682,11 @@ async fn access_keys_for_the_root_user_are_created_listed_and_deleted() {
         "aB3dEf+ExampleSecret"
     );
     assert!(!format!("{key:?}").contains("ExampleSecret"));
+    let found = client
+        .get_access_key(&tenant(), KeyOwner::CurrentUser, "SGKEXAMPLE7XY7Z")
+        .await
+        .unwrap();
+    assert_eq!(found.id, "BxH2c1_q-0123456789abcDEF==");
     let keys = client
         .list_access_keys(&tenant(), KeyOwner::CurrentUser)
         .await
