@@ -663,6 +663,15 @@ async fn access_keys_for_the_root_user_are_created_listed_and_deleted() {
         ))
         .mount(&server)
         .await;
+    Mock::given(method("GET"))
+        .and(path(
+            "/api/v4/org/users/current-user/s3-access-keys/SGKEXAMPLE7XY7Z",
+        ))
+        .respond_with(ok(
+            json!({"id": "BxH2c1_q-0123456789abcDEF==", "displayName": "****XY7Z"}),
+        ))
+        .mount(&server)
+        .await;
     Mock::given(method("DELETE"))
         .and(path(
             "/api/v4/org/users/current-user/s3-access-keys/BxH2c1_q-0123456789abcDEF%3D%3D",
