@@ -342,18 +342,20 @@ async fn publish_credentials(
     Ok(())
 }
 
-/// S3Bucket resources in the tenant's namespace that reference it: (resource name, bucket name).
-async fn bucket_resources(
-    ctx: &Context<S3TenantReconciler>,
-    tenant: &S3Tenant,
-) -> Result<Vec<(String, String)>, Error> {
-    let namespace = tenant.namespace().unwrap_or_default();
-    let api: Api<S3Bucket> = Api::namespaced(ctx.shared.client.clone(), &namespace);
-    let buckets = api.list(&ListParams::default()).await?;
-    Ok(buckets
+/// S3Bucket resources in `namespace` that reference `tenant`, sorted: (resource name, bucket
+/// name on the backend). The controller and the admission webhook both ask this.
+pub async fn bucket_resources(
+    client: &kube::Client,
+    namespace: &str,
+    tenant: &str,
+) -> Result<Vec<(String, String)>, kube::Error> {
+    let api: Api<S3Bucket> = Api::namespaced(client.clone(), namespace);
+    let mut buckets: Vec<(String, String)> = api
+        .list(&ListParams::default())
+        .await?
         .items
         .into_iter()
-        .filter(|b| b.spec.tenant_ref.name == tenant.name_any())
+        .filter(|b| b.spec.tenant_ref.name == tenant)
         .map(|b| {
             let name = b.name_any();
             let bucket = b
@@ -361,29 +363,20 @@ async fn bucket_resources(
                 .as_ref()
                 .and_then(|s| s.bucket_name.clone())
                 .or_else(|| b.spec.bucket_name.clone())
-                .unwrap_or_else(|| default_bucket_name(&namespace, &name));
+                .unwrap_or_else(|| default_bucket_name(namespace, &name));
             (name, bucket)
         })
-        .collect())
+        .collect();
+    buckets.sort();
+    Ok(buckets)
 }
 
-/// S3Tenant names referenced by an S3Bucket, for the admission webhook.
-pub async fn tenant_buckets(
-    client: &kube::Client,
-    namespace: &str,
-    tenant: &str,
-) -> Result<Vec<String>, kube::Error> {
-    let api: Api<S3Bucket> = Api::namespaced(client.clone(), namespace);
-    let mut names: Vec<String> = api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|b| b.spec.tenant_ref.name == tenant)
-        .map(|b| b.name_any())
-        .collect();
-    names.sort();
-    Ok(names)
+async fn tenant_bucket_resources(
+    ctx: &Context<S3TenantReconciler>,
+    tenant: &S3Tenant,
+) -> Result<Vec<(String, String)>, Error> {
+    let namespace = tenant.namespace().unwrap_or_default();
+    Ok(bucket_resources(&ctx.shared.client, &namespace, &tenant.name_any()).await?)
 }
 
 impl S3TenantReconciler {
@@ -428,7 +421,7 @@ impl S3TenantReconciler {
             }
         }
         status.credentials_secret = Some(credentials_secret_name(&name));
-        status.bucket_count = Some(bucket_resources(ctx, tenant).await?.len() as i64);
+        status.bucket_count = Some(tenant_bucket_resources(ctx, tenant).await?.len() as i64);
         Ok(())
     }
 
@@ -462,7 +455,7 @@ impl S3TenantReconciler {
         status: &mut S3TenantStatus,
     ) -> Result<Cleanup, Error> {
         let name = tenant.name_any();
-        let resources = bucket_resources(ctx, tenant).await?;
+        let resources = tenant_bucket_resources(ctx, tenant).await?;
         if tenant.spec.deletion_protection {
             let message = plan::deletion_protection_message(&name);
             self.blocked(
