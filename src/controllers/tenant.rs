@@ -31,7 +31,7 @@ use self::plan::{DeletionStep, RemainingBuckets};
 use crate::api::names::default_bucket_name;
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::storagegrid::{self, Login};
-use crate::config::{Provider, S3CompatibleProvider, SecretRef, StorageGridProvider};
+use crate::config::{Endpoint, Provider, S3CompatibleProvider, SecretRef, StorageGridProvider};
 use crate::runtime::gauges::StoreGauge;
 use crate::runtime::{
     self, Cleanup, Context, ReconcileError, Reconciler, Shared, conditions, secrets,
@@ -100,6 +100,12 @@ impl ReconcileError for Error {
             Error::ProviderSecret(_) => "secret",
         }
     }
+}
+
+/// An endpoint as applications configure it: `https://s3.example.com`, without the trailing
+/// slash URL parsing adds to a bare host.
+fn endpoint_text(endpoint: &Endpoint) -> String {
+    endpoint.0.as_str().trim_end_matches('/').to_string()
 }
 
 /// The name of the Secret with the tenant's S3 credentials.
@@ -397,14 +403,14 @@ impl S3TenantReconciler {
                     ctx,
                     tenant,
                     status: Mutex::new(status.clone()),
-                    endpoint: provider.s3_endpoint.0.to_string(),
+                    endpoint: endpoint_text(&provider.s3_endpoint),
                     region: provider.region.clone(),
                 };
                 let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
                 let id = provision::ensure(&grid, &store, &marker, &desired).await?;
                 *status = store.status.into_inner().expect("status lock");
                 status.account_id = Some(id);
-                status.s3_endpoint = Some(provider.s3_endpoint.0.to_string());
+                status.s3_endpoint = Some(endpoint_text(&provider.s3_endpoint));
             }
             Provider::S3Compatible(provider) => {
                 let credentials = self.verified_scope(ctx, provider).await?;
@@ -412,12 +418,12 @@ impl S3TenantReconciler {
                     ctx,
                     tenant,
                     &credentials,
-                    provider.endpoint.0.as_str(),
+                    &endpoint_text(&provider.endpoint),
                     &provider.region,
                 )
                 .await?;
                 status.account_id = None;
-                status.s3_endpoint = Some(provider.endpoint.0.to_string());
+                status.s3_endpoint = Some(endpoint_text(&provider.endpoint));
             }
         }
         status.credentials_secret = Some(credentials_secret_name(&name));
@@ -438,7 +444,7 @@ impl S3TenantReconciler {
             secret_access_key: required_key(&data, secret, "secretAccessKey", ctx)?,
         };
         let scope = S3Scope {
-            endpoint: provider.endpoint.0.to_string(),
+            endpoint: endpoint_text(&provider.endpoint),
             region: provider.region.clone(),
             force_path_style: provider.force_path_style,
             metrics: ctx.shared.metrics.clone(),
@@ -480,7 +486,7 @@ impl S3TenantReconciler {
             Err(_) if status.account_id.is_none() => return Ok(Cleanup::Done),
             Err(e) => return Err(e),
         };
-        let (grid, account_id, backend_buckets) = match provider {
+        let (grid, account, backend_buckets) = match provider {
             Provider::StorageGrid(p) => {
                 let grid = self.grid(ctx, &tenant.spec.provider, p).await?;
                 let store = KubeStore {
@@ -491,17 +497,21 @@ impl S3TenantReconciler {
                     region: String::new(),
                 };
                 let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
+                let password = provision::TenantStore::root_password(&store).await?;
                 let account = provision::locate_account(&grid, &store, &marker).await?;
                 let buckets = match &account {
-                    Some(a) => grid.list_buckets(&a.id).await?,
+                    Some(a) => {
+                        provision::account_buckets(&grid, &a.id, password.as_deref()).await?
+                    }
                     None => Vec::new(),
                 };
-                (Some(grid), account.map(|a| a.id), buckets)
+                (Some(grid), account.map(|a| (a.id, password)), buckets)
             }
             Provider::S3Compatible(_) => (None, None, Vec::new()),
         };
         let remaining = RemainingBuckets::new(resources, backend_buckets);
-        match plan::deletion_step(&tenant.spec, account_id.as_deref(), remaining) {
+        let account_id = account.as_ref().map(|(id, _)| id.as_str());
+        match plan::deletion_step(&tenant.spec, account_id, remaining) {
             DeletionStep::Protected | DeletionStep::Release => Ok(Cleanup::Done),
             DeletionStep::Blocked(buckets) => {
                 let count = buckets.count();
@@ -512,14 +522,7 @@ impl S3TenantReconciler {
             }
             DeletionStep::DeleteAccount { id } => {
                 let grid = grid.expect("only grid tenants have accounts");
-                let root = KubeStore {
-                    ctx,
-                    tenant,
-                    status: Mutex::new(status.clone()),
-                    endpoint: String::new(),
-                    region: String::new(),
-                };
-                let password = provision::TenantStore::root_password(&root).await?;
+                let password = account.and_then(|(_, password)| password);
                 provision::revoke_keys(&grid, &id, password.as_deref()).await?;
                 match grid.delete_account(&id).await {
                     Ok(()) => {
