@@ -396,8 +396,8 @@ impl S3TenantReconciler {
         let name = tenant.name_any();
         match self.provider(ctx, tenant)? {
             Provider::StorageGrid(provider) => {
-                let desired = plan::desired_settings(&name, &tenant.spec)
-                    .map_err(|e| Error::InvalidSpec(e.to_string()))?;
+                let desired =
+                    plan::desired_settings(&name, &tenant.spec).map_err(Error::InvalidSpec)?;
                 let grid = self.grid(ctx, &tenant.spec.provider, provider).await?;
                 let store = KubeStore {
                     ctx,
