@@ -11,8 +11,9 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
 
 use anyhow::Context as _;
 use bytes::Bytes;
@@ -25,8 +26,11 @@ use hyper_util::server::graceful::GracefulShutdown;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::{Api, ResourceExt};
+use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -185,30 +189,86 @@ async fn handle(client: kube::Client, req: Request<Incoming>) -> Response<Full<B
     }
 }
 
+/// The webhook's certificate, read again from its files when they change, so that a rotated
+/// certificate (cert-manager renews the mounted Secret in place) is served without a restart.
+#[derive(Debug)]
+struct CertFiles {
+    dir: PathBuf,
+    provider: Arc<CryptoProvider>,
+    current: Mutex<(Option<SystemTime>, Arc<CertifiedKey>)>,
+}
+
+impl CertFiles {
+    /// The newest modification time of the two files (a Secret volume swaps both at once).
+    fn modified(dir: &Path) -> Option<SystemTime> {
+        let crt = std::fs::metadata(dir.join("tls.crt"))
+            .ok()?
+            .modified()
+            .ok()?;
+        let key = std::fs::metadata(dir.join("tls.key"))
+            .ok()?
+            .modified()
+            .ok()?;
+        Some(crt.max(key))
+    }
+
+    fn load(dir: &Path, provider: &CryptoProvider) -> anyhow::Result<Arc<CertifiedKey>> {
+        let cert_file = dir.join("tls.crt");
+        let key_file = dir.join("tls.key");
+        let certs = CertificateDer::pem_file_iter(&cert_file)
+            .with_context(|| format!("cannot read {}", cert_file.display()))?
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("invalid certificate in {}", cert_file.display()))?;
+        anyhow::ensure!(
+            !certs.is_empty(),
+            "no certificate in {}",
+            cert_file.display()
+        );
+        let key = PrivateKeyDer::from_pem_file(&key_file)
+            .with_context(|| format!("cannot read a private key from {}", key_file.display()))?;
+        let certified = CertifiedKey::from_der(certs, key, provider)
+            .context("the webhook certificate and key do not match")?;
+        Ok(Arc::new(certified))
+    }
+}
+
+impl ResolvesServerCert for CertFiles {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let mut current = self.current.lock().expect("certificate lock");
+        let modified = Self::modified(&self.dir);
+        if modified.is_some() && modified != current.0 {
+            match Self::load(&self.dir, &self.provider) {
+                Ok(key) => {
+                    tracing::info!(dir = %self.dir.display(), "webhook certificate reloaded");
+                    *current = (modified, key);
+                }
+                // Keep serving the previous certificate; a half-written rotation is retried.
+                Err(e) => tracing::warn!(
+                    error = format!("{e:#}"),
+                    "cannot reload the webhook certificate"
+                ),
+            }
+        }
+        Some(current.1.clone())
+    }
+}
+
 /// TLS from `<dir>/tls.crt` (chain) and `<dir>/tls.key`, the layout of a mounted
-/// `kubernetes.io/tls` Secret.
+/// `kubernetes.io/tls` Secret; the files are read again when they change.
 pub fn tls_config(cert_dir: &Path) -> anyhow::Result<Arc<rustls::ServerConfig>> {
-    let cert_file = cert_dir.join("tls.crt");
-    let key_file = cert_dir.join("tls.key");
-    let certs = CertificateDer::pem_file_iter(&cert_file)
-        .with_context(|| format!("cannot read {}", cert_file.display()))?
-        .collect::<Result<Vec<_>, _>>()
-        .with_context(|| format!("invalid certificate in {}", cert_file.display()))?;
-    anyhow::ensure!(
-        !certs.is_empty(),
-        "no certificate in {}",
-        cert_file.display()
-    );
-    let key = PrivateKeyDer::from_pem_file(&key_file)
-        .with_context(|| format!("cannot read a private key from {}", key_file.display()))?;
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .context("TLS protocol versions")?
-    .with_no_client_auth()
-    .with_single_cert(certs, key)
-    .context("the webhook certificate and key do not match")?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let modified = CertFiles::modified(cert_dir);
+    let key = CertFiles::load(cert_dir, &provider)?;
+    let resolver = CertFiles {
+        dir: cert_dir.to_path_buf(),
+        provider: provider.clone(),
+        current: Mutex::new((modified, key)),
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
@@ -543,6 +603,42 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(response.status(), 400);
+        webhook.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_rotated_certificate_is_served_without_a_restart() {
+        let apiserver = apiserver().await;
+        let webhook = start(&apiserver).await;
+        let rotated = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        // Newer modification time than the first pair, whatever the file system's granularity.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        std::fs::write(
+            webhook.dir.join("tls.key"),
+            rotated.signing_key.serialize_pem(),
+        )
+        .unwrap();
+        std::fs::write(webhook.dir.join("tls.crt"), rotated.cert.pem()).unwrap();
+        let ca = reqwest::Certificate::from_pem(rotated.cert.pem().as_bytes()).unwrap();
+        let trusting_new = reqwest::Client::builder()
+            .tls_certs_only([ca])
+            .build()
+            .unwrap();
+        let response = trusting_new
+            .post(format!("{}/other", webhook.url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404);
+        // The old certificate is no longer served.
+        assert!(
+            webhook
+                .https
+                .post(format!("{}/other", webhook.url))
+                .send()
+                .await
+                .is_err()
+        );
         webhook.stop().await;
     }
 
