@@ -231,7 +231,22 @@ struct KubeStore<'a> {
     region: String,
 }
 
-impl KubeStore<'_> {
+impl<'a> KubeStore<'a> {
+    fn new(
+        ctx: &'a Context<S3TenantReconciler>,
+        tenant: &'a S3Tenant,
+        status: &S3TenantStatus,
+        provider: &StorageGridProvider,
+    ) -> Self {
+        KubeStore {
+            ctx,
+            tenant,
+            status: Mutex::new(status.clone()),
+            endpoint: endpoint_text(&provider.s3_endpoint),
+            region: provider.region.clone(),
+        }
+    }
+
     fn namespace(&self) -> String {
         self.tenant.namespace().unwrap_or_default()
     }
@@ -399,13 +414,7 @@ impl S3TenantReconciler {
                 let desired =
                     plan::desired_settings(&name, &tenant.spec).map_err(Error::InvalidSpec)?;
                 let grid = self.grid(ctx, &tenant.spec.provider, provider).await?;
-                let store = KubeStore {
-                    ctx,
-                    tenant,
-                    status: Mutex::new(status.clone()),
-                    endpoint: endpoint_text(&provider.s3_endpoint),
-                    region: provider.region.clone(),
-                };
+                let store = KubeStore::new(ctx, tenant, status, provider);
                 let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
                 let id = provision::ensure(&grid, &store, &marker, &desired).await?;
                 *status = store.status.into_inner().expect("status lock");
@@ -489,13 +498,7 @@ impl S3TenantReconciler {
         let (grid, account, backend_buckets) = match provider {
             Provider::StorageGrid(p) => {
                 let grid = self.grid(ctx, &tenant.spec.provider, p).await?;
-                let store = KubeStore {
-                    ctx,
-                    tenant,
-                    status: Mutex::new(status.clone()),
-                    endpoint: String::new(),
-                    region: String::new(),
-                };
+                let store = KubeStore::new(ctx, tenant, status, p);
                 let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
                 let password = provision::TenantStore::root_password(&store).await?;
                 let account = provision::locate_account(&grid, &store, &marker).await?;

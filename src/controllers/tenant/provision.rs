@@ -47,10 +47,11 @@ pub async fn locate_account<S: TenantStore>(
     store: &S,
     marker: &str,
 ) -> Result<Option<ObservedAccount>, S::Error> {
-    if let Some(id) = store.recorded_account()
-        && let Some(account) = backend.get_account(&id, marker).await?
-    {
-        return Ok(Some(account));
+    if let Some(id) = store.recorded_account() {
+        match backend.get_account(&id, marker).await? {
+            Some(account) => return Ok(Some(account)),
+            None => tracing::warn!(account = %id, "the recorded account no longer exists (404)"),
+        }
     }
     Ok(backend.find_account(marker).await?)
 }
