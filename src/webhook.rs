@@ -35,9 +35,9 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::{DeletionPolicy, S3Bucket, S3Tenant};
+use crate::api::{S3Bucket, S3Tenant};
 use crate::controllers::tenant::bucket_resources;
-use crate::controllers::tenant::plan::{self, RemainingBuckets};
+use crate::controllers::tenant::plan::{self, DeletionGate, RemainingBuckets};
 
 /// The path the ValidatingWebhookConfiguration points at.
 pub const PATH: &str = "/validate";
@@ -56,17 +56,18 @@ pub enum Verdict {
 /// DELETE of a tenant, given the S3Bucket resources that reference it.
 pub fn tenant_delete(tenant: &S3Tenant, buckets: Vec<String>) -> Verdict {
     let name = tenant.name_any();
-    if tenant.spec.deletion_protection {
-        return Verdict::Deny(plan::deletion_protection_message(&name));
+    match plan::deletion_gate(&tenant.spec) {
+        DeletionGate::Protected => Verdict::Deny(plan::deletion_protection_message(&name)),
+        DeletionGate::Retain => Verdict::Allow,
+        DeletionGate::Proceed if buckets.is_empty() => Verdict::Allow,
+        DeletionGate::Proceed => {
+            let remaining = RemainingBuckets {
+                resources: buckets,
+                unmanaged: Vec::new(),
+            };
+            Verdict::Warn(plan::buckets_remain_message(&name, &remaining))
+        }
     }
-    if tenant.spec.deletion_policy == DeletionPolicy::Retain || buckets.is_empty() {
-        return Verdict::Allow;
-    }
-    let remaining = RemainingBuckets {
-        resources: buckets,
-        unmanaged: Vec::new(),
-    };
-    Verdict::Warn(plan::buckets_remain_message(&name, &remaining))
 }
 
 /// CREATE of a bucket, given its tenant if it exists.
@@ -96,7 +97,8 @@ async fn judge(client: &kube::Client, request: &AdmissionRequest<DynamicObject>)
             let Some(tenant) = typed::<S3Tenant>(request.old_object.as_ref()) else {
                 return Verdict::Allow;
             };
-            if tenant.spec.deletion_protection {
+            // A protected tenant is denied whatever its buckets: no lookup needed.
+            if plan::deletion_gate(&tenant.spec) == DeletionGate::Protected {
                 return tenant_delete(&tenant, Vec::new());
             }
             match bucket_resources(client, &namespace, &tenant.name_any()).await {

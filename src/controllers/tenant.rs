@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use self::backend::{
     AccountBackend, BackendError, CredentialScope, GridAccounts, S3Credentials, S3Scope,
 };
-use self::plan::{DeletionStep, RemainingBuckets};
+use self::plan::{DeletionGate, DeletionStep, RemainingBuckets};
 use crate::api::names::default_bucket_name;
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::storagegrid::{self, Login};
@@ -471,23 +471,17 @@ impl S3TenantReconciler {
     ) -> Result<Cleanup, Error> {
         let name = tenant.name_any();
         let resources = tenant_bucket_resources(ctx, tenant).await?;
-        if tenant.spec.deletion_protection {
-            let message = plan::deletion_protection_message(&name);
-            self.blocked(
-                tenant,
-                ctx,
-                status,
-                "DeletionProtection",
-                message,
-                resources.len(),
-            )
-            .await?;
-            // Turning protection off changes the spec, which triggers the next look.
-            return Ok(Cleanup::Wait(Action::await_change()));
-        }
-        // With policy Retain the backend is not even asked: it may be unreachable for good.
-        if tenant.spec.deletion_policy == crate::api::DeletionPolicy::Retain {
-            return Ok(Cleanup::Done);
+        match plan::deletion_gate(&tenant.spec) {
+            DeletionGate::Protected => {
+                let message = plan::deletion_protection_message(&name);
+                let count = resources.len();
+                self.blocked(tenant, ctx, status, "DeletionProtection", message, count)
+                    .await?;
+                // Turning protection off changes the spec, which triggers the next look.
+                return Ok(Cleanup::Wait(Action::await_change()));
+            }
+            DeletionGate::Retain => return Ok(Cleanup::Done),
+            DeletionGate::Proceed => {}
         }
         let provider = match self.provider(ctx, tenant) {
             Ok(provider) => provider,
@@ -514,8 +508,8 @@ impl S3TenantReconciler {
         };
         let remaining = RemainingBuckets::new(resources, backend_buckets);
         let account_id = account.as_ref().map(|(id, _)| id.as_str());
-        match plan::deletion_step(&tenant.spec, account_id, remaining) {
-            DeletionStep::Protected | DeletionStep::Release => Ok(Cleanup::Done),
+        match plan::deletion_step(account_id, remaining) {
+            DeletionStep::Release => Ok(Cleanup::Done),
             DeletionStep::Blocked(buckets) => {
                 let count = buckets.count();
                 let message = plan::buckets_remain_message(&name, &buckets);

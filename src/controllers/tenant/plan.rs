@@ -149,12 +149,32 @@ impl RemainingBuckets {
     }
 }
 
-/// What deleting the tenant does now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DeletionStep {
+/// What the spec alone decides about a deletion, before the backend is asked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeletionGate {
     /// `deletionProtection` is on: hold the tenant until it is turned off.
     Protected,
-    /// Release the resource and leave the account (policy Retain, or no account exists).
+    /// Policy `Retain`: release the resource and leave the account, without asking the backend
+    /// (which may be gone for good).
+    Retain,
+    /// Look at the backend.
+    Proceed,
+}
+
+pub fn deletion_gate(spec: &S3TenantSpec) -> DeletionGate {
+    if spec.deletion_protection {
+        DeletionGate::Protected
+    } else if spec.deletion_policy == DeletionPolicy::Retain {
+        DeletionGate::Retain
+    } else {
+        DeletionGate::Proceed
+    }
+}
+
+/// What deleting the tenant does now, given what the backend holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeletionStep {
+    /// Nothing is left: release the resource.
     Release,
     /// Buckets remain: hold the tenant and say what to do.
     Blocked(RemainingBuckets),
@@ -162,17 +182,7 @@ pub enum DeletionStep {
     DeleteAccount { id: String },
 }
 
-pub fn deletion_step(
-    spec: &S3TenantSpec,
-    account_id: Option<&str>,
-    buckets: RemainingBuckets,
-) -> DeletionStep {
-    if spec.deletion_protection {
-        return DeletionStep::Protected;
-    }
-    if spec.deletion_policy == DeletionPolicy::Retain {
-        return DeletionStep::Release;
-    }
+pub fn deletion_step(account_id: Option<&str>, buckets: RemainingBuckets) -> DeletionStep {
     if !buckets.is_empty() {
         return DeletionStep::Blocked(buckets);
     }
@@ -344,44 +354,38 @@ mod tests {
     }
 
     #[test]
-    fn protection_wins_over_everything() {
+    fn protection_wins_over_retain() {
         let mut spec = spec();
+        assert_eq!(deletion_gate(&spec), DeletionGate::Proceed);
+        spec.deletion_policy = DeletionPolicy::Retain;
+        assert_eq!(deletion_gate(&spec), DeletionGate::Retain);
         spec.deletion_protection = true;
-        spec.deletion_policy = DeletionPolicy::Retain;
-        assert_eq!(
-            deletion_step(&spec, Some("1"), RemainingBuckets::default()),
-            DeletionStep::Protected
-        );
-    }
-
-    #[test]
-    fn retain_releases_without_looking_at_buckets() {
-        let mut spec = spec();
-        spec.deletion_policy = DeletionPolicy::Retain;
-        let buckets = RemainingBuckets::new(vec![("b".into(), "ns-b".into())], []);
-        assert_eq!(
-            deletion_step(&spec, Some("1"), buckets),
-            DeletionStep::Release
-        );
+        assert_eq!(deletion_gate(&spec), DeletionGate::Protected);
     }
 
     #[test]
     fn buckets_block_deletion() {
         let buckets = RemainingBuckets::new(vec![], ["external".to_string()]);
         assert_eq!(
-            deletion_step(&spec(), Some("1"), buckets.clone()),
-            DeletionStep::Blocked(buckets)
+            deletion_step(Some("1"), buckets.clone()),
+            DeletionStep::Blocked(buckets.clone())
+        );
+        // Resources count even when no account exists (S3-compatible scopes).
+        let resources = RemainingBuckets::new(vec![("b".into(), "ns-b".into())], []);
+        assert_eq!(
+            deletion_step(None, resources.clone()),
+            DeletionStep::Blocked(resources)
         );
     }
 
     #[test]
     fn without_buckets_the_account_is_deleted_or_there_is_nothing_to_delete() {
         assert_eq!(
-            deletion_step(&spec(), Some("1"), RemainingBuckets::default()),
+            deletion_step(Some("1"), RemainingBuckets::default()),
             DeletionStep::DeleteAccount { id: "1".into() }
         );
         assert_eq!(
-            deletion_step(&spec(), None, RemainingBuckets::default()),
+            deletion_step(None, RemainingBuckets::default()),
             DeletionStep::Release
         );
     }
