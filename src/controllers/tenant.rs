@@ -489,11 +489,11 @@ impl S3TenantReconciler {
             Err(_) if status.account_id.is_none() => return Ok(Cleanup::Done),
             Err(e) => return Err(e),
         };
+        let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
         let (grid, account, backend_buckets) = match provider {
             Provider::StorageGrid(p) => {
                 let grid = self.grid(ctx, &tenant.spec.provider, p).await?;
                 let store = KubeStore::new(ctx, tenant, status, p);
-                let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
                 let password = provision::TenantStore::root_password(&store).await?;
                 let account = provision::locate_account(&grid, &store, &marker).await?;
                 let buckets = match &account {
@@ -522,10 +522,14 @@ impl S3TenantReconciler {
                 let password = account.and_then(|(_, password)| password);
                 provision::revoke_keys(&grid, &id, password.as_deref()).await?;
                 match grid.delete_account(&id).await {
-                    Ok(()) => {
-                        tracing::info!(account = %id, "deleted StorageGRID account; confirming");
-                        Ok(Cleanup::Wait(Action::requeue(DELETE_CONFIRM)))
-                    }
+                    // Only a 404 confirms; a grid that deletes asynchronously is asked again soon.
+                    Ok(()) => match grid.get_account(&id, &marker).await? {
+                        None => {
+                            tracing::info!(account = %id, "deleted StorageGRID account");
+                            Ok(Cleanup::Done)
+                        }
+                        Some(_) => Ok(Cleanup::Wait(Action::requeue(DELETE_CONFIRM))),
+                    },
                     Err(e) if e.is_not_found() => Ok(Cleanup::Done),
                     // A bucket appeared since the check: look again, which names it.
                     Err(e) if e.is_conflict() => {
