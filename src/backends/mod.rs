@@ -1,3 +1,4 @@
-//! Clients of the external systems keeper manages, each behind a small trait.
+//! Clients of the storage and database backends keeper manages, each behind a small trait.
 
 pub mod rds;
+pub mod storagegrid;
