@@ -38,7 +38,7 @@ use crate::backends::rds::{
 use crate::config::RdsConfig;
 use crate::metrics::BackendOutcome;
 use crate::runtime::conditions::{self, DELETION_BLOCKED, READY};
-use crate::runtime::gauges::StoreGauge;
+use crate::runtime::gauges::{self, StoreGauge};
 use crate::runtime::{self, Cleanup, Context, ReconcileError, Reconciler, Shared, secrets};
 use crate::server::Readiness;
 
@@ -125,15 +125,13 @@ pub async fn run(
         &["Provisioning", "Ready", "Failed", "Deleting"],
         |db: &CloudDatabase| Some(format!("{:?}", db.status.as_ref()?.phase?)),
     ));
-    shared.metrics.register(StoreGauge::new(
-        "keeper_deletion_blocked",
-        "Resources whose deletion waits for the user (DeletionBlocked=True).",
+    shared.metrics.register(gauges::deletion_blocked(
+        "CloudDatabase",
         controller.store(),
-        &[("kind", "CloudDatabase")],
-        "",
-        &[""],
         |db: &CloudDatabase| {
-            conditions::is_true(&db.status.as_ref()?.conditions, DELETION_BLOCKED).then(String::new)
+            db.status
+                .as_ref()
+                .is_some_and(|s| conditions::is_true(&s.conditions, DELETION_BLOCKED))
         },
     ));
     let ctx = Arc::new(Context::new(shared, CloudDatabaseReconciler { backend }));

@@ -32,7 +32,7 @@ use crate::api::names::default_bucket_name;
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::storagegrid::{self, Login};
 use crate::config::{Endpoint, Provider, S3CompatibleProvider, SecretRef, StorageGridProvider};
-use crate::runtime::gauges::StoreGauge;
+use crate::runtime::gauges::{self, StoreGauge};
 use crate::runtime::{
     self, Cleanup, Context, ReconcileError, Reconciler, Shared, conditions, secrets,
 };
@@ -677,12 +677,11 @@ fn phase_label(tenant: &S3Tenant) -> Option<String> {
     Some(format!("{phase:?}"))
 }
 
-fn deletion_blocked(tenant: &S3Tenant) -> Option<String> {
+fn is_deletion_blocked(tenant: &S3Tenant) -> bool {
     tenant
         .status
         .as_ref()
-        .filter(|s| conditions::is_true(&s.conditions, conditions::DELETION_BLOCKED))
-        .map(|_| String::new())
+        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::DELETION_BLOCKED))
 }
 
 /// The tenant an S3Bucket belongs to: a bucket's change (above all its deletion) re-checks it.
@@ -711,14 +710,10 @@ pub async fn run(
         &["Pending", "Ready", "Failed", "Deleting"],
         phase_label,
     ));
-    shared.metrics.register(StoreGauge::new(
-        "keeper_deletion_blocked",
-        "Resources whose deletion is held (DeletionBlocked=True).",
+    shared.metrics.register(gauges::deletion_blocked(
+        "S3Tenant",
         controller.store(),
-        &[("kind", "S3Tenant")],
-        "",
-        &[""],
-        deletion_blocked,
+        is_deletion_blocked,
     ));
     let ctx = Arc::new(Context::new(
         shared.clone(),
@@ -761,7 +756,7 @@ mod tests {
             phase_label(&tenant(Some(status.clone()))).as_deref(),
             Some("Deleting")
         );
-        assert_eq!(deletion_blocked(&tenant(Some(status.clone()))), None);
+        assert!(!is_deletion_blocked(&tenant(Some(status.clone()))));
         conditions::set(
             &mut status.conditions,
             conditions::DELETION_BLOCKED,
@@ -770,7 +765,7 @@ mod tests {
             "m",
             None,
         );
-        assert_eq!(deletion_blocked(&tenant(Some(status))), Some(String::new()));
+        assert!(is_deletion_blocked(&tenant(Some(status))));
     }
 
     #[test]
