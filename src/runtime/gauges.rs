@@ -185,4 +185,28 @@ mod tests {
         assert!(text.contains(r#"keeper_blocked{kind="A"} 1"#), "{text}");
         assert!(text.contains(r#"keeper_blocked{kind="B"} 0"#), "{text}");
     }
+
+    #[test]
+    fn every_kind_can_register_its_deletion_blocked_gauge_in_one_registry() {
+        let registry = prometheus::Registry::new();
+        for kind in ["S3Tenant", "S3Bucket", "CloudDatabase"] {
+            let (reader, mut writer) = store::<ConfigMap>();
+            writer.apply_watcher_event(&Event::Apply(configmap("a", "Blocked")));
+            let gauge = deletion_blocked(kind, reader, |cm: &ConfigMap| {
+                cm.data
+                    .as_ref()
+                    .is_some_and(|d| d.get("phase").is_some_and(|p| p == "Blocked"))
+            });
+            registry.register(Box::new(gauge)).unwrap();
+        }
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        for kind in ["S3Tenant", "S3Bucket", "CloudDatabase"] {
+            assert!(
+                text.contains(&format!("keeper_deletion_blocked{{kind=\"{kind}\"}} 1")),
+                "{text}"
+            );
+        }
+    }
 }
