@@ -149,15 +149,23 @@ async fn a_database_becomes_ready_with_secret_and_tags_and_each_policy_deletes_a
 
     let rds = rds_client(&env).await;
     let snapshots = rds.describe_db_snapshots().send().await.unwrap();
-    let snapshot_ids: Vec<&str> = snapshots
+    // The final snapshot is named `<instanceId>-final-<UTC timestamp>` (the id keeper records in
+    // status.finalSnapshotId before it calls DeleteDBInstance).
+    let snap_id = &ids.iter().find(|(n, _)| n == "snap").unwrap().1;
+    let finals: Vec<&str> = snapshots
         .db_snapshots()
         .iter()
+        .filter(|s| s.db_instance_identifier() == Some(snap_id.as_str()))
         .filter_map(|s| s.db_snapshot_identifier())
         .collect();
-    let snapshot_id = snapshot_id.expect("status.finalSnapshotId was recorded before the delete");
+    assert_eq!(
+        finals.len(),
+        1,
+        "one final snapshot of {snap_id}: {finals:?}"
+    );
     assert!(
-        snapshot_ids.contains(&snapshot_id.as_str()),
-        "{snapshot_id} not in {snapshot_ids:?}"
+        finals[0].starts_with(&format!("{snap_id}-final-")),
+        "{finals:?}"
     );
     let gone_id = &ids.iter().find(|(n, _)| n == "gone").unwrap().1;
     assert!(
