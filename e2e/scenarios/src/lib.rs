@@ -373,6 +373,94 @@ pub async fn rds_client(env: &Env) -> aws_sdk_rds::Client {
     aws_sdk_rds::Client::from_conf(config.build())
 }
 
+/// An S3 client (path style) for `endpoint` with the given keys, as an application would use
+/// the credentials keeper publishes.
+pub fn s3_client(
+    endpoint: &str,
+    access_key: &str,
+    secret_key: &str,
+    region: &str,
+) -> aws_sdk_s3::Client {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let config = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new(region.to_string()))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            access_key,
+            secret_key,
+            None,
+            None,
+            "keeper-e2e",
+        ))
+        .build();
+    aws_sdk_s3::Client::from_conf(config)
+}
+
+/// The data of a Secret, decoded.
+pub fn secret_data(
+    env: &Env,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    use base64::Engine as _;
+    let secret = env
+        .get_json(namespace, &format!("secret/{name}"))?
+        .with_context(|| format!("Secret {namespace}/{name} does not exist"))?;
+    let mut out = std::collections::BTreeMap::new();
+    for (key, value) in secret["data"].as_object().into_iter().flatten() {
+        let bytes =
+            base64::engine::general_purpose::STANDARD.decode(value.as_str().unwrap_or_default())?;
+        out.insert(key.clone(), String::from_utf8(bytes)?);
+    }
+    Ok(out)
+}
+
+/// The StorageGRID emulator's state (accounts, buckets, users, groups, keys; no secrets).
+pub fn storagegrid_state(env: &Env) -> anyhow::Result<Value> {
+    let url = format!(
+        "{}/debug/state",
+        env.storagegrid_url
+            .as_deref()
+            .context("no StorageGRID emulator")?
+    );
+    let (status, body) = http_get(&url).context("StorageGRID emulator unreachable")?;
+    anyhow::ensure!(status == 200, "GET {url}: {status}");
+    Ok(serde_json::from_str(&body)?)
+}
+
+/// Sends a JSON body to the StorageGRID emulator's debug API (fault injection).
+pub fn storagegrid_debug(env: &Env, method: &str, path: &str, body: Value) -> anyhow::Result<()> {
+    let url = format!(
+        "{}{path}",
+        env.storagegrid_url
+            .as_deref()
+            .context("no StorageGRID emulator")?
+    );
+    let method: ::reqwest::Method = method.parse()?;
+    std::thread::spawn(move || -> anyhow::Result<()> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let response = ::reqwest::Client::new()
+                .request(method, &url)
+                .json(&body)
+                .send()
+                .await?;
+            anyhow::ensure!(
+                response.status().is_success(),
+                "{url}: {}",
+                response.status()
+            );
+            Ok(())
+        })
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("debug request panicked"))?
+}
+
 /// The status of condition `type_` of an object, if present.
 pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
     obj["status"]["conditions"]

@@ -1,0 +1,327 @@
+//! S3Tenant end to end (issue 4) against the StorageGRID emulator: one account and one key set
+//! whatever the crashes, working credentials, and deletion refused while buckets remain.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use keeper_e2e::{
+    Env, Keeper, condition, s3_client, secret_data, storagegrid_debug, storagegrid_state,
+    wait_until,
+};
+use serde_json::{Value, json};
+
+fn tenant(name: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: keeper.dev/v1alpha1\nkind: S3Tenant\nmetadata:\n  name: {name}\nspec:\n  provider: default\n{extra}"
+    )
+}
+
+fn bucket(name: &str, tenant: &str) -> String {
+    format!(
+        "apiVersion: keeper.dev/v1alpha1\nkind: S3Bucket\nmetadata:\n  name: {name}\nspec:\n  tenantRef:\n    name: {tenant}\n  drain:\n    pollInterval: 1s\n"
+    )
+}
+
+fn wait_condition(
+    env: &Env,
+    ns: &str,
+    resource: &str,
+    type_: &str,
+    status: &str,
+    timeout: Duration,
+) -> Value {
+    let mut obj = Value::Null;
+    wait_until(timeout, &format!("{resource} {type_}={status}"), || {
+        obj = env.get_json(ns, resource)?.unwrap_or_default();
+        Ok(condition(&obj, type_).is_some_and(|c| c["status"] == status))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\nlast seen: {obj:#}"));
+    obj
+}
+
+/// Accounts on the grid that carry this tenant's ownership marker.
+fn accounts_of(env: &Env, uid: &str) -> Vec<Value> {
+    let state = storagegrid_state(env).unwrap();
+    state["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["description"].as_str().is_some_and(|d| d.contains(uid)))
+        .cloned()
+        .collect()
+}
+
+fn keys_of(env: &Env, account_id: &str) -> Vec<String> {
+    let state = storagegrid_state(env).unwrap();
+    state["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["accountId"] == account_id)
+        .map(|k| k["accessKey"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// A pseudo-random delay from the clock: good enough to spread crashes over the create sequence.
+fn jitter(max_ms: u64) -> Duration {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    Duration::from_millis(nanos % max_ms)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_survives_ten_sigkills_during_creation_with_one_account_and_one_key_set() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-tenant").unwrap();
+    // Slow every management call down so that the kills land inside the create sequence.
+    storagegrid_debug(
+        &env,
+        "POST",
+        "/debug/faults",
+        json!({"path_prefix": "/api/v4/", "delay_ms": 120, "count": 10000}),
+    )
+    .unwrap();
+    env.apply(&ns.name, &tenant("crashy", "  quota: 10Gi\n"))
+        .unwrap();
+    for _ in 0..10 {
+        let keeper = Keeper::start(&env).unwrap();
+        std::thread::sleep(jitter(900));
+        keeper.kill();
+    }
+    storagegrid_debug(&env, "DELETE", "/debug/faults", json!({})).unwrap();
+
+    let keeper = Keeper::start(&env).unwrap();
+    let obj = wait_condition(
+        &env,
+        &ns.name,
+        "s3tenant/crashy",
+        "Ready",
+        "True",
+        Duration::from_secs(60),
+    );
+    let uid = obj["metadata"]["uid"].as_str().unwrap();
+    let accounts = accounts_of(&env, uid);
+    assert_eq!(accounts.len(), 1, "exactly one account: {accounts:#?}");
+    let account_id = accounts[0]["id"].as_str().unwrap();
+    assert_eq!(obj["status"]["accountId"], account_id);
+    let keys = keys_of(&env, account_id);
+    assert_eq!(keys.len(), 1, "exactly one key set: {keys:?}");
+
+    let creds = secret_data(&env, &ns.name, "crashy-s3-credentials").unwrap();
+    assert_eq!(creds["accessKeyId"], keys[0]);
+    for key in ["accessKeyId", "secretAccessKey", "endpoint", "region"] {
+        assert!(
+            creds.contains_key(key),
+            "{key} missing from the credentials Secret"
+        );
+    }
+    let s3 = s3_client(
+        &creds["endpoint"],
+        &creds["accessKeyId"],
+        &creds["secretAccessKey"],
+        &creds["region"],
+    );
+    s3.create_bucket()
+        .bucket(format!("{}-probe", ns.name))
+        .send()
+        .await
+        .expect("the published keys work");
+    let listed = s3.list_buckets().send().await.unwrap();
+    assert_eq!(listed.buckets().len(), 1);
+    s3.delete_bucket()
+        .bucket(format!("{}-probe", ns.name))
+        .send()
+        .await
+        .unwrap();
+
+    env.kubectl(&["delete", "-n", &ns.name, "s3tenant/crashy", "--wait=false"])
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the tenant to go", || {
+        Ok(env.get_json(&ns.name, "s3tenant/crashy")?.is_none())
+    })
+    .unwrap();
+    assert!(
+        accounts_of(&env, uid).is_empty(),
+        "the account went with the tenant"
+    );
+    drop(keeper);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_with_buckets_refuses_deletion_until_they_are_gone() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-refuse").unwrap();
+    let keeper = Keeper::start_with_webhook(&env).unwrap();
+    env.apply(&ns.name, &tenant("t", "")).unwrap();
+    let obj = wait_condition(
+        &env,
+        &ns.name,
+        "s3tenant/t",
+        "Ready",
+        "True",
+        Duration::from_secs(60),
+    );
+    let uid = obj["metadata"]["uid"].as_str().unwrap().to_string();
+    for b in ["alpha", "beta"] {
+        env.apply(&ns.name, &bucket(b, "t")).unwrap();
+    }
+    for b in ["alpha", "beta"] {
+        wait_condition(
+            &env,
+            &ns.name,
+            &format!("s3bucket/{b}"),
+            "Ready",
+            "True",
+            Duration::from_secs(60),
+        );
+    }
+
+    // kubectl prints the webhook's warning at once, naming both buckets and the drain command.
+    let out = env
+        .kubectl_output(&["delete", "-n", &ns.name, "s3tenant/t", "--wait=false"])
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("Warning:"),
+        "no admission warning: {stderr}"
+    );
+    for needle in ["alpha", "beta", "keeper.dev/drain=true"] {
+        assert!(stderr.contains(needle), "warning lacks {needle}: {stderr}");
+    }
+
+    let obj = wait_condition(
+        &env,
+        &ns.name,
+        "s3tenant/t",
+        "DeletionBlocked",
+        "True",
+        Duration::from_secs(30),
+    );
+    assert!(
+        obj["metadata"]["deletionTimestamp"].is_string(),
+        "the tenant is Terminating"
+    );
+    assert_eq!(obj["status"]["phase"], "Deleting");
+    assert_eq!(
+        condition(&obj, "DeletionBlocked").unwrap()["reason"],
+        "BucketsRemain"
+    );
+    let events = env
+        .kubectl(&[
+            "get",
+            "events",
+            "-n",
+            &ns.name,
+            "--field-selector",
+            "involvedObject.name=t,involvedObject.kind=S3Tenant,reason=DeletionBlocked",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+    let events: Value = serde_json::from_str(&events).unwrap();
+    let items = events["items"].as_array().unwrap();
+    assert_eq!(
+        items.len(),
+        1,
+        "one DeletionBlocked event, not a storm: {items:#?}"
+    );
+    assert_eq!(items[0]["type"], "Warning");
+    let message = items[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("alpha") && message.contains("beta"),
+        "{message}"
+    );
+    assert_eq!(accounts_of(&env, &uid).len(), 1, "the account is intact");
+
+    // Drain and delete the buckets: the tenant and its account follow within seconds.
+    for b in ["alpha", "beta"] {
+        env.kubectl(&[
+            "annotate",
+            "-n",
+            &ns.name,
+            &format!("s3bucket/{b}"),
+            "keeper.dev/drain=true",
+        ])
+        .unwrap();
+        env.kubectl(&[
+            "delete",
+            "-n",
+            &ns.name,
+            &format!("s3bucket/{b}"),
+            "--wait=false",
+        ])
+        .unwrap();
+    }
+    let started = Instant::now();
+    wait_until(
+        Duration::from_secs(60),
+        "the buckets and the tenant to go",
+        || Ok(env.get_json(&ns.name, "s3tenant/t")?.is_none()),
+    )
+    .unwrap();
+    eprintln!(
+        "tenant gone {:?} after the bucket deletions",
+        started.elapsed()
+    );
+    assert!(
+        accounts_of(&env, &uid).is_empty(),
+        "the account went with the tenant"
+    );
+    drop(keeper);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_protected_tenant_cannot_be_deleted_until_protection_is_lifted() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-protect").unwrap();
+    let keeper = Keeper::start_with_webhook(&env).unwrap();
+    env.apply(&ns.name, &tenant("p", "  deletionProtection: true\n"))
+        .unwrap();
+    wait_condition(
+        &env,
+        &ns.name,
+        "s3tenant/p",
+        "Ready",
+        "True",
+        Duration::from_secs(60),
+    );
+
+    let out = env
+        .kubectl_output(&["delete", "-n", &ns.name, "s3tenant/p", "--wait=false"])
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "deleting a protected tenant was admitted"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("deletionProtection"), "{stderr}");
+    assert!(
+        env.get_json(&ns.name, "s3tenant/p").unwrap().unwrap()["metadata"]["deletionTimestamp"]
+            .is_null()
+    );
+
+    env.kubectl(&[
+        "patch",
+        "-n",
+        &ns.name,
+        "s3tenant/p",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"deletionProtection":false}}"#,
+    ])
+    .unwrap();
+    env.kubectl(&["delete", "-n", &ns.name, "s3tenant/p", "--wait=false"])
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the tenant to go", || {
+        Ok(env.get_json(&ns.name, "s3tenant/p")?.is_none())
+    })
+    .unwrap();
+    drop(keeper);
+}
