@@ -1,0 +1,578 @@
+//! S3Bucket end to end (issue 5), on the StorageGRID emulator (provider `default`, server-side
+//! drain) and on moto (provider `s3`, client-side drain).
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use keeper_e2e::{Env, Keeper, condition, s3_client, secret_data, wait_until};
+use serde_json::Value;
+
+fn manifest(kind: &str, name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: keeper.dev/v1alpha1\nkind: {kind}\nmetadata:\n  name: {name}\nspec:\n{spec}"
+    )
+}
+
+fn tenant(name: &str, provider: &str) -> String {
+    manifest("S3Tenant", name, &format!("  provider: {provider}\n"))
+}
+
+fn bucket(name: &str, tenant: &str, extra: &str) -> String {
+    manifest(
+        "S3Bucket",
+        name,
+        &format!("  tenantRef:\n    name: {tenant}\n  drain:\n    pollInterval: 1s\n{extra}"),
+    )
+}
+
+fn get(env: &Env, ns: &str, resource: &str) -> Option<Value> {
+    env.get_json(ns, resource).unwrap()
+}
+
+fn wait_for(
+    env: &Env,
+    ns: &str,
+    resource: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut obj = Value::Null;
+    wait_until(timeout, &format!("{resource}: {what}"), || {
+        obj = env.get_json(ns, resource)?.unwrap_or_default();
+        Ok(check(&obj))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\nlast seen: {obj:#}"));
+    obj
+}
+
+fn ready(obj: &Value) -> bool {
+    condition(obj, "Ready").is_some_and(|c| c["status"] == "True")
+}
+
+fn client_for(creds: &BTreeMap<String, String>) -> aws_sdk_s3::Client {
+    s3_client(
+        &creds["endpoint"],
+        &creds["accessKeyId"],
+        &creds["secretAccessKey"],
+        &creds["region"],
+    )
+}
+
+async fn put_objects(s3: &aws_sdk_s3::Client, bucket: &str, prefix: &str, count: usize) {
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let s3 = s3.clone();
+            async move {
+                s3.put_object()
+                    .bucket(bucket)
+                    .key(format!("{prefix}/{i:05}"))
+                    .body(aws_sdk_s3::primitives::ByteStream::from(
+                        format!("object {i}").into_bytes(),
+                    ))
+                    .send()
+                    .await
+                    .unwrap_or_else(|e| panic!("put {bucket}/{prefix}/{i}: {e:?}"))
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+async fn count_objects(s3: &aws_sdk_s3::Client, bucket: &str) -> Option<usize> {
+    let mut pages = s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .into_paginator()
+        .page_size(1000)
+        .send();
+    let mut count = 0;
+    while let Some(page) = pages.next().await {
+        match page {
+            Ok(page) => count += page.contents().len(),
+            Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_bucket()) => return None,
+            Err(e) => panic!("list {bucket}: {e:?}"),
+        }
+    }
+    Some(count)
+}
+
+fn events(env: &Env, ns: &str, name: &str) -> Vec<String> {
+    let out = env
+        .kubectl(&[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            &format!("involvedObject.name={name},involvedObject.kind=S3Bucket"),
+            "-o",
+            "json",
+        ])
+        .unwrap();
+    let list: Value = serde_json::from_str(&out).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["reason"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Sets up a Ready tenant on `provider` and returns its root (or provider) credentials.
+fn ready_tenant(env: &Env, ns: &str, name: &str, provider: &str) -> BTreeMap<String, String> {
+    env.apply(ns, &tenant(name, provider)).unwrap();
+    wait_for(
+        env,
+        ns,
+        &format!("s3tenant/{name}"),
+        "Ready",
+        Duration::from_secs(60),
+        ready,
+    );
+    secret_data(env, ns, &format!("{name}-s3-credentials")).unwrap()
+}
+
+async fn delete_blocked_then_drained_and_gone(env: &Env, ns: &str, provider: &str) {
+    ready_tenant(env, ns, "t", provider);
+    env.apply(ns, &bucket("big", "t", "")).unwrap();
+    let obj = wait_for(
+        env,
+        ns,
+        "s3bucket/big",
+        "Ready",
+        Duration::from_secs(60),
+        ready,
+    );
+    let name = obj["status"]["bucketName"].as_str().unwrap().to_string();
+    assert_eq!(
+        name,
+        format!("{ns}-big"),
+        "the default bucket name is <namespace>-<name>"
+    );
+    let creds = secret_data(env, ns, "big-credentials").unwrap();
+    for key in [
+        "accessKeyId",
+        "secretAccessKey",
+        "endpoint",
+        "region",
+        "bucket",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_ENDPOINT_URL",
+        "AWS_REGION",
+        "S3_BUCKET",
+    ] {
+        assert!(
+            creds.contains_key(key),
+            "{key} missing from the bucket's credentials Secret"
+        );
+    }
+    assert_eq!(creds["bucket"], name);
+    let s3 = client_for(&creds);
+    put_objects(&s3, &name, "data", 2500).await;
+
+    env.kubectl(&["delete", "-n", ns, "s3bucket/big", "--wait=false"])
+        .unwrap();
+    let obj = wait_for(
+        env,
+        ns,
+        "s3bucket/big",
+        "DeletionBlocked",
+        Duration::from_secs(30),
+        |o| condition(o, "DeletionBlocked").is_some_and(|c| c["status"] == "True"),
+    );
+    let blocked = condition(&obj, "DeletionBlocked").unwrap();
+    assert_eq!(blocked["reason"], "BucketNotEmpty");
+    assert!(
+        blocked["message"]
+            .as_str()
+            .unwrap()
+            .contains("kubectl annotate s3bucket big keeper.dev/drain=true"),
+        "{blocked}"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        count_objects(&s3, &name).await,
+        Some(2500),
+        "a bucket that was not asked to drain keeps its objects"
+    );
+    assert!(get(env, ns, "s3bucket/big").is_some());
+
+    env.kubectl(&[
+        "annotate",
+        "-n",
+        ns,
+        "s3bucket/big",
+        "keeper.dev/drain=true",
+    ])
+    .unwrap();
+    wait_until(
+        Duration::from_secs(120),
+        "the drained bucket's CR to disappear",
+        || Ok(get(env, ns, "s3bucket/big").is_none()),
+    )
+    .unwrap();
+    let reasons = events(env, ns, "big");
+    for reason in ["BucketDrainingStarted", "BucketDrainingProgress"] {
+        assert!(
+            reasons.iter().any(|r| r == reason),
+            "no {reason} event: {reasons:?}"
+        );
+    }
+    let tenant_creds = secret_data(env, ns, "t-s3-credentials").unwrap();
+    let root = client_for(&tenant_creds);
+    let head = root.head_bucket().bucket(&name).send().await;
+    assert!(head.is_err(), "the bucket is gone from the backend");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn storagegrid_a_full_bucket_is_kept_until_drained_then_deleted() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-sgb").unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    delete_blocked_then_drained_and_gone(&env, &ns.name, "default").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_compatible_a_full_bucket_is_kept_until_drained_then_deleted() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-s3b").unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    delete_blocked_then_drained_and_gone(&env, &ns.name, "s3").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn storagegrid_bucket_credentials_work_for_their_bucket_only() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-scope").unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    ready_tenant(&env, &ns.name, "t", "default");
+    for b in ["one", "two"] {
+        env.apply(&ns.name, &bucket(b, "t", "")).unwrap();
+    }
+    for b in ["one", "two"] {
+        wait_for(
+            &env,
+            &ns.name,
+            &format!("s3bucket/{b}"),
+            "Ready",
+            Duration::from_secs(60),
+            ready,
+        );
+    }
+    let one = secret_data(&env, &ns.name, "one-credentials").unwrap();
+    let two = secret_data(&env, &ns.name, "two-credentials").unwrap();
+    let s3 = client_for(&one);
+    put_objects(&s3, &one["bucket"], "mine", 3).await;
+    let denied = s3
+        .put_object()
+        .bucket(&two["bucket"])
+        .key("intrusion")
+        .body(aws_sdk_s3::primitives::ByteStream::from_static(b"x"))
+        .send()
+        .await;
+    let err = denied.expect_err("bucket one's keys wrote into bucket two");
+    assert_eq!(err.into_service_error().meta().code(), Some("AccessDenied"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn drain_without_deletion_empties_the_bucket_and_cancelling_keeps_the_rest() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-drain").unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    ready_tenant(&env, &ns.name, "t", "default");
+    env.apply(&ns.name, &bucket("full", "t", "")).unwrap();
+    env.apply(&ns.name, &bucket("half", "t", "")).unwrap();
+    let full = wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/full",
+        "Ready",
+        Duration::from_secs(60),
+        ready,
+    );
+    let half = wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/half",
+        "Ready",
+        Duration::from_secs(60),
+        ready,
+    );
+    let full_creds = secret_data(&env, &ns.name, "full-credentials").unwrap();
+    let half_creds = secret_data(&env, &ns.name, "half-credentials").unwrap();
+    let full_name = full["status"]["bucketName"].as_str().unwrap().to_string();
+    let half_name = half["status"]["bucketName"].as_str().unwrap().to_string();
+    put_objects(&client_for(&full_creds), &full_name, "a", 300).await;
+    put_objects(&client_for(&half_creds), &half_name, "a", 2500).await;
+
+    env.kubectl(&[
+        "annotate",
+        "-n",
+        &ns.name,
+        "s3bucket/full",
+        "keeper.dev/drain=true",
+    ])
+    .unwrap();
+    let obj = wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/full",
+        "drained, Ready, annotation removed",
+        Duration::from_secs(90),
+        |o| {
+            o["status"]["phase"] == "Ready"
+                && o["status"]["objectCount"] == 0
+                && o["metadata"]["annotations"]["keeper.dev/drain"].is_null()
+        },
+    );
+    assert!(
+        obj["status"]["drainStatus"].is_null(),
+        "drain status is cleaned up: {obj:#}"
+    );
+    let reasons = events(&env, &ns.name, "full");
+    assert!(
+        reasons.iter().any(|r| r == "BucketDrainingComplete"),
+        "{reasons:?}"
+    );
+
+    env.kubectl(&[
+        "annotate",
+        "-n",
+        &ns.name,
+        "s3bucket/half",
+        "keeper.dev/drain=true",
+    ])
+    .unwrap();
+    wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/half",
+        "Draining",
+        Duration::from_secs(30),
+        |o| o["status"]["phase"] == "Draining",
+    );
+    env.kubectl(&[
+        "annotate",
+        "-n",
+        &ns.name,
+        "s3bucket/half",
+        "keeper.dev/drain-",
+    ])
+    .unwrap();
+    wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/half",
+        "Ready after the cancel",
+        Duration::from_secs(30),
+        |o| o["status"]["phase"] == "Ready",
+    );
+    let reasons = events(&env, &ns.name, "half");
+    assert!(
+        reasons.iter().any(|r| r == "BucketDrainingCanceled"),
+        "{reasons:?}"
+    );
+    let s3 = client_for(&half_creds);
+    let remaining = count_objects(&s3, &half_name).await.unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let later = count_objects(&s3, &half_name).await.unwrap();
+    assert!(
+        later > 0,
+        "the canceled drain kept going until the bucket was empty"
+    );
+    assert_eq!(
+        remaining, later,
+        "objects kept disappearing after the cancel"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bucket_someone_else_created_is_never_adopted_or_deleted() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-foreign").unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    let root = client_for(&ready_tenant(&env, &ns.name, "t", "default"));
+    let foreign = format!("{}-foreign", ns.name);
+    root.create_bucket().bucket(&foreign).send().await.unwrap();
+    put_objects(&root, &foreign, "theirs", 5).await;
+
+    env.apply(
+        &ns.name,
+        &bucket("intruder", "t", &format!("  bucketName: {foreign}\n")),
+    )
+    .unwrap();
+    let obj = wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/intruder",
+        "Failed",
+        Duration::from_secs(30),
+        |o| o["status"]["phase"] == "Failed",
+    );
+    let ready = condition(&obj, "Ready").expect("a Ready condition explains the conflict");
+    assert_eq!(ready["status"], "False");
+    env.kubectl(&[
+        "annotate",
+        "-n",
+        &ns.name,
+        "s3bucket/intruder",
+        "keeper.dev/drain=true",
+    ])
+    .unwrap();
+    env.kubectl(&[
+        "delete",
+        "-n",
+        &ns.name,
+        "s3bucket/intruder",
+        "--wait=false",
+    ])
+    .unwrap();
+    wait_until(Duration::from_secs(30), "the CR to be released", || {
+        Ok(get(&env, &ns.name, "s3bucket/intruder").is_none())
+    })
+    .unwrap();
+    assert_eq!(
+        count_objects(&root, &foreign).await,
+        Some(5),
+        "keeper touched a bucket it did not create"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn steady_state_makes_no_writes() {
+    let env = Env::from_env().unwrap();
+    let Some(apiserver) = env.apiserver_url.clone() else {
+        eprintln!("skipped: the request log is a feature of the local API emulator");
+        return;
+    };
+    let ns = env.namespace("e2e-steady").unwrap();
+    let keeper = Keeper::start(&env).unwrap();
+    ready_tenant(&env, &ns.name, "t", "default");
+    for b in ["a", "b"] {
+        env.apply(&ns.name, &bucket(b, "t", "")).unwrap();
+    }
+    for b in ["a", "b"] {
+        wait_for(
+            &env,
+            &ns.name,
+            &format!("s3bucket/{b}"),
+            "Ready",
+            Duration::from_secs(60),
+            ready,
+        );
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let client = reqwest::Client::new();
+    client
+        .delete(format!("{apiserver}/debug/requests"))
+        .send()
+        .await
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(15));
+    let log: Value = client
+        .get(format!("{apiserver}/debug/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let writes: Vec<&Value> = log["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("keeper/"))
+        })
+        .filter(|r| !matches!(r["verb"].as_str(), Some("get" | "list" | "watch")))
+        .collect();
+    assert!(
+        writes.is_empty(),
+        "keeper wrote in steady state: {writes:#?}\nlog: {}",
+        keeper.log_text()
+    );
+}
+
+/// A pseudo-random delay from the clock, to spread the kills.
+fn jitter(max_ms: u64) -> Duration {
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    Duration::from_millis(nanos % max_ms)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkills_during_drains_and_deletions_leave_nothing_behind_and_touch_nothing_else() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-kill").unwrap();
+    let keeper = Keeper::start(&env).unwrap();
+    let root = client_for(&ready_tenant(&env, &ns.name, "t", "default"));
+    for b in ["doomed", "keep"] {
+        env.apply(&ns.name, &bucket(b, "t", "")).unwrap();
+    }
+    let mut names = BTreeMap::new();
+    for b in ["doomed", "keep"] {
+        let obj = wait_for(
+            &env,
+            &ns.name,
+            &format!("s3bucket/{b}"),
+            "Ready",
+            Duration::from_secs(60),
+            ready,
+        );
+        names.insert(b, obj["status"]["bucketName"].as_str().unwrap().to_string());
+    }
+    put_objects(&root, &names["doomed"], "x", 1500).await;
+    put_objects(&root, &names["keep"], "x", 40).await;
+    env.kubectl(&[
+        "annotate",
+        "-n",
+        &ns.name,
+        "s3bucket/doomed",
+        "keeper.dev/drain=true",
+    ])
+    .unwrap();
+    env.kubectl(&["delete", "-n", &ns.name, "s3bucket/doomed", "--wait=false"])
+        .unwrap();
+    keeper.kill();
+    for _ in 0..10 {
+        let keeper = Keeper::start(&env).unwrap();
+        std::thread::sleep(jitter(1500));
+        keeper.kill();
+    }
+    let _keeper = Keeper::start(&env).unwrap();
+    wait_until(
+        Duration::from_secs(120),
+        "the drained bucket's CR to go",
+        || Ok(get(&env, &ns.name, "s3bucket/doomed").is_none()),
+    )
+    .unwrap();
+    assert!(
+        root.head_bucket()
+            .bucket(&names["doomed"])
+            .send()
+            .await
+            .is_err(),
+        "a bucket was left behind for a deleted CR"
+    );
+    assert_eq!(
+        count_objects(&root, &names["keep"]).await,
+        Some(40),
+        "objects went from a bucket not asked to drain"
+    );
+    wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/keep",
+        "Ready",
+        Duration::from_secs(30),
+        ready,
+    );
+}
