@@ -4,6 +4,7 @@
 //! that share one kube client, one Prometheus registry and the mechanics in [`runtime`].
 
 pub mod api;
+pub mod backends;
 pub mod config;
 pub mod controllers;
 pub mod crdgen;

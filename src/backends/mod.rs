@@ -1,0 +1,3 @@
+//! Clients of the storage and database backends keeper manages, shared by the controllers.
+
+pub mod s3;
