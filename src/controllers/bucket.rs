@@ -167,7 +167,7 @@ async fn run_drain<B: BucketBackend>(
         .as_ref()
         .is_none_or(|status| drain::poll_due(status, view.now));
     // A drain about to start, or a due poll, needs the real count; anything else may use the cache.
-    let fresh = (wants && !ours) || (wants && due);
+    let fresh = wants && (!ours || due);
     let Some(mut observed) = observe(backend, view, fresh, out).await? else {
         out.status.drain_status = None;
         out.status.phase = Some(BucketPhase::Pending);
@@ -617,7 +617,7 @@ impl S3BucketReconciler {
         for note in &out.notes {
             ctx.publish(
                 obj,
-                note.type_.clone(),
+                note.type_,
                 note.reason,
                 note.message.clone(),
                 "Reconcile",
@@ -818,7 +818,7 @@ impl Reconciler for S3BucketReconciler {
             for note in &out.notes {
                 ctx.publish(
                     &obj,
-                    note.type_.clone(),
+                    note.type_,
                     note.reason,
                     note.message.clone(),
                     "Delete",

@@ -175,7 +175,10 @@ mod tests {
             TenantGate::Wait("TenantNotReady", _)
         ));
         let mut deleting = tenant("ns", Some(TenantPhase::Ready));
-        deleting.metadata.deletion_timestamp = Some(Default::default());
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
         assert!(matches!(
             tenant_gate(&b, Some(&deleting)),
             TenantGate::Wait("TenantDeleting", _)
