@@ -1,0 +1,866 @@
+//! Client of the NetApp StorageGRID grid and tenant management API (`/api/v4`), following the
+//! contract in `shared/reference/storagegrid-api.md`.
+//!
+//! One [`Client`] serves one grid. It signs in on demand with the [`Login`] each call is given
+//! (the grid administrator, or a tenant's root user), keeps one token per login until it
+//! expires, and signs in again once when a token is refused with 401. Every call goes through
+//! [`Metrics::backend_call`] and fails with an [`Error`] whose class tells the controllers what
+//! to do: only [`Error::NotFound`] means "gone".
+
+mod model;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use reqwest::header::{CACHE_CONTROL, EXPIRES, HeaderMap};
+use reqwest::{Method, StatusCode, Url};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+pub use model::{
+    AccessKey, Account, AccountPolicy, AccountSpec, BucketUsage, Container, DrainState, Group,
+    GroupPolicies, KeyOwner, Login, ManagementPolicy, NewContainer, NewGroup, NewUser, ObjectLock,
+    Sensitive, Usage, User,
+};
+
+use crate::config::TlsConfig;
+use crate::metrics::{BackendOutcome, Metrics};
+
+/// The `backend` label of keeper's backend metrics for this client.
+pub const BACKEND: &str = "storagegrid";
+
+/// How long one management call may take. Bucket deletes can take a while on a real grid (the
+/// docs warn of "a few minutes"); a timeout is transient, so the caller looks again later.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Tokens are dropped this long before the server says they expire, so a call never races
+/// the expiry.
+const EXPIRY_MARGIN: Duration = Duration::from_secs(60);
+/// Used when the login answer has neither a usable `Expires` nor `max-age` header. Short, since
+/// a 401 costs only one extra login.
+const FALLBACK_TOKEN_LIFETIME: Duration = Duration::from_secs(15 * 60);
+/// Page size when listing accounts.
+const ACCOUNT_PAGE: usize = 100;
+
+/// Why a management call failed, classified for the controllers and the metrics.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// 404: the account, bucket, user, group or key does not exist. The only "gone".
+    #[error("{operation}: not found: {message}")]
+    NotFound {
+        operation: &'static str,
+        message: String,
+    },
+    /// 409: a conflict, such as a bucket that is not empty or an account that still has buckets.
+    #[error("{operation}: conflict: {message}")]
+    Conflict {
+        operation: &'static str,
+        message: String,
+    },
+    /// The login itself was refused (401 on `/authorize`): wrong credentials. Permanent until
+    /// the credentials change.
+    #[error("{operation}: sign-in refused for user {username:?}: {message}")]
+    BadCredentials {
+        operation: &'static str,
+        username: String,
+        message: String,
+    },
+    /// A fresh token was refused with 401 too. Transient: nothing says the credentials are wrong.
+    #[error("{operation}: request refused with 401 even after signing in again: {message}")]
+    Unauthorized {
+        operation: &'static str,
+        message: String,
+    },
+    /// Another 4xx (400, 403, 422, ...): the request is invalid or not permitted. Permanent.
+    #[error("{operation}: rejected with HTTP {status}: {message}")]
+    Rejected {
+        operation: &'static str,
+        status: u16,
+        message: String,
+    },
+    /// 5xx, 408 or 429: the grid could not answer now. Transient.
+    #[error("{operation}: server error HTTP {status}: {message}")]
+    Server {
+        operation: &'static str,
+        status: u16,
+        message: String,
+    },
+    /// Connection failure or timeout. Transient.
+    #[error("{operation}: request failed: {source}")]
+    Transport {
+        operation: &'static str,
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A 2xx whose body is not what the contract says. Transient (proxies in the way, upgrades),
+    /// and above all never read as "gone".
+    #[error("{operation}: unexpected response: {message}")]
+    InvalidResponse {
+        operation: &'static str,
+        message: String,
+    },
+}
+
+impl Error {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::NotFound { .. })
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Error::Conflict { .. })
+    }
+
+    /// Errors that will not go away by retrying the same request: bad credentials and rejected
+    /// (validation, permission) requests. Controllers report these and wait for a change.
+    pub fn is_permanent(&self) -> bool {
+        matches!(self, Error::BadCredentials { .. } | Error::Rejected { .. })
+    }
+}
+
+impl BackendOutcome for Error {
+    fn outcome(&self) -> &'static str {
+        match self {
+            Error::NotFound { .. } => "not_found",
+            Error::Conflict { .. } => "conflict",
+            Error::BadCredentials { .. } | Error::Rejected { .. } => "permanent",
+            Error::Unauthorized { .. }
+            | Error::Server { .. }
+            | Error::Transport { .. }
+            | Error::InvalidResponse { .. } => "transient",
+        }
+    }
+}
+
+/// The client could not be built from the provider configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("cannot read the CA bundle {path}: {source}")]
+    CaBundleRead {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid CA bundle {path}: {source}")]
+    CaBundle {
+        path: std::path::PathBuf,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("cannot build the HTTP client: {0}")]
+    Http(#[source] reqwest::Error),
+    #[error("invalid admin endpoint {0}")]
+    Endpoint(String),
+}
+
+#[derive(Clone)]
+struct Token {
+    value: Sensitive,
+    valid_until: Instant,
+}
+
+/// Tokens are cached per login; the password is part of the key (hashed, so the cache holds no
+/// password) so that changed credentials sign in again instead of reusing the old session.
+type SessionKey = (Option<String>, String, [u8; 32]);
+
+fn session_key(login: &Login) -> SessionKey {
+    let digest = Sha256::digest(login.password.0.as_bytes());
+    (
+        login.account_id.clone(),
+        login.username.clone(),
+        digest.into(),
+    )
+}
+
+/// A StorageGRID management API client (cheap to clone; clones share the token cache).
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    /// `<admin endpoint>/api/v4/`.
+    base: Url,
+    metrics: Arc<Metrics>,
+    tokens: Arc<Mutex<HashMap<SessionKey, Token>>>,
+}
+
+impl Client {
+    /// A client for the admin node at `endpoint`. TLS certificates are verified against the
+    /// system roots plus the configured CA bundle; `insecureSkipVerify` turns verification off
+    /// and says so in the log.
+    pub fn new(endpoint: &Url, tls: &TlsConfig, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
+        let mut builder = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("keeper/", env!("CARGO_PKG_VERSION")));
+        if let Some(path) = &tls.ca_bundle_file {
+            let pem = std::fs::read(path).map_err(|source| BuildError::CaBundleRead {
+                path: path.clone(),
+                source,
+            })?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|source| {
+                BuildError::CaBundle {
+                    path: path.clone(),
+                    source,
+                }
+            })?;
+            builder = builder.tls_certs_merge(certs);
+        }
+        if tls.insecure_skip_verify {
+            tracing::warn!(
+                endpoint = %endpoint,
+                "TLS certificate verification is OFF for this StorageGRID endpoint (insecureSkipVerify); use only for test grids"
+            );
+            builder = builder.tls_danger_accept_invalid_certs(true);
+        }
+        let http = builder.build().map_err(BuildError::Http)?;
+        let mut root = endpoint.clone();
+        if !root.path().ends_with('/') {
+            root.set_path(&format!("{}/", root.path()));
+        }
+        let base = root
+            .join("api/v4/")
+            .map_err(|e| BuildError::Endpoint(format!("{endpoint}: {e}")))?;
+        Ok(Client {
+            http,
+            base,
+            metrics,
+            tokens: Arc::default(),
+        })
+    }
+
+    // ---- grid API (grid administrator login) ----
+
+    /// Creates an account. Not idempotent (names are not unique): callers persist the returned
+    /// id, and after a lost answer look for the account with [`Client::find_account`].
+    pub async fn create_account(
+        &self,
+        admin: &Login,
+        spec: &AccountSpec,
+        root_password: &str,
+    ) -> Result<Account, Error> {
+        let body = model::NewAccount {
+            spec,
+            password: root_password,
+        };
+        self.call(
+            admin,
+            "create_account",
+            Method::POST,
+            "grid/accounts",
+            Some(&body),
+        )
+        .await
+    }
+
+    pub async fn get_account(&self, admin: &Login, id: &str) -> Result<Account, Error> {
+        let path = format!("grid/accounts/{}", segment(id));
+        self.call::<(), _>(admin, "get_account", Method::GET, &path, None)
+            .await
+    }
+
+    /// Replaces the account's name, description, capabilities and policy (GET → modify → PUT;
+    /// PATCH is deprecated).
+    pub async fn update_account(
+        &self,
+        admin: &Login,
+        id: &str,
+        spec: &AccountSpec,
+    ) -> Result<Account, Error> {
+        let path = format!("grid/accounts/{}", segment(id));
+        self.call(admin, "update_account", Method::PUT, &path, Some(spec))
+            .await
+    }
+
+    /// Deletes an account. 404 is returned as [`Error::NotFound`] (the caller decides it means
+    /// "already gone"); an account that still holds buckets is refused (409 on the emulator).
+    pub async fn delete_account(&self, admin: &Login, id: &str) -> Result<(), Error> {
+        let path = format!("grid/accounts/{}", segment(id));
+        self.call_empty::<()>(admin, "delete_account", Method::DELETE, &path, None)
+            .await
+    }
+
+    /// Sets the password of the account's root user (used when keeper lost or cannot use the
+    /// password it stored).
+    pub async fn set_root_password(
+        &self,
+        admin: &Login,
+        id: &str,
+        password: &str,
+    ) -> Result<(), Error> {
+        let path = format!("grid/accounts/{}/change-password", segment(id));
+        let body = json!({"password": password});
+        self.call_empty(admin, "set_root_password", Method::POST, &path, Some(&body))
+            .await
+    }
+
+    /// Every account on the grid, page by page (the API has no server-side filter).
+    pub async fn list_accounts(&self, admin: &Login) -> Result<Vec<Account>, Error> {
+        let mut all: Vec<Account> = Vec::new();
+        loop {
+            let mut path = format!("grid/accounts?limit={ACCOUNT_PAGE}");
+            if let Some(last) = all.last() {
+                path.push_str(&format!("&marker={}", segment(&last.id)));
+            }
+            let page: Vec<Account> = self
+                .call::<(), _>(admin, "list_accounts", Method::GET, &path, None)
+                .await?;
+            let done = page.len() < ACCOUNT_PAGE;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// The account whose description carries `marker` (keeper's ownership marker), found by
+    /// listing: how an account whose create answer was lost is found again. Never by name.
+    /// More than one match is reported as a conflict rather than guessed at.
+    pub async fn find_account(
+        &self,
+        admin: &Login,
+        marker: &str,
+    ) -> Result<Option<Account>, Error> {
+        let mut matches: Vec<Account> = self
+            .list_accounts(admin)
+            .await?
+            .into_iter()
+            .filter(|a| description_has_marker(a.description.as_deref(), marker))
+            .collect();
+        match matches.len() {
+            0 => Ok(None),
+            1 => Ok(matches.pop()),
+            n => Err(Error::Conflict {
+                operation: "find_account",
+                message: format!(
+                    "{n} accounts carry the ownership marker {marker:?}: {}",
+                    matches
+                        .iter()
+                        .map(|a| a.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }),
+        }
+    }
+
+    /// Usage of one account, with one entry per bucket (also empty ones).
+    pub async fn account_usage(&self, admin: &Login, id: &str) -> Result<Usage, Error> {
+        let path = format!("grid/accounts/{}/usage", segment(id));
+        self.call::<(), _>(admin, "account_usage", Method::GET, &path, None)
+            .await
+    }
+
+    // ---- tenant API (tenant user login) ----
+
+    /// The tenant's buckets with their region, object-lock and drain state.
+    pub async fn list_containers(&self, tenant: &Login) -> Result<Vec<Container>, Error> {
+        self.call::<(), _>(
+            tenant,
+            "list_containers",
+            Method::GET,
+            "org/containers?include=region,s3ObjectLock,deleteObjects",
+            None,
+        )
+        .await
+    }
+
+    /// Creates a bucket, then enables versioning if asked (the versioning flag on create is not
+    /// in every API version). A 409 comes back as [`Error::Conflict`]: the name is taken,
+    /// possibly by this tenant; the caller lists to tell which.
+    pub async fn create_container(
+        &self,
+        tenant: &Login,
+        bucket: &NewContainer,
+    ) -> Result<(), Error> {
+        let mut body = json!({
+            "name": bucket.name,
+            "s3ObjectLock": {"enabled": bucket.object_lock},
+        });
+        if let Some(region) = &bucket.region {
+            body["region"] = json!(region);
+        }
+        self.call_empty(
+            tenant,
+            "create_container",
+            Method::POST,
+            "org/containers",
+            Some(&body),
+        )
+        .await?;
+        if bucket.versioning {
+            self.set_versioning(tenant, &bucket.name, true).await?;
+        }
+        Ok(())
+    }
+
+    /// Enables (or suspends) versioning of a bucket.
+    pub async fn set_versioning(
+        &self,
+        tenant: &Login,
+        bucket: &str,
+        enabled: bool,
+    ) -> Result<(), Error> {
+        let path = format!("org/containers/{}/versioning", segment(bucket));
+        let body = json!({"versioningEnabled": enabled, "versioningSuspended": !enabled});
+        self.call_empty(tenant, "set_versioning", Method::PUT, &path, Some(&body))
+            .await
+    }
+
+    /// Deletes an empty bucket (409 while it holds objects, 404 when missing).
+    pub async fn delete_container(&self, tenant: &Login, bucket: &str) -> Result<(), Error> {
+        let path = format!("org/containers/{}", segment(bucket));
+        self.call_empty::<()>(tenant, "delete_container", Method::DELETE, &path, None)
+            .await
+    }
+
+    /// Starts (`true`) or stops (`false`) the server-side deletion of every object in a bucket.
+    pub async fn set_drain(
+        &self,
+        tenant: &Login,
+        bucket: &str,
+        delete_objects: bool,
+    ) -> Result<DrainState, Error> {
+        let path = format!("org/containers/{}/delete-objects", segment(bucket));
+        let body = json!({"deleteObjects": delete_objects});
+        self.call(tenant, "set_drain", Method::POST, &path, Some(&body))
+            .await
+    }
+
+    pub async fn drain_state(&self, tenant: &Login, bucket: &str) -> Result<DrainState, Error> {
+        let path = format!("org/containers/{}/delete-objects", segment(bucket));
+        self.call::<(), _>(tenant, "drain_state", Method::GET, &path, None)
+            .await
+    }
+
+    /// The tenant's usage with object count and bytes per bucket (can lag by minutes).
+    pub async fn tenant_usage(&self, tenant: &Login) -> Result<Usage, Error> {
+        self.call::<(), _>(tenant, "tenant_usage", Method::GET, "org/usage", None)
+            .await
+    }
+
+    pub async fn create_user(&self, tenant: &Login, user: &NewUser) -> Result<User, Error> {
+        self.call(tenant, "create_user", Method::POST, "org/users", Some(user))
+            .await
+    }
+
+    /// A local user by short name (`app-a` for `user/app-a`).
+    pub async fn get_user_by_name(&self, tenant: &Login, short_name: &str) -> Result<User, Error> {
+        let path = format!("org/users/user/{}", segment(short_name));
+        self.call::<(), _>(tenant, "get_user", Method::GET, &path, None)
+            .await
+    }
+
+    pub async fn delete_user(&self, tenant: &Login, id: &str) -> Result<(), Error> {
+        let path = format!("org/users/{}", segment(id));
+        self.call_empty::<()>(tenant, "delete_user", Method::DELETE, &path, None)
+            .await
+    }
+
+    pub async fn create_group(&self, tenant: &Login, group: &NewGroup) -> Result<Group, Error> {
+        self.call(
+            tenant,
+            "create_group",
+            Method::POST,
+            "org/groups",
+            Some(group),
+        )
+        .await
+    }
+
+    /// A group by short name (`readers` for `group/readers`).
+    pub async fn get_group_by_name(
+        &self,
+        tenant: &Login,
+        short_name: &str,
+    ) -> Result<Group, Error> {
+        let path = format!("org/groups/group/{}", segment(short_name));
+        self.call::<(), _>(tenant, "get_group", Method::GET, &path, None)
+            .await
+    }
+
+    /// Replaces a group (its S3 policy included).
+    pub async fn update_group(
+        &self,
+        tenant: &Login,
+        id: &str,
+        group: &NewGroup,
+    ) -> Result<Group, Error> {
+        let path = format!("org/groups/{}", segment(id));
+        self.call(tenant, "update_group", Method::PUT, &path, Some(group))
+            .await
+    }
+
+    pub async fn delete_group(&self, tenant: &Login, id: &str) -> Result<(), Error> {
+        let path = format!("org/groups/{}", segment(id));
+        self.call_empty::<()>(tenant, "delete_group", Method::DELETE, &path, None)
+            .await
+    }
+
+    /// Creates a key that never expires. Not idempotent: every call makes a new key, and the
+    /// secret is in this answer only.
+    pub async fn create_access_key(
+        &self,
+        tenant: &Login,
+        owner: KeyOwner<'_>,
+    ) -> Result<AccessKey, Error> {
+        let path = format!("org/users/{}/s3-access-keys", segment(owner.path_segment()));
+        let body = json!({"expires": null});
+        let key: AccessKey = self
+            .call(
+                tenant,
+                "create_access_key",
+                Method::POST,
+                &path,
+                Some(&body),
+            )
+            .await?;
+        if key.access_key.is_none() || key.secret_access_key.is_none() {
+            return Err(Error::InvalidResponse {
+                operation: "create_access_key",
+                message: format!("key {} was created without its secret", key.id),
+            });
+        }
+        Ok(key)
+    }
+
+    pub async fn list_access_keys(
+        &self,
+        tenant: &Login,
+        owner: KeyOwner<'_>,
+    ) -> Result<Vec<AccessKey>, Error> {
+        let path = format!("org/users/{}/s3-access-keys", segment(owner.path_segment()));
+        self.call::<(), _>(tenant, "list_access_keys", Method::GET, &path, None)
+            .await
+    }
+
+    /// A key by credential id or access key id (without its secret).
+    pub async fn get_access_key(
+        &self,
+        tenant: &Login,
+        owner: KeyOwner<'_>,
+        key: &str,
+    ) -> Result<AccessKey, Error> {
+        let path = format!(
+            "org/users/{}/s3-access-keys/{}",
+            segment(owner.path_segment()),
+            segment(key)
+        );
+        self.call::<(), _>(tenant, "get_access_key", Method::GET, &path, None)
+            .await
+    }
+
+    /// Deletes a key by credential id or access key id.
+    pub async fn delete_access_key(
+        &self,
+        tenant: &Login,
+        owner: KeyOwner<'_>,
+        key: &str,
+    ) -> Result<(), Error> {
+        let path = format!(
+            "org/users/{}/s3-access-keys/{}",
+            segment(owner.path_segment()),
+            segment(key)
+        );
+        self.call_empty::<()>(tenant, "delete_access_key", Method::DELETE, &path, None)
+            .await
+    }
+
+    // ---- plumbing ----
+
+    /// A call whose answer carries `data`.
+    async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        login: &Login,
+        operation: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, Error> {
+        self.metrics
+            .backend_call(BACKEND, operation, async {
+                let text = self
+                    .authorized(login, operation, method, path, body)
+                    .await?;
+                data(operation, &text)
+            })
+            .await
+    }
+
+    /// A call whose answer body does not matter (204 deletes, PUTs keeper does not read).
+    async fn call_empty<B: Serialize>(
+        &self,
+        login: &Login,
+        operation: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<(), Error> {
+        self.metrics
+            .backend_call(BACKEND, operation, async {
+                self.authorized(login, operation, method, path, body)
+                    .await
+                    .map(|_| ())
+            })
+            .await
+    }
+
+    /// Sends the request with a (cached or fresh) token; on 401 signs in again once and resends.
+    async fn authorized<B: Serialize>(
+        &self,
+        login: &Login,
+        operation: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<String, Error> {
+        let url = self.url(operation, path)?;
+        let mut fresh = false;
+        loop {
+            let token = match self.cached_token(login) {
+                Some(token) => token,
+                None => {
+                    fresh = true;
+                    self.sign_in(login, operation).await?
+                }
+            };
+            let mut request = self
+                .http
+                .request(method.clone(), url.clone())
+                .bearer_auth(&token.0)
+                .header(reqwest::header::ACCEPT, "application/json");
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let response = request
+                .send()
+                .await
+                .map_err(|source| Error::Transport { operation, source })?;
+            let status = response.status();
+            let text = response
+                .text()
+                .await
+                .map_err(|source| Error::Transport { operation, source })?;
+            if status == StatusCode::UNAUTHORIZED {
+                self.forget_token(login);
+                if fresh {
+                    return Err(Error::Unauthorized {
+                        operation,
+                        message: error_message(&text),
+                    });
+                }
+                // The cached token expired or was revoked: one fresh sign-in, one more try.
+                continue;
+            }
+            return if status.is_success() {
+                Ok(text)
+            } else {
+                Err(classify(operation, status, &text))
+            };
+        }
+    }
+
+    fn url(&self, operation: &'static str, path: &str) -> Result<Url, Error> {
+        self.base.join(path).map_err(|e| Error::InvalidResponse {
+            operation,
+            message: format!("cannot build the URL for {path:?}: {e}"),
+        })
+    }
+
+    fn cached_token(&self, login: &Login) -> Option<Sensitive> {
+        let tokens = self.tokens.lock().expect("token cache poisoned");
+        tokens
+            .get(&session_key(login))
+            .filter(|t| Instant::now() < t.valid_until)
+            .map(|t| t.value.clone())
+    }
+
+    fn forget_token(&self, login: &Login) {
+        self.tokens
+            .lock()
+            .expect("token cache poisoned")
+            .remove(&session_key(login));
+    }
+
+    /// `POST /authorize`; a 401 here means the credentials are wrong.
+    async fn sign_in(&self, login: &Login, operation: &'static str) -> Result<Sensitive, Error> {
+        let url = self.url(operation, "authorize")?;
+        let mut body = json!({
+            "username": login.username,
+            "password": login.password.0,
+            "cookie": false,
+            "csrfToken": false,
+        });
+        if let Some(account) = &login.account_id {
+            body["accountId"] = json!(account);
+        }
+        let response = self
+            .http
+            .post(url)
+            .header(reqwest::header::ACCEPT, "application/json")
+            .json(&body)
+            .send()
+            .await
+            .map_err(|source| Error::Transport { operation, source })?;
+        let status = response.status();
+        let lifetime = token_lifetime(response.headers());
+        let text = response
+            .text()
+            .await
+            .map_err(|source| Error::Transport { operation, source })?;
+        if status == StatusCode::UNAUTHORIZED {
+            return Err(Error::BadCredentials {
+                operation,
+                username: login.username.clone(),
+                message: error_message(&text),
+            });
+        }
+        if !status.is_success() {
+            return Err(classify(operation, status, &text));
+        }
+        let token: String = data(operation, &text)?;
+        let token = Sensitive(token);
+        self.tokens.lock().expect("token cache poisoned").insert(
+            session_key(login),
+            Token {
+                value: token.clone(),
+                valid_until: Instant::now() + lifetime.saturating_sub(EXPIRY_MARGIN),
+            },
+        );
+        Ok(token)
+    }
+}
+
+/// Whether `marker` is one of the description's whitespace-separated words (so that
+/// `uid=1` does not match `uid=12`).
+pub fn description_has_marker(description: Option<&str>, marker: &str) -> bool {
+    description.is_some_and(|d| d.split_whitespace().any(|word| word == marker))
+}
+
+/// Percent-encodes one path segment (ids, bucket and user names are simple, but a stray `/` or
+/// `?` must not change which resource is addressed).
+fn segment(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'_' | b'.' | b'~') {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+/// How long a fresh token lives: from `Expires`, else `Cache-Control: max-age`, else a short
+/// default.
+fn token_lifetime(headers: &HeaderMap) -> Duration {
+    let from_expires = headers
+        .get(EXPIRES)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            k8s_openapi::jiff::fmt::rfc2822::DateTimeParser::new()
+                .parse_timestamp(v)
+                .ok()
+        })
+        .map(|expires| {
+            let seconds = expires.as_second() - k8s_openapi::jiff::Timestamp::now().as_second();
+            // An `Expires` in the past (clock skew) means: do not reuse the token.
+            Duration::from_secs(u64::try_from(seconds).unwrap_or(0))
+        });
+    let from_max_age = || {
+        headers
+            .get(CACHE_CONTROL)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.split(',')
+                    .filter_map(|d| d.trim().strip_prefix("max-age="))
+                    .find_map(|s| s.parse::<u64>().ok())
+            })
+            .map(Duration::from_secs)
+    };
+    from_expires
+        .or_else(from_max_age)
+        .unwrap_or(FALLBACK_TOKEN_LIFETIME)
+}
+
+/// `data` of a success envelope.
+fn data<T: DeserializeOwned>(operation: &'static str, text: &str) -> Result<T, Error> {
+    #[derive(serde::Deserialize)]
+    struct Envelope<T> {
+        data: T,
+    }
+    serde_json::from_str::<Envelope<T>>(text)
+        .map(|e| e.data)
+        .map_err(|e| Error::InvalidResponse {
+            operation,
+            message: format!("cannot read the response body: {e}"),
+        })
+}
+
+/// The error class of a non-2xx status (401 is handled by the caller). Classes follow the HTTP
+/// status only: the contract says never to match on `key` or `text`.
+fn classify(operation: &'static str, status: StatusCode, text: &str) -> Error {
+    let message = error_message(text);
+    let code = status.as_u16();
+    match status {
+        StatusCode::NOT_FOUND => Error::NotFound { operation, message },
+        StatusCode::CONFLICT => Error::Conflict { operation, message },
+        StatusCode::REQUEST_TIMEOUT | StatusCode::TOO_MANY_REQUESTS => Error::Server {
+            operation,
+            status: code,
+            message,
+        },
+        s if s.is_client_error() => Error::Rejected {
+            operation,
+            status: code,
+            message,
+        },
+        _ => Error::Server {
+            operation,
+            status: code,
+            message,
+        },
+    }
+}
+
+/// The human text of an error envelope (`message.text` plus per-field `errors[].text`), or a
+/// short excerpt of a body that is not an envelope (a proxy's HTML page, say).
+fn error_message(text: &str) -> String {
+    let Ok(body) = serde_json::from_str::<Value>(text) else {
+        return excerpt(text);
+    };
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(main) = message_text(&body["message"]) {
+        parts.push(main);
+    }
+    if let Some(errors) = body["errors"].as_array() {
+        parts.extend(errors.iter().filter_map(message_text));
+    }
+    if parts.is_empty() {
+        excerpt(text)
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn message_text(value: &Value) -> Option<String> {
+    match value {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("text").and_then(Value::as_str).map(str::to_string),
+        _ => None,
+    }
+}
+
+fn excerpt(text: &str) -> String {
+    let trimmed = text.trim();
+    if trimmed.is_empty() {
+        return "(empty body)".to_string();
+    }
+    let mut out: String = trimmed.chars().take(200).collect();
+    if trimmed.chars().count() > 200 {
+        out.push('…');
+    }
+    out
+}

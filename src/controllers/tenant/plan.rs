@@ -1,0 +1,433 @@
+//! The tenant's decisions as pure functions of the object and what was observed on the backend:
+//! the thin layer in the parent module observes, asks here what to do next, and does it.
+
+use crate::api::{DeletionPolicy, S3TenantSpec};
+
+/// Most bucket names a message lists before "and N more".
+const MAX_NAMED_BUCKETS: usize = 10;
+
+/// The account settings keeper manages, as desired by the spec or as found on the grid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AccountSettings {
+    pub name: String,
+    pub quota_bytes: Option<u64>,
+    pub allow_platform_services: bool,
+}
+
+/// An account as observed on the grid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObservedAccount {
+    pub id: String,
+    pub settings: AccountSettings,
+    /// Whether it has the `management` and `s3` capabilities and keeper's ownership marker.
+    pub managed_fields_ok: bool,
+}
+
+/// The ownership marker keeper writes into the description of the accounts it creates: the
+/// tenant object's uid, unique for the life of the object (a recreated tenant gets a new one).
+pub fn ownership_marker(uid: &str) -> String {
+    format!("keeper.dev/owner-uid={uid}")
+}
+
+/// What to do about the account on the way to Ready.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AccountStep {
+    /// No root password is stored yet: generate and store it first, so that a crash right after
+    /// the account is created cannot lose it.
+    StorePassword,
+    /// No account exists (none under the recorded id, none with our marker): create it.
+    Create,
+    /// The account exists but its root password was lost (the Secret was deleted): set a new one.
+    ResetPassword { id: String },
+    /// The account exists and differs from the spec.
+    Update { id: String },
+    /// The account exists as desired.
+    InSync { id: String },
+}
+
+pub fn account_step(
+    password_stored: bool,
+    account: Option<&ObservedAccount>,
+    desired: &AccountSettings,
+) -> AccountStep {
+    match (account, password_stored) {
+        (None, false) => AccountStep::StorePassword,
+        (None, true) => AccountStep::Create,
+        (Some(a), false) => AccountStep::ResetPassword { id: a.id.clone() },
+        (Some(a), true) if a.settings != *desired || !a.managed_fields_ok => {
+            AccountStep::Update { id: a.id.clone() }
+        }
+        (Some(a), true) => AccountStep::InSync { id: a.id.clone() },
+    }
+}
+
+/// The desired account settings from the spec; the quota must be a valid quantity.
+pub fn desired_settings(
+    tenant_name: &str,
+    spec: &S3TenantSpec,
+) -> Result<AccountSettings, crate::api::names::InvalidQuantity> {
+    let quota_bytes = spec
+        .quota
+        .as_deref()
+        .map(crate::api::names::parse_quantity_bytes)
+        .transpose()?;
+    Ok(AccountSettings {
+        name: spec
+            .display_name
+            .clone()
+            .unwrap_or_else(|| tenant_name.to_string()),
+        quota_bytes,
+        allow_platform_services: spec.allow_platform_services,
+    })
+}
+
+/// What to do about the tenant's S3 keys so that exactly one key set exists and is published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyStep {
+    /// The published key exists and is the only one.
+    Keep,
+    /// The published key exists; the others are leftovers of an interrupted issue (their secret
+    /// was never stored, so nobody can use them): revoke them.
+    Revoke(Vec<String>),
+    /// No usable key is published: issue a new one, publish it, then revoke the others.
+    Issue { revoke: Vec<String> },
+}
+
+pub fn key_step(published: Option<&str>, on_backend: &[String]) -> KeyStep {
+    match published {
+        Some(key) if on_backend.iter().any(|k| k == key) => {
+            let others: Vec<String> = on_backend.iter().filter(|k| *k != key).cloned().collect();
+            if others.is_empty() {
+                KeyStep::Keep
+            } else {
+                KeyStep::Revoke(others)
+            }
+        }
+        _ => KeyStep::Issue {
+            revoke: on_backend.to_vec(),
+        },
+    }
+}
+
+/// The buckets a tenant still holds: S3Bucket resources referencing it, and buckets on the
+/// backend that no S3Bucket resource stands for (created outside keeper).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RemainingBuckets {
+    /// Names of S3Bucket resources in the tenant's namespace.
+    pub resources: Vec<String>,
+    /// Backend bucket names without a resource.
+    pub unmanaged: Vec<String>,
+}
+
+impl RemainingBuckets {
+    /// `backend` bucket names that are not the bucket of one of the resources are unmanaged.
+    pub fn new(
+        mut resources: Vec<(String, String)>,
+        backend: impl IntoIterator<Item = String>,
+    ) -> Self {
+        resources.sort();
+        let mut unmanaged: Vec<String> = backend
+            .into_iter()
+            .filter(|b| !resources.iter().any(|(_, bucket)| bucket == b))
+            .collect();
+        unmanaged.sort();
+        unmanaged.dedup();
+        RemainingBuckets {
+            resources: resources.into_iter().map(|(name, _)| name).collect(),
+            unmanaged,
+        }
+    }
+
+    pub fn count(&self) -> usize {
+        self.resources.len() + self.unmanaged.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.count() == 0
+    }
+}
+
+/// What deleting the tenant does now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DeletionStep {
+    /// `deletionProtection` is on: hold the tenant until it is turned off.
+    Protected,
+    /// Release the resource and leave the account (policy Retain, or no account exists).
+    Release,
+    /// Buckets remain: hold the tenant and say what to do.
+    Blocked(RemainingBuckets),
+    /// Delete the keys and the account.
+    DeleteAccount { id: String },
+}
+
+pub fn deletion_step(
+    spec: &S3TenantSpec,
+    account_id: Option<&str>,
+    buckets: RemainingBuckets,
+) -> DeletionStep {
+    if spec.deletion_protection {
+        return DeletionStep::Protected;
+    }
+    if spec.deletion_policy == DeletionPolicy::Retain {
+        return DeletionStep::Release;
+    }
+    if !buckets.is_empty() {
+        return DeletionStep::Blocked(buckets);
+    }
+    match account_id {
+        Some(id) => DeletionStep::DeleteAccount { id: id.to_string() },
+        None => DeletionStep::Release,
+    }
+}
+
+/// The guidance given when a tenant cannot be deleted because buckets remain; the finalizer's
+/// condition and event and the admission webhook's warning all use it.
+pub fn buckets_remain_message(tenant: &str, buckets: &RemainingBuckets) -> String {
+    let mut names: Vec<String> = buckets.resources.clone();
+    names.extend(
+        buckets
+            .unmanaged
+            .iter()
+            .map(|b| format!("{b} (on the backend, not managed by keeper)")),
+    );
+    let count = names.len();
+    let mut listed = names
+        .iter()
+        .take(MAX_NAMED_BUCKETS)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if count > MAX_NAMED_BUCKETS {
+        listed.push_str(&format!(" and {} more", count - MAX_NAMED_BUCKETS));
+    }
+    let mut message = format!(
+        "S3Tenant {tenant} still holds {count} bucket(s): {listed}. keeper does not delete buckets for you: \
+         drain each one with `kubectl annotate s3bucket <name> keeper.dev/drain=true`, \
+         then delete it with `kubectl delete s3bucket <name>`."
+    );
+    if !buckets.unmanaged.is_empty() {
+        message
+            .push_str(" Buckets not managed by keeper must be emptied and deleted on the backend.");
+    }
+    message.push_str(" The tenant is deleted as soon as no bucket remains.");
+    message
+}
+
+/// The guidance given while `deletionProtection` holds a tenant.
+pub fn deletion_protection_message(tenant: &str) -> String {
+    format!(
+        "S3Tenant {tenant} has deletionProtection enabled. To allow its deletion, run \
+         `kubectl patch s3tenant {tenant} --type merge -p '{{\"spec\":{{\"deletionProtection\":false}}}}'`."
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> S3TenantSpec {
+        serde_json::from_value(serde_json::json!({})).unwrap()
+    }
+
+    fn settings() -> AccountSettings {
+        AccountSettings {
+            name: "team-a".into(),
+            quota_bytes: Some(1024),
+            allow_platform_services: false,
+        }
+    }
+
+    fn observed(settings: AccountSettings, ok: bool) -> ObservedAccount {
+        ObservedAccount {
+            id: "40327589106748163542".into(),
+            settings,
+            managed_fields_ok: ok,
+        }
+    }
+
+    #[test]
+    fn the_password_is_stored_before_any_account_is_created() {
+        assert_eq!(
+            account_step(false, None, &settings()),
+            AccountStep::StorePassword
+        );
+        assert_eq!(account_step(true, None, &settings()), AccountStep::Create);
+    }
+
+    #[test]
+    fn an_existing_account_is_never_created_again() {
+        let account = observed(settings(), true);
+        assert_eq!(
+            account_step(true, Some(&account), &settings()),
+            AccountStep::InSync {
+                id: account.id.clone()
+            }
+        );
+        assert_eq!(
+            account_step(false, Some(&account), &settings()),
+            AccountStep::ResetPassword {
+                id: account.id.clone()
+            }
+        );
+    }
+
+    #[test]
+    fn spec_changes_and_lost_capabilities_update_the_account() {
+        let mut other = settings();
+        other.quota_bytes = None;
+        let account = observed(other, true);
+        assert!(matches!(
+            account_step(true, Some(&account), &settings()),
+            AccountStep::Update { .. }
+        ));
+        let account = observed(settings(), false);
+        assert!(matches!(
+            account_step(true, Some(&account), &settings()),
+            AccountStep::Update { .. }
+        ));
+    }
+
+    #[test]
+    fn desired_settings_follow_the_spec() {
+        let mut spec = spec();
+        assert_eq!(
+            desired_settings("t", &spec).unwrap(),
+            AccountSettings {
+                name: "t".into(),
+                quota_bytes: None,
+                allow_platform_services: false
+            }
+        );
+        spec.display_name = Some("Team A".into());
+        spec.quota = Some("1Ki".into());
+        spec.allow_platform_services = true;
+        assert_eq!(
+            desired_settings("t", &spec).unwrap(),
+            AccountSettings {
+                name: "Team A".into(),
+                quota_bytes: Some(1024),
+                allow_platform_services: true
+            }
+        );
+        spec.quota = Some("lots".into());
+        assert!(desired_settings("t", &spec).is_err());
+    }
+
+    #[test]
+    fn keys_converge_to_exactly_the_published_one() {
+        let keys = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(key_step(Some("A"), &keys(&["A"])), KeyStep::Keep);
+        assert_eq!(
+            key_step(Some("A"), &keys(&["B", "A", "C"])),
+            KeyStep::Revoke(keys(&["B", "C"]))
+        );
+        // Published key revoked on the backend, or never published: issue, then revoke the rest.
+        assert_eq!(
+            key_step(Some("A"), &keys(&["B"])),
+            KeyStep::Issue {
+                revoke: keys(&["B"])
+            }
+        );
+        assert_eq!(key_step(None, &[]), KeyStep::Issue { revoke: vec![] });
+    }
+
+    #[test]
+    fn protection_wins_over_everything() {
+        let mut spec = spec();
+        spec.deletion_protection = true;
+        spec.deletion_policy = DeletionPolicy::Retain;
+        assert_eq!(
+            deletion_step(&spec, Some("1"), RemainingBuckets::default()),
+            DeletionStep::Protected
+        );
+    }
+
+    #[test]
+    fn retain_releases_without_looking_at_buckets() {
+        let mut spec = spec();
+        spec.deletion_policy = DeletionPolicy::Retain;
+        let buckets = RemainingBuckets::new(vec![("b".into(), "ns-b".into())], []);
+        assert_eq!(
+            deletion_step(&spec, Some("1"), buckets),
+            DeletionStep::Release
+        );
+    }
+
+    #[test]
+    fn buckets_block_deletion() {
+        let buckets = RemainingBuckets::new(vec![], ["external".to_string()]);
+        assert_eq!(
+            deletion_step(&spec(), Some("1"), buckets.clone()),
+            DeletionStep::Blocked(buckets)
+        );
+    }
+
+    #[test]
+    fn without_buckets_the_account_is_deleted_or_there_is_nothing_to_delete() {
+        assert_eq!(
+            deletion_step(&spec(), Some("1"), RemainingBuckets::default()),
+            DeletionStep::DeleteAccount { id: "1".into() }
+        );
+        assert_eq!(
+            deletion_step(&spec(), None, RemainingBuckets::default()),
+            DeletionStep::Release
+        );
+    }
+
+    #[test]
+    fn backend_buckets_of_resources_are_not_counted_twice() {
+        let buckets = RemainingBuckets::new(
+            vec![
+                ("media".into(), "ns-media".into()),
+                ("logs".into(), "ns-logs".into()),
+            ],
+            ["ns-logs".to_string(), "legacy".to_string()],
+        );
+        assert_eq!(buckets.resources, ["logs", "media"]);
+        assert_eq!(buckets.unmanaged, ["legacy"]);
+        assert_eq!(buckets.count(), 3);
+    }
+
+    #[test]
+    fn the_guidance_names_the_count_the_buckets_and_the_commands() {
+        let buckets = RemainingBuckets::new(
+            vec![("logs".into(), "x".into()), ("media".into(), "y".into())],
+            [],
+        );
+        let message = buckets_remain_message("team-a", &buckets);
+        assert_eq!(
+            message,
+            "S3Tenant team-a still holds 2 bucket(s): logs, media. keeper does not delete buckets for you: \
+             drain each one with `kubectl annotate s3bucket <name> keeper.dev/drain=true`, \
+             then delete it with `kubectl delete s3bucket <name>`. \
+             The tenant is deleted as soon as no bucket remains."
+        );
+    }
+
+    #[test]
+    fn the_guidance_lists_at_most_ten_names() {
+        let resources = (0..12)
+            .map(|i| (format!("b{i:02}"), format!("x{i}")))
+            .collect();
+        let message =
+            buckets_remain_message("t", &RemainingBuckets::new(resources, ["ext".to_string()]));
+        assert!(message.contains("13 bucket(s): b00, b01"), "{message}");
+        assert!(message.contains("b09 and 3 more."), "{message}");
+        assert!(!message.contains("b10"), "{message}");
+        assert!(message.contains("must be emptied and deleted on the backend"));
+    }
+
+    #[test]
+    fn the_protection_message_says_how_to_lift_it() {
+        assert_eq!(
+            deletion_protection_message("t"),
+            "S3Tenant t has deletionProtection enabled. To allow its deletion, run \
+             `kubectl patch s3tenant t --type merge -p '{\"spec\":{\"deletionProtection\":false}}'`."
+        );
+    }
+
+    #[test]
+    fn the_marker_is_the_uid() {
+        assert_eq!(ownership_marker("u-1"), "keeper.dev/owner-uid=u-1");
+    }
+}
