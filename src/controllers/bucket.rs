@@ -904,7 +904,7 @@ fn register_metrics(
     ));
     shared.metrics.register(StoreGauge::new(
         "keeper_deletion_blocked",
-        "Resources whose deletion waits for the user (S3Buckets holding objects).",
+        "Resources whose deletion is held (DeletionBlocked=True).",
         store.clone(),
         &[("kind", "S3Bucket")],
         "",

@@ -16,13 +16,13 @@ pub struct StoreGauge<K: kube::Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     gauge: IntGaugeVec,
     label: String,
-    fixed: Vec<(String, String)>,
     always: Vec<String>,
     classify: Classify<K>,
 }
 
 impl<K: kube::Resource<DynamicType = ()> + Clone + 'static> StoreGauge<K> {
-    /// `fixed` are constant labels such as `kind="S3Bucket"`; `label` is the counted dimension.
+    /// `fixed` are constant labels such as `kind="S3Bucket"`; `label` is the counted dimension
+    /// (empty for a plain count).
     pub fn new(
         name: &str,
         help: &str,
@@ -32,29 +32,35 @@ impl<K: kube::Resource<DynamicType = ()> + Clone + 'static> StoreGauge<K> {
         always: &[&str],
         classify: impl Fn(&K) -> Option<String> + Send + Sync + 'static,
     ) -> Self {
-        let mut names: Vec<&str> = fixed.iter().map(|(k, _)| *k).collect();
-        if !label.is_empty() {
-            names.push(label);
-        }
-        StoreGauge {
-            store,
-            gauge: IntGaugeVec::new(Opts::new(name, help), &names).expect("valid gauge"),
-            label: label.to_string(),
-            fixed: fixed
+        let names: Vec<&str> = if label.is_empty() {
+            vec![]
+        } else {
+            vec![label]
+        };
+        // Fixed labels are constant labels, so that controllers can each register a gauge of the
+        // same name (such as `keeper_deletion_blocked{kind}`, with the same help text): the
+        // registry tells them apart by their constant label values and merges them at scrape.
+        let opts = Opts::new(name, help).const_labels(
+            fixed
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+        );
+        StoreGauge {
+            store,
+            gauge: IntGaugeVec::new(opts, &names).expect("valid gauge"),
+            label: label.to_string(),
             always: always.iter().map(|s| s.to_string()).collect(),
             classify: Box::new(classify),
         }
     }
 
     fn labels<'a>(&'a self, value: &'a str) -> Vec<&'a str> {
-        let mut labels: Vec<&str> = self.fixed.iter().map(|(_, v)| v.as_str()).collect();
-        if !self.label.is_empty() {
-            labels.push(value);
+        if self.label.is_empty() {
+            vec![]
+        } else {
+            vec![value]
         }
-        labels
     }
 }
 
@@ -130,5 +136,31 @@ mod tests {
             text.contains(r#"keeper_things{kind="Thing",phase="Pending"} 0"#),
             "{text}"
         );
+    }
+
+    #[test]
+    fn gauges_of_one_name_with_different_fixed_labels_share_a_registry() {
+        let (reader, mut writer) = store::<ConfigMap>();
+        writer.apply_watcher_event(&Event::Apply(configmap("a", "Blocked")));
+        let registry = prometheus::Registry::new();
+        for kind in ["A", "B"] {
+            let gauge = StoreGauge::new(
+                "keeper_blocked",
+                "Blocked things.",
+                reader.clone(),
+                &[("kind", kind)],
+                "",
+                &[""],
+                move |cm: &ConfigMap| {
+                    (kind == "A" && cm.data.as_ref()?.get("phase")? == "Blocked").then(String::new)
+                },
+            );
+            registry.register(Box::new(gauge)).unwrap();
+        }
+        let text = prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .unwrap();
+        assert!(text.contains(r#"keeper_blocked{kind="A"} 1"#), "{text}");
+        assert!(text.contains(r#"keeper_blocked{kind="B"} 0"#), "{text}");
     }
 }
