@@ -27,7 +27,9 @@ use tokio_util::sync::CancellationToken;
 use crate::api::names::{default_bucket_name, validate_bucket_name};
 use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus, S3Tenant};
 use crate::backends::s3::{DeleteOutcome, S3Settings, S3Store};
-use crate::config::Provider;
+use crate::backends::storagegrid;
+use crate::config::{Provider, StorageGridProvider};
+use crate::controllers::tenant::{credentials_secret_name, root_secret_name};
 use crate::runtime::gauges::StoreGauge;
 use crate::runtime::{self, Cleanup, Context, ReconcileError, Reconciler, Shared, conditions};
 use crate::server::Readiness;
@@ -419,14 +421,7 @@ pub async fn cleanup_bucket<B: BucketBackend>(
 /// The resolved storage behind a tenant.
 enum AnyBackend {
     S3(backend::S3Compatible),
-}
-
-impl AnyBackend {
-    fn get(&self) -> &backend::S3Compatible {
-        match self {
-            AnyBackend::S3(b) => b,
-        }
-    }
+    Grid(backend::StorageGrid),
 }
 
 /// The published endpoint and region of a provider.
@@ -457,6 +452,8 @@ pub struct S3BucketReconciler {
     usage: Mutex<HashMap<String, (Instant, Observed)>>,
     /// S3 clients per endpoint and access key, so connections are reused across reconciles.
     stores: Mutex<HashMap<(String, String), S3Store>>,
+    /// StorageGRID clients per provider name.
+    grids: Mutex<HashMap<String, storagegrid::Client>>,
     objects_deleted: IntCounter,
 }
 
@@ -465,6 +462,7 @@ impl S3BucketReconciler {
         S3BucketReconciler {
             usage: Mutex::default(),
             stores: Mutex::default(),
+            grids: Mutex::default(),
             objects_deleted,
         }
     }
@@ -540,54 +538,14 @@ impl S3BucketReconciler {
             Ok(drain) => drain,
             Err(e) => return Ok(Err(Blocked::Failed("InvalidDrainSettings", e.to_string()))),
         };
-        let secret_name = tenant
-            .status
-            .as_ref()
-            .and_then(|s| s.credentials_secret.clone())
-            .unwrap_or_else(|| format!("{}-s3-credentials", tenant.name_any()));
-        let Some(secret) =
-            runtime::secrets::read(&ctx.shared.client, &namespace, &secret_name).await?
-        else {
-            return Ok(Err(Blocked::Pending(
-                "TenantCredentialsMissing",
-                format!("the tenant's credentials Secret {secret_name:?} does not exist yet"),
-            )));
-        };
-        let Some(tenant_keys) = lifecycle::keys_from(&secret) else {
-            return Ok(Err(Blocked::Pending(
-                "TenantCredentialsMissing",
-                format!(
-                    "the tenant's credentials Secret {secret_name:?} lacks accessKeyId/secretAccessKey"
-                ),
-            )));
-        };
         let region = obj
             .spec
             .region
             .clone()
             .unwrap_or_else(|| provider_region(&provider).to_string());
-        let backend = match &provider {
-            Provider::S3Compatible(p) => {
-                let store = self.store(&S3Settings {
-                    endpoint: p.endpoint.to_string(),
-                    region: p.region.clone(),
-                    access_key_id: tenant_keys.access_key_id.clone(),
-                    secret_access_key: tenant_keys.secret_access_key.clone(),
-                    force_path_style: p.force_path_style,
-                });
-                AnyBackend::S3(backend::S3Compatible {
-                    store,
-                    metrics: ctx.shared.metrics.clone(),
-                    tenant_keys,
-                    max_deletes_per_second: p.drain.max_deletes_per_second,
-                })
-            }
-            Provider::StorageGrid(_) => {
-                return Ok(Err(Blocked::Failed(
-                    "ProviderNotSupported",
-                    "StorageGRID buckets are not supported by this build yet".to_string(),
-                )));
-            }
+        let backend = match self.backend(ctx, &tenant, &provider).await? {
+            Ok(backend) => backend,
+            Err(blocked) => return Ok(Err(blocked)),
         };
         let uid = obj.uid().unwrap_or_default();
         let view = View {
@@ -607,6 +565,102 @@ impl S3BucketReconciler {
             cached: self.cached(&uid),
         };
         Ok(Ok((backend, view, provider)))
+    }
+
+    /// The backend of the tenant's provider, signed in with the tenant's credentials.
+    async fn backend(
+        &self,
+        ctx: &Context<Self>,
+        tenant: &S3Tenant,
+        provider: &Provider,
+    ) -> Result<Result<AnyBackend, Blocked>, Error> {
+        let namespace = tenant.namespace().unwrap_or_default();
+        let tenant_name = tenant.name_any();
+        match provider {
+            Provider::S3Compatible(p) => {
+                let secret_name = tenant
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.credentials_secret.clone())
+                    .unwrap_or_else(|| credentials_secret_name(&tenant_name));
+                let secret =
+                    runtime::secrets::read(&ctx.shared.client, &namespace, &secret_name).await?;
+                let Some(tenant_keys) = secret.as_ref().and_then(lifecycle::keys_from) else {
+                    return Ok(Err(Blocked::Pending(
+                        "TenantCredentialsMissing",
+                        format!(
+                            "the tenant's credentials Secret {secret_name:?} does not exist yet or lacks accessKeyId/secretAccessKey"
+                        ),
+                    )));
+                };
+                let store = self.store(&S3Settings {
+                    endpoint: p.endpoint.to_string(),
+                    region: p.region.clone(),
+                    access_key_id: tenant_keys.access_key_id.clone(),
+                    secret_access_key: tenant_keys.secret_access_key.clone(),
+                    force_path_style: p.force_path_style,
+                });
+                Ok(Ok(AnyBackend::S3(backend::S3Compatible {
+                    store,
+                    metrics: ctx.shared.metrics.clone(),
+                    tenant_keys,
+                    max_deletes_per_second: p.drain.max_deletes_per_second,
+                })))
+            }
+            Provider::StorageGrid(p) => {
+                let client = match self.grid(&tenant.spec.provider, p, ctx) {
+                    Ok(client) => client,
+                    Err(message) => {
+                        return Ok(Err(Blocked::Failed("ProviderClient", message)));
+                    }
+                };
+                let Some(account_id) = tenant.status.as_ref().and_then(|s| s.account_id.clone())
+                else {
+                    return Ok(Err(Blocked::Pending(
+                        "TenantAccountMissing",
+                        format!("S3Tenant {tenant_name:?} has no StorageGRID account id yet"),
+                    )));
+                };
+                let secret_name = root_secret_name(&tenant_name);
+                let password = runtime::secrets::read(&ctx.shared.client, &namespace, &secret_name)
+                    .await?
+                    .and_then(|d| d.get("password").cloned())
+                    .filter(|p| !p.is_empty());
+                let Some(password) = password else {
+                    return Ok(Err(Blocked::Pending(
+                        "TenantCredentialsMissing",
+                        format!(
+                            "the tenant's root credentials Secret {secret_name:?} does not exist yet or lacks a password"
+                        ),
+                    )));
+                };
+                Ok(Ok(AnyBackend::Grid(backend::StorageGrid {
+                    client,
+                    tenant: storagegrid::Login::tenant_root(account_id, password),
+                })))
+            }
+        }
+    }
+
+    /// One StorageGRID client per provider, so its token cache serves every reconcile.
+    fn grid(
+        &self,
+        name: &str,
+        provider: &StorageGridProvider,
+        ctx: &Context<Self>,
+    ) -> Result<storagegrid::Client, String> {
+        let mut grids = self.grids.lock().expect("grid cache lock");
+        if let Some(client) = grids.get(name) {
+            return Ok(client.clone());
+        }
+        let client = storagegrid::Client::new(
+            &provider.admin_endpoint.0,
+            &provider.tls,
+            ctx.shared.metrics.clone(),
+        )
+        .map_err(|e| format!("cannot build the client of provider {name:?}: {e}"))?;
+        grids.insert(name.to_string(), client.clone());
+        Ok(client)
     }
 
     /// Writes an outcome back: status, events, annotations, metrics and the usage cache.
@@ -762,32 +816,10 @@ impl Reconciler for S3BucketReconciler {
             Ok(resolved) => resolved,
             Err(blocked) => return self.show_blocked(&obj, ctx, blocked, false).await,
         };
-        let backend = backend.get();
-        let out = match apply_bucket(backend, &view).await {
-            Ok(out) => out,
-            Err(e) => return self.show_backend_error(&obj, ctx, e).await,
-        };
-        self.write(&obj, ctx, &out).await?;
-        if matches!(
-            out.status.phase,
-            Some(BucketPhase::Ready | BucketPhase::Draining)
-        ) && let Err(e) = self
-            .publish_credentials(
-                backend,
-                &obj,
-                ctx,
-                &view.desired.name,
-                &provider,
-                &view.desired.region,
-            )
-            .await
-        {
-            return match e {
-                Error::Backend(e) => self.show_backend_error(&obj, ctx, e).await,
-                e => Err(e),
-            };
+        match &backend {
+            AnyBackend::S3(b) => self.apply_with(b, &obj, ctx, &view, &provider).await,
+            AnyBackend::Grid(b) => self.apply_with(b, &obj, ctx, &view, &provider).await,
         }
-        Ok(Action::requeue(out.requeue))
     }
 
     async fn cleanup(&self, obj: Arc<S3Bucket>, ctx: &Context<Self>) -> Result<Cleanup, Error> {
@@ -803,11 +835,61 @@ impl Reconciler for S3BucketReconciler {
                 return Ok(Cleanup::Wait(action));
             }
         };
-        let out = match cleanup_bucket(backend.get(), &view).await {
+        match &backend {
+            AnyBackend::S3(b) => self.cleanup_with(b, &obj, ctx, &view).await,
+            AnyBackend::Grid(b) => self.cleanup_with(b, &obj, ctx, &view).await,
+        }
+    }
+}
+
+impl S3BucketReconciler {
+    async fn apply_with<B: BucketBackend>(
+        &self,
+        backend: &B,
+        obj: &S3Bucket,
+        ctx: &Context<Self>,
+        view: &View<'_>,
+        provider: &Provider,
+    ) -> Result<Action, Error> {
+        let out = match apply_bucket(backend, view).await {
+            Ok(out) => out,
+            Err(e) => return self.show_backend_error(obj, ctx, e).await,
+        };
+        self.write(obj, ctx, &out).await?;
+        if matches!(
+            out.status.phase,
+            Some(BucketPhase::Ready | BucketPhase::Draining)
+        ) && let Err(e) = self
+            .publish_credentials(
+                backend,
+                obj,
+                ctx,
+                &view.desired.name,
+                provider,
+                &view.desired.region,
+            )
+            .await
+        {
+            return match e {
+                Error::Backend(e) => self.show_backend_error(obj, ctx, e).await,
+                e => Err(e),
+            };
+        }
+        Ok(Action::requeue(out.requeue))
+    }
+
+    async fn cleanup_with<B: BucketBackend>(
+        &self,
+        backend: &B,
+        obj: &S3Bucket,
+        ctx: &Context<Self>,
+        view: &View<'_>,
+    ) -> Result<Cleanup, Error> {
+        let out = match cleanup_bucket(backend, view).await {
             Ok(out) => out,
             Err(e) => {
                 return self
-                    .show_backend_error(&obj, ctx, e)
+                    .show_backend_error(obj, ctx, e)
                     .await
                     .map(Cleanup::Wait);
             }
@@ -816,18 +898,12 @@ impl Reconciler for S3BucketReconciler {
             self.remember(&obj.uid().unwrap_or_default(), Cache::Forget);
             self.objects_deleted.inc_by(out.deleted);
             for note in &out.notes {
-                ctx.publish(
-                    &obj,
-                    note.type_,
-                    note.reason,
-                    note.message.clone(),
-                    "Delete",
-                )
-                .await;
+                ctx.publish(obj, note.type_, note.reason, note.message.clone(), "Delete")
+                    .await;
             }
             return Ok(Cleanup::Done);
         }
-        self.write(&obj, ctx, &out).await?;
+        self.write(obj, ctx, &out).await?;
         Ok(Cleanup::Wait(Action::requeue(out.requeue)))
     }
 }
