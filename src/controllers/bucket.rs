@@ -506,7 +506,11 @@ impl S3BucketReconciler {
         let namespace = obj.namespace().unwrap_or_default();
         let tenants: Api<S3Tenant> = Api::namespaced(ctx.shared.client.clone(), &namespace);
         let tenant = tenants.get_opt(&obj.spec.tenant_ref.name).await?;
-        let tenant = match lifecycle::tenant_gate(obj, tenant.as_ref()) {
+        let tenant = match lifecycle::tenant_gate(
+            obj,
+            tenant.as_ref(),
+            obj.metadata.deletion_timestamp.is_some(),
+        ) {
             TenantGate::Ready => tenant.expect("gate passed"),
             TenantGate::Wait(reason, message) => return Ok(Err(Blocked::Pending(reason, message))),
         };
@@ -697,9 +701,18 @@ impl S3BucketReconciler {
         let current = runtime::secrets::read(&ctx.shared.client, &namespace, &name).await?;
         let published = current.as_ref().and_then(lifecycle::keys_from);
         let rotate = annotated(obj, ROTATE_ANNOTATION);
-        let (keys, retire) = match backend.keys(bucket, published.as_ref(), rotate).await? {
-            KeyPlan::Keep => (published.expect("Keep implies published keys"), None),
-            KeyPlan::Publish { keys, retire } => (keys, retire),
+        let (keys, retire) = match (
+            backend.keys(bucket, published.as_ref(), rotate).await?,
+            published,
+        ) {
+            (KeyPlan::Keep, Some(published)) => (published, None),
+            (KeyPlan::Publish { keys, retire }, _) => (keys, retire),
+            (KeyPlan::Keep, None) => {
+                return Err(Error::Backend(BackendError {
+                    transient: true,
+                    message: format!("no keys to publish in Secret {name:?}"),
+                }));
+            }
         };
         let endpoint = published_endpoint(provider);
         let data = lifecycle::secret_data(&keys, &endpoint, region, bucket);

@@ -17,7 +17,9 @@ pub enum TenantGate {
     Wait(&'static str, String),
 }
 
-pub fn tenant_gate(bucket: &S3Bucket, tenant: Option<&S3Tenant>) -> TenantGate {
+/// For `apply` the tenant must be Ready. For cleanup it only has to exist: a tenant being
+/// deleted waits for its buckets to go, so its buckets must still be able to clean up.
+pub fn tenant_gate(bucket: &S3Bucket, tenant: Option<&S3Tenant>, cleanup: bool) -> TenantGate {
     let name = &bucket.spec.tenant_ref.name;
     let namespace = bucket.namespace().unwrap_or_default();
     let Some(tenant) = tenant else {
@@ -31,6 +33,9 @@ pub fn tenant_gate(bucket: &S3Bucket, tenant: Option<&S3Tenant>) -> TenantGate {
             "TenantInOtherNamespace",
             format!("S3Tenant {name:?} must be in the bucket's namespace {namespace:?}"),
         );
+    }
+    if cleanup {
+        return TenantGate::Ready;
     }
     if tenant.metadata.deletion_timestamp.is_some() {
         return TenantGate::Wait(
@@ -160,18 +165,18 @@ mod tests {
     fn the_tenant_must_exist_be_ready_and_share_the_namespace() {
         let b = bucket("b");
         assert!(
-            matches!(tenant_gate(&b, None), TenantGate::Wait("TenantNotFound", m) if m.contains("\"t\"") && m.contains("\"ns\""))
+            matches!(tenant_gate(&b, None, false), TenantGate::Wait("TenantNotFound", m) if m.contains("\"t\"") && m.contains("\"ns\""))
         );
         assert!(matches!(
-            tenant_gate(&b, Some(&tenant("other", Some(TenantPhase::Ready)))),
+            tenant_gate(&b, Some(&tenant("other", Some(TenantPhase::Ready))), false),
             TenantGate::Wait("TenantInOtherNamespace", _)
         ));
         assert!(matches!(
-            tenant_gate(&b, Some(&tenant("ns", Some(TenantPhase::Pending)))),
+            tenant_gate(&b, Some(&tenant("ns", Some(TenantPhase::Pending))), false),
             TenantGate::Wait("TenantNotReady", m) if m.contains("Pending")
         ));
         assert!(matches!(
-            tenant_gate(&b, Some(&tenant("ns", None))),
+            tenant_gate(&b, Some(&tenant("ns", None)), false),
             TenantGate::Wait("TenantNotReady", _)
         ));
         let mut deleting = tenant("ns", Some(TenantPhase::Ready));
@@ -180,13 +185,23 @@ mod tests {
                 k8s_openapi::jiff::Timestamp::now(),
             ));
         assert!(matches!(
-            tenant_gate(&b, Some(&deleting)),
+            tenant_gate(&b, Some(&deleting), false),
             TenantGate::Wait("TenantDeleting", _)
         ));
         assert_eq!(
-            tenant_gate(&b, Some(&tenant("ns", Some(TenantPhase::Ready)))),
+            tenant_gate(&b, Some(&tenant("ns", Some(TenantPhase::Ready))), false),
             TenantGate::Ready
         );
+        // Cleanup needs only the tenant: one being deleted waits for its buckets.
+        assert_eq!(tenant_gate(&b, Some(&deleting), true), TenantGate::Ready);
+        assert!(matches!(
+            tenant_gate(&b, None, true),
+            TenantGate::Wait("TenantNotFound", _)
+        ));
+        assert!(matches!(
+            tenant_gate(&b, Some(&tenant("other", Some(TenantPhase::Ready))), true),
+            TenantGate::Wait("TenantInOtherNamespace", _)
+        ));
     }
 
     #[test]
