@@ -264,6 +264,9 @@ async fn run_drain<B: BucketBackend>(
             out.notes.push(drain::complete(&status));
             out.status.drain_status = None;
             out.remove_annotations.push(DRAIN_ANNOTATION);
+            // The observation still shows the backend draining: drop it, or the next reconcile
+            // would take the stopped drain for an orphan.
+            out.observed = Cache::Forget;
         }
         DrainStep::Cancel => {
             backend.stop_drain(bucket).await?;
@@ -378,19 +381,36 @@ pub async fn cleanup_bucket<B: BucketBackend>(
         }
         Owner::Us => {}
     }
-    let Some(objects) = run_drain(backend, view, &mut out).await? else {
-        return Ok(out);
-    };
+    let remaining = run_drain(backend, view, &mut out).await?;
     if out.status.phase == Some(BucketPhase::Pending) {
-        // run_drain found the bucket gone.
+        // The bucket disappeared from the backend: nothing left to delete.
         backend.delete_credentials(bucket).await?;
         out.released = true;
         return Ok(out);
     }
+    let Some(objects) = remaining else {
+        if out.status.phase == Some(BucketPhase::Failed) {
+            // The drain stopped (object lock, legal hold): deletion waits for the user.
+            let message = conditions_message(&out.status, conditions::READY);
+            conditions::set(
+                &mut out.status.conditions,
+                conditions::DELETION_BLOCKED,
+                true,
+                "DrainBlocked",
+                message,
+                generation,
+            );
+        } else {
+            // Draining as asked: deletion is no longer waiting for the user.
+            conditions::remove(&mut out.status.conditions, conditions::DELETION_BLOCKED);
+        }
+        return Ok(out);
+    };
     out.status.phase = Some(BucketPhase::Deleting);
     if objects > 0 {
         let message = lifecycle::not_empty_message(obj, objects);
-        let changed = conditions::set(
+        let was_blocked = conditions::is_true(&out.status.conditions, conditions::DELETION_BLOCKED);
+        conditions::set(
             &mut out.status.conditions,
             conditions::DELETION_BLOCKED,
             true,
@@ -398,7 +418,8 @@ pub async fn cleanup_bucket<B: BucketBackend>(
             message.clone(),
             generation,
         );
-        if changed {
+        // One warning when deletion becomes blocked, not one per changed object count.
+        if !was_blocked {
             out.notes.push(Note::warning("BucketNotEmpty", message));
         }
         return Ok(out);
@@ -416,6 +437,16 @@ pub async fn cleanup_bucket<B: BucketBackend>(
         }
     }
     Ok(out)
+}
+
+/// The message of condition `type_`, or an empty string.
+fn conditions_message(status: &S3BucketStatus, type_: &str) -> String {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
 }
 
 /// The resolved storage behind a tenant.
@@ -754,13 +785,7 @@ impl S3BucketReconciler {
         }
         if deleting {
             out.status.phase = Some(BucketPhase::Deleting);
-            let message = out
-                .status
-                .conditions
-                .iter()
-                .find(|c| c.type_ == conditions::READY)
-                .map(|c| c.message.clone())
-                .unwrap_or_default();
+            let message = conditions_message(&out.status, conditions::READY);
             conditions::set(
                 &mut out.status.conditions,
                 conditions::DELETION_BLOCKED,

@@ -28,6 +28,8 @@ struct Fake {
     round_size: u64,
     server_rate: i64,
     fail_permanently: Mutex<Option<String>>,
+    /// Removes this bucket right after the next ownership check (a concurrent manual delete).
+    vanish_after_owner: Mutex<Option<String>>,
 }
 
 impl Fake {
@@ -39,6 +41,7 @@ impl Fake {
             round_size: 1000,
             server_rate: 0,
             fail_permanently: Mutex::default(),
+            vanish_after_owner: Mutex::default(),
         }
     }
 
@@ -74,11 +77,15 @@ impl BucketBackend for Fake {
 
     async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
         self.call("owner")?;
-        Ok(match self.bucket(&desired.name) {
+        let owner = match self.bucket(&desired.name) {
             None => Owner::Missing,
             Some(b) if b.owner.as_deref() == Some(desired.owner_uid.as_str()) => Owner::Us,
             Some(_) => Owner::Someone(format!("bucket {:?} belongs to someone else", desired.name)),
-        })
+        };
+        if let Some(name) = self.vanish_after_owner.lock().unwrap().take() {
+            self.buckets.lock().unwrap().remove(&name);
+        }
+        Ok(owner)
     }
 
     async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
@@ -384,13 +391,22 @@ async fn deletion_with_objects_blocks_once_then_drains_and_deletes_on_request() 
             .contains("kubectl annotate s3bucket b keeper.dev/drain=true")
     );
     assert_eq!(write_back(&mut obj, &out), ["BucketNotEmpty"]);
+    // Someone adds objects meanwhile: the message follows the count, the warning is not repeated.
+    fake.buckets.lock().unwrap().get_mut(NAME).unwrap().objects = 2600;
     let out = cleanup_bucket(&fake, &view(&obj, at(30), None))
         .await
         .unwrap();
     assert!(out.notes.is_empty(), "one warning, no storm");
+    assert!(
+        out.status
+            .conditions
+            .iter()
+            .any(|c| c.message.contains("2600 objects"))
+    );
+    write_back(&mut obj, &out);
     assert_eq!(
         fake.bucket(NAME).unwrap().objects,
-        2500,
+        2600,
         "nothing deleted without a drain"
     );
 
@@ -408,10 +424,14 @@ async fn deletion_with_objects_blocks_once_then_drains_and_deletes_on_request() 
             break;
         }
         assert_eq!(out.status.phase, Some(BucketPhase::Draining));
+        assert!(
+            !conditions::is_true(&out.status.conditions, conditions::DELETION_BLOCKED),
+            "a requested drain unblocks the deletion"
+        );
         now += 200;
         assert!(now < 10_000, "the drain never finished: {reasons:?}");
     }
-    assert_eq!(deleted, 2500);
+    assert_eq!(deleted, 2600);
     assert_eq!(reasons.first(), Some(&drain::STARTED));
     assert!(reasons.contains(&drain::PROGRESS));
     assert!(reasons.contains(&drain::COMPLETE));
@@ -509,6 +529,14 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
     assert_eq!(out.remove_annotations, [DRAIN_ANNOTATION]);
     // Completion returns the bucket to write mode.
     assert!(!fake.bucket(NAME).unwrap().draining);
+    // The annotation's removal that follows is not mistaken for an orphaned drain.
+    let cached = cache_of(&out, None);
+    fake.take_calls();
+    let after = apply_bucket(&fake, &view(&obj, at(541), cached))
+        .await
+        .unwrap();
+    assert!(after.notes.is_empty(), "{:?}", after.notes);
+    assert!(!fake.take_calls().contains(&"stop_drain".to_string()));
 }
 
 #[tokio::test]
@@ -653,4 +681,70 @@ async fn permanent_backend_errors_surface_to_the_caller() {
         .unwrap_err();
     assert!(!err.transient);
     assert_eq!(err.message, "InvalidAccessKeyId");
+}
+
+#[tokio::test]
+async fn a_bucket_that_vanishes_during_a_deletion_drain_releases_the_resource() {
+    let fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 5000,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    obj.metadata.deletion_timestamp = Some(Time(at(0)));
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
+        .await
+        .unwrap();
+    write_back(&mut obj, &out);
+    assert_eq!(out.status.phase, Some(BucketPhase::Draining));
+    // Someone deletes the bucket by hand between the owner check and the usage refresh.
+    fake.vanish_after_owner
+        .lock()
+        .unwrap()
+        .replace(NAME.to_string());
+    let out = cleanup_bucket(&fake, &view(&obj, at(200), None))
+        .await
+        .unwrap();
+    assert!(out.released, "{out:?}");
+    assert!(
+        fake.take_calls()
+            .ends_with(&["delete_credentials".to_string()])
+    );
+}
+
+#[tokio::test]
+async fn a_blocked_drain_keeps_the_deletion_blocked_with_the_reason() {
+    let fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 5,
+            held: true,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    obj.metadata.deletion_timestamp = Some(Time(at(0)));
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
+        .await
+        .unwrap();
+    write_back(&mut obj, &out);
+    let out = cleanup_bucket(&fake, &view(&obj, at(1), None))
+        .await
+        .unwrap();
+    assert!(!out.released);
+    let blocked = out
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::DELETION_BLOCKED)
+        .unwrap();
+    assert_eq!(blocked.reason, "DrainBlocked");
+    assert!(blocked.message.contains("legal hold"));
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 5);
 }
