@@ -88,7 +88,7 @@ pub struct Outcome {
     pub notes: Vec<Note>,
     pub remove_annotations: Vec<&'static str>,
     pub requeue: Duration,
-    /// Objects deleted by keeper in this reconcile (client-side drains).
+    /// Objects a drain deleted in this reconcile (for `keeper_drain_objects_deleted_total`).
     pub deleted: u64,
     /// A fresh observation to cache, or `Forget` to drop the cached one.
     pub observed: Cache,
@@ -236,6 +236,11 @@ async fn run_drain<B: BucketBackend>(
         DrainStep::Poll => {
             let status = current.expect("a poll runs on our drain");
             if due {
+                if !client_side {
+                    // The grid deleted these since the last poll (keeper counts its own deletes).
+                    out.deleted +=
+                        u64::try_from(status.previous_object_count - observed.objects).unwrap_or(0);
+                }
                 let (next, notes) = drain::poll(&status, observed.objects, &view.drain, view.now);
                 out.notes.extend(notes);
                 out.status.drain_status = Some(next);
@@ -977,7 +982,7 @@ pub async fn run(
     register_metrics(&shared, &store)?;
     let objects_deleted = IntCounter::new(
         "keeper_drain_objects_deleted_total",
-        "Objects deleted by keeper's client-side bucket drains.",
+        "Objects deleted by bucket drains (client-side: by keeper; server-side: as seen at polls).",
     )?;
     shared.metrics.register(objects_deleted.clone());
     let ctx = Arc::new(Context::new(

@@ -515,6 +515,10 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
         .unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::PROGRESS]);
     assert_eq!(out.status.object_count, Some(600));
+    assert_eq!(
+        out.deleted, 300,
+        "server-side progress counts as deleted objects"
+    );
     let out = apply_bucket(&fake, &view(&obj, at(360), None))
         .await
         .unwrap();
