@@ -36,6 +36,8 @@ pub struct S3Settings {
     pub access_key_id: String,
     pub secret_access_key: String,
     pub force_path_style: bool,
+    /// PEM CA certificates to trust in addition to the system roots (self-hosted stores).
+    pub ca_bundle: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for S3Settings {
@@ -46,6 +48,7 @@ impl std::fmt::Debug for S3Settings {
             .field("region", &self.region)
             .field("access_key_id", &self.access_key_id)
             .field("force_path_style", &self.force_path_style)
+            .field("ca_bundle", &self.ca_bundle.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -138,6 +141,29 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
+/// The SDK's HTTPS client (rustls with aws-lc-rs), trusting the system roots plus `pem`.
+fn https_client_trusting(pem: &[u8]) -> Result<aws_sdk_s3::config::SharedHttpClient, String> {
+    use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
+    // The SDK loads the certificates lazily and would fail at the first request: check now.
+    if !pem_has_certificate(pem) {
+        return Err("the CA bundle holds no PEM certificate".to_string());
+    }
+    let context = TlsContext::builder()
+        .with_trust_store(TrustStore::default().with_pem_certificate(pem.to_vec()))
+        .build()
+        .map_err(|e| format!("invalid CA bundle: {e}"))?;
+    Ok(aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::AwsLc,
+        ))
+        .tls_context(context)
+        .build_https())
+}
+
+fn pem_has_certificate(pem: &[u8]) -> bool {
+    String::from_utf8_lossy(pem).contains("-----BEGIN CERTIFICATE-----")
+}
+
 /// Who owns a bucket that exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ownership {
@@ -190,7 +216,8 @@ pub struct S3Store {
 }
 
 impl S3Store {
-    pub fn new(settings: &S3Settings) -> Self {
+    /// A client for `settings`; fails only on an unusable CA bundle.
+    pub fn new(settings: &S3Settings) -> Result<Self, String> {
         let credentials = Credentials::new(
             settings.access_key_id.clone(),
             settings.secret_access_key.clone(),
@@ -198,7 +225,7 @@ impl S3Store {
             None,
             "keeper",
         );
-        let config = aws_sdk_s3::Config::builder()
+        let mut config = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(settings.region.clone()))
             .credentials_provider(credentials)
@@ -213,11 +240,13 @@ impl S3Store {
                     .connect_timeout(Duration::from_secs(10))
                     .operation_attempt_timeout(Duration::from_secs(60))
                     .build(),
-            )
-            .build();
-        S3Store {
-            client: Client::from_conf(config),
+            );
+        if let Some(pem) = &settings.ca_bundle {
+            config = config.http_client(https_client_trusting(pem)?);
         }
+        Ok(S3Store {
+            client: Client::from_conf(config.build()),
+        })
     }
 
     /// Whether the bucket exists and, if so, the value of its ownership tag.
@@ -577,6 +606,11 @@ pub(crate) mod tests {
     impl Moto {
         /// Starts moto, or returns `None` (after saying so) when it is not installed.
         pub(crate) async fn start() -> Option<Moto> {
+            Self::start_with(&[], "http").await
+        }
+
+        /// Starts moto with extra arguments, serving `scheme`.
+        async fn start_with(extra: &[&str], scheme: &str) -> Option<Moto> {
             let Some(binary) = moto_binary() else {
                 eprintln!(
                     "SKIPPED: moto_server not found (set KEEPER_MOTO_SERVER or put it on PATH)"
@@ -589,13 +623,14 @@ pub(crate) mod tests {
                 .port();
             let child = Command::new(&binary)
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
             let moto = Moto {
                 child,
-                endpoint: format!("http://127.0.0.1:{port}"),
+                endpoint: format!("{scheme}://127.0.0.1:{port}"),
             };
             for _ in 0..300 {
                 if tokio::net::TcpStream::connect(("127.0.0.1", port))
@@ -616,6 +651,7 @@ pub(crate) mod tests {
                 access_key_id: "testing".into(),
                 secret_access_key: "testing".into(),
                 force_path_style: true,
+                ca_bundle: None,
             }
         }
     }
@@ -642,7 +678,7 @@ pub(crate) mod tests {
             return;
         };
         let metrics = Metrics::new();
-        let store = S3Store::new(&moto.settings());
+        let store = S3Store::new(&moto.settings()).unwrap();
         assert_eq!(
             store.ownership(&metrics, "b-one").await.unwrap(),
             Ownership::Missing
@@ -684,7 +720,7 @@ pub(crate) mod tests {
             return;
         };
         let metrics = Metrics::new();
-        let store = S3Store::new(&moto.settings());
+        let store = S3Store::new(&moto.settings()).unwrap();
         store
             .client
             .create_bucket()
@@ -704,7 +740,7 @@ pub(crate) mod tests {
             return;
         };
         let metrics = Metrics::new();
-        let store = S3Store::new(&moto.settings());
+        let store = S3Store::new(&moto.settings()).unwrap();
         assert_eq!(store.usage(&metrics, "nope", 10_000).await.unwrap(), None);
         store
             .create_bucket(&metrics, "usage", "us-east-1", false)
@@ -743,7 +779,7 @@ pub(crate) mod tests {
             return;
         };
         let metrics = Metrics::new();
-        let store = S3Store::new(&moto.settings());
+        let store = S3Store::new(&moto.settings()).unwrap();
         store
             .create_bucket(&metrics, "drain", "us-east-1", false)
             .await
@@ -814,7 +850,7 @@ pub(crate) mod tests {
             return;
         };
         let metrics = Metrics::new();
-        let store = S3Store::new(&moto.settings());
+        let store = S3Store::new(&moto.settings()).unwrap();
         store
             .create_bucket(&metrics, "slow", "us-east-1", false)
             .await
@@ -842,7 +878,7 @@ pub(crate) mod tests {
             return;
         };
         let metrics = Metrics::new();
-        let store = S3Store::new(&moto.settings());
+        let store = S3Store::new(&moto.settings()).unwrap();
         store
             .create_bucket(&metrics, "locked", "us-east-1", true)
             .await
@@ -898,5 +934,52 @@ pub(crate) mod tests {
             .unwrap();
         assert_eq!(round.deleted, 1);
         assert!(round.empty && round.blocked.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_ca_bundle_makes_a_self_signed_store_trusted() {
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let dir = std::env::temp_dir().join(format!("keeper-s3-tls-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+        std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+        let moto = Moto::start_with(
+            &[
+                "-s",
+                "-c",
+                cert_file.to_str().unwrap(),
+                "-k",
+                key_file.to_str().unwrap(),
+            ],
+            "https",
+        )
+        .await;
+        let Some(moto) = moto else {
+            return;
+        };
+        let metrics = Metrics::new();
+        // Without the bundle the certificate is refused (a transient error: nothing is "gone").
+        let untrusting = S3Store::new(&moto.settings()).unwrap();
+        let err = untrusting.ownership(&metrics, "tls").await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Transient, "{err}");
+        let trusting = S3Store::new(&S3Settings {
+            ca_bundle: Some(cert.cert.pem().into_bytes()),
+            ..moto.settings()
+        })
+        .unwrap();
+        assert_eq!(
+            trusting.ownership(&metrics, "tls").await.unwrap(),
+            Ownership::Missing
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        // A bundle without a certificate is refused up front.
+        assert!(
+            S3Store::new(&S3Settings {
+                ca_bundle: Some(b"not a pem".to_vec()),
+                ..moto.settings()
+            })
+            .is_err()
+        );
     }
 }

@@ -28,13 +28,13 @@ use crate::api::names::{default_bucket_name, validate_bucket_name};
 use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus, S3Tenant};
 use crate::backends::s3::{DeleteOutcome, S3Settings, S3Store};
 use crate::backends::storagegrid;
-use crate::config::{Provider, StorageGridProvider};
+use crate::config::{Provider, S3CompatibleProvider, StorageGridProvider};
 use crate::controllers::tenant::{credentials_secret_name, root_secret_name};
 use crate::runtime::gauges::StoreGauge;
 use crate::runtime::{self, Cleanup, Context, ReconcileError, Reconciler, Shared, conditions};
 use crate::server::Readiness;
 
-use backend::{BackendError, BucketBackend, DesiredBucket, KeyPlan, Observed, Owner};
+use backend::{BackendError, BucketBackend, DesiredBucket, KeyPlan, Keys, Observed, Owner};
 use drain::{DrainSettings, DrainStep, Note};
 use lifecycle::TenantGate;
 
@@ -487,7 +487,7 @@ pub struct S3BucketReconciler {
     /// Last observation per bucket uid, so that usage is listed on a timer, not every reconcile.
     usage: Mutex<HashMap<String, (Instant, Observed)>>,
     /// S3 clients per endpoint and access key, so connections are reused across reconciles.
-    stores: Mutex<HashMap<(String, String), S3Store>>,
+    stores: Mutex<HashMap<(String, String, String), S3Store>>,
     /// StorageGRID clients per provider name.
     grids: Mutex<HashMap<String, storagegrid::Client>>,
     objects_deleted: IntCounter,
@@ -524,13 +524,39 @@ impl S3BucketReconciler {
         }
     }
 
-    fn store(&self, settings: &S3Settings) -> S3Store {
-        let key = (settings.endpoint.clone(), settings.access_key_id.clone());
+    /// The S3 client for a provider and a set of keys, built on first use.
+    fn store(&self, provider: &S3CompatibleProvider, keys: &Keys) -> Result<S3Store, String> {
+        let cache_key = (
+            provider.endpoint.to_string(),
+            keys.access_key_id.clone(),
+            keys.secret_access_key.clone(),
+        );
         let mut stores = self.stores.lock().expect("store cache lock");
-        stores
-            .entry(key)
-            .or_insert_with(|| S3Store::new(settings))
-            .clone()
+        if let Some(store) = stores.get(&cache_key) {
+            return Ok(store.clone());
+        }
+        if provider.tls.insecure_skip_verify {
+            return Err("tls.insecureSkipVerify is not supported for S3-compatible providers; trust the store's CA with tls.caBundleFile".to_string());
+        }
+        let ca_bundle = provider
+            .tls
+            .ca_bundle_file
+            .as_ref()
+            .map(|path| {
+                std::fs::read(path)
+                    .map_err(|e| format!("cannot read CA bundle {}: {e}", path.display()))
+            })
+            .transpose()?;
+        let store = S3Store::new(&S3Settings {
+            endpoint: provider.endpoint.to_string(),
+            region: provider.region.clone(),
+            access_key_id: keys.access_key_id.clone(),
+            secret_access_key: keys.secret_access_key.clone(),
+            force_path_style: provider.force_path_style,
+            ca_bundle,
+        })?;
+        stores.insert(cache_key, store.clone());
+        Ok(store)
     }
 
     /// Resolves tenant, provider and credentials into a backend and a view of the bucket.
@@ -633,13 +659,10 @@ impl S3BucketReconciler {
                         ),
                     )));
                 };
-                let store = self.store(&S3Settings {
-                    endpoint: p.endpoint.to_string(),
-                    region: p.region.clone(),
-                    access_key_id: tenant_keys.access_key_id.clone(),
-                    secret_access_key: tenant_keys.secret_access_key.clone(),
-                    force_path_style: p.force_path_style,
-                });
+                let store = match self.store(p, &tenant_keys) {
+                    Ok(store) => store,
+                    Err(message) => return Ok(Err(Blocked::Failed("ProviderClient", message))),
+                };
                 Ok(Ok(AnyBackend::S3(backend::S3Compatible {
                     store,
                     metrics: ctx.shared.metrics.clone(),
