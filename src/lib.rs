@@ -13,3 +13,4 @@ pub mod metrics;
 pub mod runtime;
 pub mod server;
 pub mod telemetry;
+pub mod webhook;

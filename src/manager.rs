@@ -14,6 +14,7 @@ use crate::metrics::Metrics;
 use crate::runtime::Shared;
 use crate::server::{self, Readiness, ServerState};
 use crate::telemetry::LogFormat;
+use crate::webhook;
 
 /// Flags of `keeper run`. Each flag can also be set by the environment variable it names.
 #[derive(clap::Args, Debug, Clone)]
@@ -39,6 +40,20 @@ pub struct RunArgs {
         default_value = "0.0.0.0:8080"
     )]
     pub metrics_bind_address: SocketAddr,
+
+    /// Address of the admission webhook's HTTPS endpoint (path /validate). The webhook is
+    /// served only when --webhook-cert-dir is given.
+    #[arg(
+        long,
+        env = "KEEPER_WEBHOOK_BIND_ADDRESS",
+        default_value = "0.0.0.0:9443"
+    )]
+    pub webhook_bind_address: SocketAddr,
+
+    /// Directory holding the webhook's `tls.crt` and `tls.key` (a mounted kubernetes.io/tls
+    /// Secret). Without it the admission webhook is off and the finalizers alone guard deletion.
+    #[arg(long, env = "KEEPER_WEBHOOK_CERT_DIR")]
+    pub webhook_cert_dir: Option<PathBuf>,
 
     /// keeper's own namespace: where Secrets named in the configuration are read by default.
     #[arg(long, env = "POD_NAMESPACE", default_value = "keeper-system")]
@@ -127,6 +142,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
+    let webhook = match &args.webhook_cert_dir {
+        Some(dir) => {
+            let tls = webhook::tls_config(dir)?;
+            let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
+                .await
+                .with_context(|| format!("cannot listen on {}", args.webhook_bind_address))?;
+            tracing::info!(address = %listener.local_addr()?, path = webhook::PATH, "serving the admission webhook");
+            Some(tokio::spawn(webhook::serve(
+                listener,
+                tls,
+                shared.client.clone(),
+                shutdown.clone(),
+            )))
+        }
+        None => {
+            tracing::info!("admission webhook off (no --webhook-cert-dir)");
+            None
+        }
+    };
+
     let mut tasks = tokio::task::JoinSet::new();
     for kind in controllers {
         let (shared, readiness, shutdown) = (shared.clone(), readiness.clone(), shutdown.clone());
@@ -147,6 +182,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         result.context("controller task panicked")??;
     }
     server.await.context("HTTP server task panicked")??;
+    if let Some(webhook) = webhook {
+        webhook.await.context("webhook task panicked")??;
+    }
     tracing::info!("all controllers stopped");
     Ok(())
 }

@@ -31,7 +31,7 @@ use self::plan::{DeletionStep, RemainingBuckets};
 use crate::api::names::default_bucket_name;
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::storagegrid::{self, Login};
-use crate::config::{Provider, S3CompatibleProvider, SecretRef, StorageGridProvider};
+use crate::config::{Endpoint, Provider, S3CompatibleProvider, SecretRef, StorageGridProvider};
 use crate::runtime::gauges::StoreGauge;
 use crate::runtime::{
     self, Cleanup, Context, ReconcileError, Reconciler, Shared, conditions, secrets,
@@ -100,6 +100,12 @@ impl ReconcileError for Error {
             Error::ProviderSecret(_) => "secret",
         }
     }
+}
+
+/// An endpoint as applications configure it: `https://s3.example.com`, without the trailing
+/// slash URL parsing adds to a bare host.
+fn endpoint_text(endpoint: &Endpoint) -> String {
+    endpoint.0.as_str().trim_end_matches('/').to_string()
 }
 
 /// The name of the Secret with the tenant's S3 credentials.
@@ -342,18 +348,20 @@ async fn publish_credentials(
     Ok(())
 }
 
-/// S3Bucket resources in the tenant's namespace that reference it: (resource name, bucket name).
-async fn bucket_resources(
-    ctx: &Context<S3TenantReconciler>,
-    tenant: &S3Tenant,
-) -> Result<Vec<(String, String)>, Error> {
-    let namespace = tenant.namespace().unwrap_or_default();
-    let api: Api<S3Bucket> = Api::namespaced(ctx.shared.client.clone(), &namespace);
-    let buckets = api.list(&ListParams::default()).await?;
-    Ok(buckets
+/// S3Bucket resources in `namespace` that reference `tenant`, sorted: (resource name, bucket
+/// name on the backend). The controller and the admission webhook both ask this.
+pub async fn bucket_resources(
+    client: &kube::Client,
+    namespace: &str,
+    tenant: &str,
+) -> Result<Vec<(String, String)>, kube::Error> {
+    let api: Api<S3Bucket> = Api::namespaced(client.clone(), namespace);
+    let mut buckets: Vec<(String, String)> = api
+        .list(&ListParams::default())
+        .await?
         .items
         .into_iter()
-        .filter(|b| b.spec.tenant_ref.name == tenant.name_any())
+        .filter(|b| b.spec.tenant_ref.name == tenant)
         .map(|b| {
             let name = b.name_any();
             let bucket = b
@@ -361,29 +369,20 @@ async fn bucket_resources(
                 .as_ref()
                 .and_then(|s| s.bucket_name.clone())
                 .or_else(|| b.spec.bucket_name.clone())
-                .unwrap_or_else(|| default_bucket_name(&namespace, &name));
+                .unwrap_or_else(|| default_bucket_name(namespace, &name));
             (name, bucket)
         })
-        .collect())
+        .collect();
+    buckets.sort();
+    Ok(buckets)
 }
 
-/// S3Tenant names referenced by an S3Bucket, for the admission webhook.
-pub async fn tenant_buckets(
-    client: &kube::Client,
-    namespace: &str,
-    tenant: &str,
-) -> Result<Vec<String>, kube::Error> {
-    let api: Api<S3Bucket> = Api::namespaced(client.clone(), namespace);
-    let mut names: Vec<String> = api
-        .list(&ListParams::default())
-        .await?
-        .items
-        .into_iter()
-        .filter(|b| b.spec.tenant_ref.name == tenant)
-        .map(|b| b.name_any())
-        .collect();
-    names.sort();
-    Ok(names)
+async fn tenant_bucket_resources(
+    ctx: &Context<S3TenantReconciler>,
+    tenant: &S3Tenant,
+) -> Result<Vec<(String, String)>, Error> {
+    let namespace = tenant.namespace().unwrap_or_default();
+    Ok(bucket_resources(&ctx.shared.client, &namespace, &tenant.name_any()).await?)
 }
 
 impl S3TenantReconciler {
@@ -397,21 +396,21 @@ impl S3TenantReconciler {
         let name = tenant.name_any();
         match self.provider(ctx, tenant)? {
             Provider::StorageGrid(provider) => {
-                let desired = plan::desired_settings(&name, &tenant.spec)
-                    .map_err(|e| Error::InvalidSpec(e.to_string()))?;
+                let desired =
+                    plan::desired_settings(&name, &tenant.spec).map_err(Error::InvalidSpec)?;
                 let grid = self.grid(ctx, &tenant.spec.provider, provider).await?;
                 let store = KubeStore {
                     ctx,
                     tenant,
                     status: Mutex::new(status.clone()),
-                    endpoint: provider.s3_endpoint.0.to_string(),
+                    endpoint: endpoint_text(&provider.s3_endpoint),
                     region: provider.region.clone(),
                 };
                 let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
                 let id = provision::ensure(&grid, &store, &marker, &desired).await?;
                 *status = store.status.into_inner().expect("status lock");
                 status.account_id = Some(id);
-                status.s3_endpoint = Some(provider.s3_endpoint.0.to_string());
+                status.s3_endpoint = Some(endpoint_text(&provider.s3_endpoint));
             }
             Provider::S3Compatible(provider) => {
                 let credentials = self.verified_scope(ctx, provider).await?;
@@ -419,16 +418,16 @@ impl S3TenantReconciler {
                     ctx,
                     tenant,
                     &credentials,
-                    provider.endpoint.0.as_str(),
+                    &endpoint_text(&provider.endpoint),
                     &provider.region,
                 )
                 .await?;
                 status.account_id = None;
-                status.s3_endpoint = Some(provider.endpoint.0.to_string());
+                status.s3_endpoint = Some(endpoint_text(&provider.endpoint));
             }
         }
         status.credentials_secret = Some(credentials_secret_name(&name));
-        status.bucket_count = Some(bucket_resources(ctx, tenant).await?.len() as i64);
+        status.bucket_count = Some(tenant_bucket_resources(ctx, tenant).await?.len() as i64);
         Ok(())
     }
 
@@ -445,7 +444,7 @@ impl S3TenantReconciler {
             secret_access_key: required_key(&data, secret, "secretAccessKey", ctx)?,
         };
         let scope = S3Scope {
-            endpoint: provider.endpoint.0.to_string(),
+            endpoint: endpoint_text(&provider.endpoint),
             region: provider.region.clone(),
             force_path_style: provider.force_path_style,
             metrics: ctx.shared.metrics.clone(),
@@ -462,7 +461,7 @@ impl S3TenantReconciler {
         status: &mut S3TenantStatus,
     ) -> Result<Cleanup, Error> {
         let name = tenant.name_any();
-        let resources = bucket_resources(ctx, tenant).await?;
+        let resources = tenant_bucket_resources(ctx, tenant).await?;
         if tenant.spec.deletion_protection {
             let message = plan::deletion_protection_message(&name);
             self.blocked(
@@ -487,7 +486,7 @@ impl S3TenantReconciler {
             Err(_) if status.account_id.is_none() => return Ok(Cleanup::Done),
             Err(e) => return Err(e),
         };
-        let (grid, account_id, backend_buckets) = match provider {
+        let (grid, account, backend_buckets) = match provider {
             Provider::StorageGrid(p) => {
                 let grid = self.grid(ctx, &tenant.spec.provider, p).await?;
                 let store = KubeStore {
@@ -498,17 +497,21 @@ impl S3TenantReconciler {
                     region: String::new(),
                 };
                 let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
+                let password = provision::TenantStore::root_password(&store).await?;
                 let account = provision::locate_account(&grid, &store, &marker).await?;
                 let buckets = match &account {
-                    Some(a) => grid.list_buckets(&a.id).await?,
+                    Some(a) => {
+                        provision::account_buckets(&grid, &a.id, password.as_deref()).await?
+                    }
                     None => Vec::new(),
                 };
-                (Some(grid), account.map(|a| a.id), buckets)
+                (Some(grid), account.map(|a| (a.id, password)), buckets)
             }
             Provider::S3Compatible(_) => (None, None, Vec::new()),
         };
         let remaining = RemainingBuckets::new(resources, backend_buckets);
-        match plan::deletion_step(&tenant.spec, account_id.as_deref(), remaining) {
+        let account_id = account.as_ref().map(|(id, _)| id.as_str());
+        match plan::deletion_step(&tenant.spec, account_id, remaining) {
             DeletionStep::Protected | DeletionStep::Release => Ok(Cleanup::Done),
             DeletionStep::Blocked(buckets) => {
                 let count = buckets.count();
@@ -519,14 +522,7 @@ impl S3TenantReconciler {
             }
             DeletionStep::DeleteAccount { id } => {
                 let grid = grid.expect("only grid tenants have accounts");
-                let root = KubeStore {
-                    ctx,
-                    tenant,
-                    status: Mutex::new(status.clone()),
-                    endpoint: String::new(),
-                    region: String::new(),
-                };
-                let password = provision::TenantStore::root_password(&root).await?;
+                let password = account.and_then(|(_, password)| password);
                 provision::revoke_keys(&grid, &id, password.as_deref()).await?;
                 match grid.delete_account(&id).await {
                     Ok(()) => {

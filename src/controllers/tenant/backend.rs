@@ -140,8 +140,13 @@ pub trait AccountBackend: Send + Sync {
         root_password: &'a str,
         key_id: &'a str,
     ) -> BoxFuture<'a, Result<(), BackendError>>;
-    /// Names of the account's buckets.
-    fn list_buckets<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<String>, BackendError>>;
+    /// Names of the account's buckets: from the tenant API (authoritative) when the root
+    /// password is known, else from the grid's usage report (which can lag by minutes).
+    fn list_buckets<'a>(
+        &'a self,
+        id: &'a str,
+        root_password: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<String>, BackendError>>;
     /// Deletes the account; 404 comes back as an error the caller reads as "gone".
     fn delete_account<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
 }
@@ -371,10 +376,30 @@ impl AccountBackend for GridAccounts {
         .boxed()
     }
 
-    fn list_buckets<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Vec<String>, BackendError>> {
+    fn list_buckets<'a>(
+        &'a self,
+        id: &'a str,
+        root_password: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<String>, BackendError>> {
         async move {
-            let usage = self.client.account_usage(&self.admin, id).await?;
-            Ok(usage.buckets.into_iter().map(|b| b.name).collect())
+            let names = match root_password {
+                Some(root) => self
+                    .client
+                    .list_containers(&tenant_login(id, root))
+                    .await?
+                    .into_iter()
+                    .map(|c| c.name)
+                    .collect(),
+                None => self
+                    .client
+                    .account_usage(&self.admin, id)
+                    .await?
+                    .buckets
+                    .into_iter()
+                    .map(|b| b.name)
+                    .collect(),
+            };
+            Ok(names)
         }
         .boxed()
     }

@@ -61,16 +61,18 @@ pub fn account_step(
     }
 }
 
-/// The desired account settings from the spec; the quota must be a valid quantity.
-pub fn desired_settings(
-    tenant_name: &str,
-    spec: &S3TenantSpec,
-) -> Result<AccountSettings, crate::api::names::InvalidQuantity> {
+/// The desired account settings from the spec; the quota must be a valid, non-zero quantity
+/// (StorageGRID's minimum is one byte; no quota means unlimited).
+pub fn desired_settings(tenant_name: &str, spec: &S3TenantSpec) -> Result<AccountSettings, String> {
     let quota_bytes = spec
         .quota
         .as_deref()
         .map(crate::api::names::parse_quantity_bytes)
-        .transpose()?;
+        .transpose()
+        .map_err(|e| format!("quota: {e}"))?;
+    if quota_bytes == Some(0) {
+        return Err("quota: must be at least one byte; leave it out for no quota".to_string());
+    }
     Ok(AccountSettings {
         name: spec
             .display_name
@@ -310,7 +312,17 @@ mod tests {
             }
         );
         spec.quota = Some("lots".into());
-        assert!(desired_settings("t", &spec).is_err());
+        assert!(
+            desired_settings("t", &spec)
+                .unwrap_err()
+                .contains("invalid quantity")
+        );
+        spec.quota = Some("0".into());
+        assert!(
+            desired_settings("t", &spec)
+                .unwrap_err()
+                .contains("at least one byte")
+        );
     }
 
     #[test]

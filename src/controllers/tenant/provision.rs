@@ -172,6 +172,19 @@ async fn ensure_key<S: TenantStore>(
     Ok(())
 }
 
+/// The account's buckets, read as the tenant's root user when its password is known (see
+/// [`AccountBackend::list_buckets`]).
+pub async fn account_buckets(
+    backend: &dyn AccountBackend,
+    id: &str,
+    root: Option<&str>,
+) -> Result<Vec<String>, BackendError> {
+    match root {
+        Some(root) => with_root(backend, id, root, || backend.list_buckets(id, Some(root))).await,
+        None => backend.list_buckets(id, None).await,
+    }
+}
+
 /// Revokes the root user's keys (best done before the account goes, so no key outlives it even
 /// if the grid deletes accounts lazily). Without a stored password there is no sign-in; the
 /// keys then go with the account.
@@ -456,9 +469,13 @@ pub(super) mod fake {
         fn list_buckets<'a>(
             &'a self,
             id: &'a str,
+            root_password: Option<&'a str>,
         ) -> BoxFuture<'a, Result<Vec<String>, BackendError>> {
             async move {
                 self.lookup_failure()?;
+                if let Some(root) = root_password {
+                    self.login(id, root)?;
+                }
                 let state = self.state.lock().unwrap();
                 state
                     .accounts
@@ -758,6 +775,28 @@ mod tests {
         let password = store.state.lock().unwrap().password.clone();
         revoke_keys(&grid, &id, password.as_deref()).await.unwrap();
         assert!(grid.state.lock().unwrap().accounts[&id].keys.is_empty());
+    }
+
+    #[tokio::test]
+    async fn buckets_are_listed_as_the_root_user_or_from_the_grid() {
+        let grid = Grid::default();
+        let store = store(&grid);
+        let id = ensure(&grid, &store, MARKER, &desired()).await.unwrap();
+        grid.state
+            .lock()
+            .unwrap()
+            .accounts
+            .get_mut(&id)
+            .unwrap()
+            .buckets = vec!["b".into()];
+        assert_eq!(account_buckets(&grid, &id, None).await.unwrap(), ["b"]);
+        // A refused root password is set again, then the listing works.
+        let buckets = account_buckets(&grid, &id, Some("wrong-but-stored"))
+            .await
+            .unwrap();
+        assert_eq!(buckets, ["b"]);
+        grid.state.lock().unwrap().fail_lookups_with = Some(503);
+        assert!(account_buckets(&grid, &id, None).await.is_err());
     }
 
     #[test]
