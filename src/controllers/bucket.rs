@@ -287,9 +287,8 @@ async fn run_drain<B: BucketBackend>(
             out.observed = Cache::Forget;
         }
     }
-    if step == DrainStep::Poll && !due && client_side {
-        // Between polls the status keeps the counts of the last poll.
-    } else {
+    // Between polls the status keeps the counts of the last poll.
+    if step != DrainStep::Poll || due {
         out.status.object_count = Some(observed.objects);
         out.status.object_bytes = Some(observed.bytes);
     }
@@ -760,10 +759,9 @@ impl S3BucketReconciler {
         let current = runtime::secrets::read(&ctx.shared.client, &namespace, &name).await?;
         let published = current.as_ref().and_then(lifecycle::keys_from);
         let rotate = annotated(obj, ROTATE_ANNOTATION);
-        let (keys, retire) = match (
-            backend.keys(bucket, published.as_ref(), rotate).await?,
-            published,
-        ) {
+        let plan = backend.keys(bucket, published.as_ref(), rotate).await?;
+        let issued = matches!(plan, KeyPlan::Publish { .. });
+        let (keys, retire) = match (plan, published) {
             (KeyPlan::Keep, Some(published)) => (published, None),
             (KeyPlan::Publish { keys, retire }, _) => (keys, retire),
             (KeyPlan::Keep, None) => {
@@ -776,15 +774,27 @@ impl S3BucketReconciler {
         let endpoint = published_endpoint(provider);
         let data = lifecycle::secret_data(&keys, &endpoint, region, bucket);
         runtime::secrets::apply(&ctx.shared.client, obj, &name, data).await?;
-        if let Some(old) = retire {
-            backend.retire_key(bucket, &old).await?;
+        if let Some(old) = &retire {
+            backend.retire_key(bucket, old).await?;
         }
         if rotate {
+            let note = if issued {
+                let retired = if retire.is_some() {
+                    " and deleted the old key"
+                } else {
+                    ""
+                };
+                format!("Published new keys in Secret {name:?}{retired}")
+            } else {
+                format!(
+                    "Secret {name:?} carries the tenant's keys on this provider: rotate the tenant's keys instead"
+                )
+            };
             ctx.publish(
                 obj,
                 EventType::Normal,
                 "CredentialsRotated",
-                format!("Published new keys in Secret {name:?}"),
+                note,
                 "RotateCredentials",
             )
             .await;
