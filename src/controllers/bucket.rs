@@ -205,9 +205,9 @@ async fn run_drain<B: BucketBackend>(
                 backend_draining: false,
             };
             out.observed = Cache::Store(observed);
-        } else if progress.deleted > 0 {
-            out.observed = Cache::Forget;
         }
+        // Otherwise the cached count stays until the next poll: listing the bucket after every
+        // round would cost more than the deletes.
     }
     let step = drain::decide(wants, ours, observed.backend_draining, observed.objects);
     match step {

@@ -752,3 +752,50 @@ async fn a_blocked_drain_keeps_the_deletion_blocked_with_the_reason() {
     assert!(blocked.message.contains("legal hold"));
     assert_eq!(fake.bucket(NAME).unwrap().objects, 5);
 }
+
+#[tokio::test]
+async fn client_side_rounds_do_not_list_usage_between_polls() {
+    let mut fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 10_000,
+            ..Default::default()
+        },
+    );
+    fake.round_size = 1000;
+    let mut obj = s3bucket();
+    obj.status = Some(S3BucketStatus {
+        phase: Some(BucketPhase::Ready),
+        bucket_name: Some(NAME.into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let mut cached = cache_of(&out, None);
+    write_back(&mut obj, &out);
+    fake.take_calls();
+    for second in 1..=5 {
+        let out = apply_bucket(&fake, &view(&obj, at(second), cached))
+            .await
+            .unwrap();
+        assert_eq!(out.requeue, CLIENT_DRAIN_CONTINUE);
+        assert!(out.notes.is_empty());
+        assert_eq!(
+            out.status,
+            obj.status.clone().unwrap(),
+            "no status write between polls"
+        );
+        cached = cache_of(&out, cached);
+    }
+    assert_eq!(fake.take_calls(), vec!["drain_round".to_string(); 5]);
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 5000);
+    // At the poll: one listing, progress in status and an event.
+    let out = apply_bucket(&fake, &view(&obj, at(180), cached))
+        .await
+        .unwrap();
+    assert_eq!(fake.take_calls(), ["observe", "drain_round"]);
+    assert_eq!(write_back(&mut obj, &out), [drain::PROGRESS]);
+    assert_eq!(out.status.object_count, Some(5000));
+}
