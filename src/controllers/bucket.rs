@@ -900,6 +900,17 @@ impl Reconciler for S3BucketReconciler {
 
     async fn cleanup(&self, obj: Arc<S3Bucket>, ctx: &Context<Self>) -> Result<Cleanup, Error> {
         if obj.spec.deletion_policy == DeletionPolicy::Retain {
+            if !lifecycle::never_created(&obj) {
+                ctx.publish(
+                    &obj,
+                    EventType::Normal,
+                    "BucketRetained",
+                    "deletionPolicy is Retain: the bucket and its objects stay on the backend"
+                        .to_string(),
+                    "Delete",
+                )
+                .await;
+            }
             return Ok(Cleanup::Done);
         }
         let (backend, view, _) = match self.resolve(&obj, ctx).await? {
