@@ -72,6 +72,7 @@ fn annotated(obj: &S3Bucket, key: &str) -> bool {
 }
 
 /// Everything the bucket logic reads besides the backend.
+#[derive(Clone)]
 pub struct View<'a> {
     pub obj: &'a S3Bucket,
     pub desired: DesiredBucket,
@@ -116,24 +117,39 @@ impl Outcome {
         }
     }
 
-    /// Sets the `Ready` condition; a Warning event goes out only when it changed to a failure.
-    fn ready(&mut self, ok: bool, reason: &'static str, message: String, generation: Option<i64>) {
-        let changed = conditions::set(
+    /// Sets the `Ready` condition; returns whether it changed.
+    fn ready(
+        &mut self,
+        ok: bool,
+        reason: &'static str,
+        message: String,
+        generation: Option<i64>,
+    ) -> bool {
+        conditions::set(
             &mut self.status.conditions,
             conditions::READY,
             ok,
             reason,
-            message.clone(),
+            message,
             generation,
-        );
-        if changed && !ok {
+        )
+    }
+
+    /// `Failed` with a Warning event when the failure is new.
+    fn fail(&mut self, reason: &'static str, message: String, generation: Option<i64>) {
+        self.status.phase = Some(BucketPhase::Failed);
+        if self.ready(false, reason, message.clone(), generation) {
             self.notes.push(Note::warning(reason, message));
         }
     }
 
-    fn fail(&mut self, reason: &'static str, message: String, generation: Option<i64>) {
-        self.status.phase = Some(BucketPhase::Failed);
-        self.ready(false, reason, message, generation);
+    /// `Pending` on something outside the bucket (a tenant not Ready yet is no failure): a
+    /// Normal event when the reason to wait is new.
+    fn wait(&mut self, reason: &'static str, message: String, generation: Option<i64>) {
+        self.status.phase = Some(BucketPhase::Pending);
+        if self.ready(false, reason, message.clone(), generation) {
+            self.notes.push(Note::normal(reason, message));
+        }
     }
 }
 
@@ -173,17 +189,19 @@ async fn run_drain<B: BucketBackend>(
     let Some(mut observed) = observe(backend, view, fresh, out).await? else {
         out.status.drain_status = None;
         out.status.phase = Some(BucketPhase::Pending);
-        out.ready(
-            false,
-            "BucketMissing",
-            format!("bucket {bucket:?} no longer exists on the backend; creating it again"),
-            generation,
-        );
+        let message =
+            format!("bucket {bucket:?} no longer exists on the backend; creating it again");
+        // Someone deleted it behind keeper's back: worth a warning.
+        if out.ready(false, "BucketMissing", message.clone(), generation) {
+            out.notes.push(Note::warning("BucketMissing", message));
+        }
         out.requeue = SHORT_RETRY;
         return Ok(None);
     };
     let mode = backend.drain_mode();
     let client_side = mode == crate::api::DrainMode::ClientSide;
+    // A client-side drain reports its first deletions at once rather than at the first poll.
+    let mut report_now = due;
     // Client-side drains delete between polls: keeper is the one emptying the bucket.
     if wants && ours && client_side {
         let progress = backend.drain_round(bucket).await?;
@@ -205,6 +223,13 @@ async fn run_drain<B: BucketBackend>(
                 backend_draining: false,
             };
             out.observed = Cache::Store(observed);
+        } else if !due
+            && progress.deleted > 0
+            && current.as_ref().is_some_and(drain::awaiting_first_progress)
+        {
+            let previous = current.as_ref().map_or(0, |s| s.previous_object_count);
+            observed.objects = (previous - progress.deleted as i64).max(1);
+            report_now = true;
         }
         // Otherwise the cached count stays until the next poll: listing the bucket after every
         // round would cost more than the deletes.
@@ -235,7 +260,7 @@ async fn run_drain<B: BucketBackend>(
         }
         DrainStep::Poll => {
             let status = current.expect("a poll runs on our drain");
-            if due {
+            if report_now {
                 if !client_side {
                     // The grid deleted these since the last poll (keeper counts its own deletes).
                     out.deleted +=
@@ -266,7 +291,10 @@ async fn run_drain<B: BucketBackend>(
         DrainStep::Complete => {
             backend.stop_drain(bucket).await?;
             let status = current.expect("completion ends our drain");
-            out.notes.push(drain::complete(&status));
+            if !client_side {
+                out.deleted += u64::try_from(status.previous_object_count).unwrap_or(0);
+            }
+            out.notes.extend(drain::complete(&status));
             out.status.drain_status = None;
             out.remove_annotations.push(DRAIN_ANNOTATION);
             // The observation still shows the backend draining: drop it, or the next reconcile
@@ -288,7 +316,7 @@ async fn run_drain<B: BucketBackend>(
         }
     }
     // Between polls the status keeps the counts of the last poll.
-    if step != DrainStep::Poll || due {
+    if step != DrainStep::Poll || report_now {
         out.status.object_count = Some(observed.objects);
         out.status.object_bytes = Some(observed.bytes);
     }
@@ -385,6 +413,12 @@ pub async fn cleanup_bucket<B: BucketBackend>(
         }
         Owner::Us => {}
     }
+    // A cached "empty" must not lead to a delete: look again (the backend would refuse to
+    // delete a non-empty bucket anyway, but the status would claim the wrong thing meanwhile).
+    let view = &View {
+        cached: view.cached.filter(|o| o.objects > 0),
+        ..view.clone()
+    };
     let remaining = run_drain(backend, view, &mut out).await?;
     if out.status.phase == Some(BucketPhase::Pending) {
         // The bucket disappeared from the backend: nothing left to delete.
@@ -815,10 +849,7 @@ impl S3BucketReconciler {
         let generation = obj.metadata.generation;
         out.status.observed_generation = generation;
         match blocked {
-            Blocked::Pending(reason, message) => {
-                out.status.phase = Some(BucketPhase::Pending);
-                out.ready(false, reason, message, generation);
-            }
+            Blocked::Pending(reason, message) => out.wait(reason, message, generation),
             Blocked::Failed(reason, message) => out.fail(reason, message, generation),
         }
         if deleting {

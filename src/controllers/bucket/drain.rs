@@ -233,15 +233,34 @@ pub fn poll_due(current: &DrainStatus, now: Timestamp) -> bool {
     elapsed(current.last_checked_at.as_ref(), now) >= interval
 }
 
-/// Transition: the bucket is empty. The drain status goes (the caller also removes the annotation).
-pub fn complete(current: &DrainStatus) -> Note {
-    Note::normal(
+/// Transition: the bucket is empty. The drain status goes (the caller also removes the
+/// annotation). The deletions since the last poll are reported as progress first, so that every
+/// drain that deleted something shows start, progress and completion.
+pub fn complete(current: &DrainStatus) -> Vec<Note> {
+    let mut notes = Vec::new();
+    if current.previous_object_count > 0 {
+        notes.push(Note::normal(
+            PROGRESS,
+            format!(
+                "Deleted {} of {} objects, 0 remain",
+                current.initial_object_count, current.initial_object_count
+            ),
+        ));
+    }
+    notes.push(Note::normal(
         COMPLETE,
         format!(
             "Drain complete: deleted {} objects",
             current.initial_object_count
         ),
-    )
+    ));
+    notes
+}
+
+/// Whether no progress has been reported since the drain started (the first deletions of a
+/// client-side drain are reported at once instead of at the first poll).
+pub fn awaiting_first_progress(current: &DrainStatus) -> bool {
+    current.last_progress_at == current.started_at
 }
 
 /// Transition: the annotation was removed while draining. Objects not yet deleted stay.
@@ -445,9 +464,20 @@ mod tests {
     #[test]
     fn completion_cancellation_orphan_and_empty_events() {
         let (start, _) = initiate(42, 0, DrainMode::ClientSide, &defaults(), at(0));
-        let n = complete(&start);
-        assert_eq!((n.reason, n.type_), (COMPLETE, EventType::Normal));
-        assert!(n.message.contains("42"));
+        let notes = complete(&start);
+        assert_eq!(notes[0].reason, PROGRESS);
+        assert!(notes[0].message.contains("Deleted 42 of 42"));
+        assert_eq!(
+            (notes[1].reason, notes[1].type_),
+            (COMPLETE, EventType::Normal)
+        );
+        assert!(notes[1].message.contains("42"));
+        assert!(awaiting_first_progress(&start));
+        let (polled, _) = poll(&start, 41, &defaults(), at(10));
+        assert!(!awaiting_first_progress(&polled));
+        // Progress already reported down to 0: only the completion.
+        let (done, _) = poll(&polled, 0, &defaults(), at(20));
+        assert_eq!(complete(&done).len(), 1);
         let n = cancel(&start, Some(7));
         assert_eq!((n.reason, n.type_), (CANCELED, EventType::Normal));
         assert!(n.message.contains("7 objects remain"));
