@@ -184,8 +184,8 @@ async fn run_drain<B: BucketBackend>(
     let due = current
         .as_ref()
         .is_none_or(|status| drain::poll_due(status, view.now));
-    // A drain about to start, or a due poll, needs the real count; anything else may use the cache.
-    let fresh = wants && (!ours || due);
+    // Starting, polling and canceling a drain need the real count; anything else may use the cache.
+    let fresh = if wants { !ours || due } else { ours };
     let Some(mut observed) = observe(backend, view, fresh, out).await? else {
         out.status.drain_status = None;
         out.status.phase = Some(BucketPhase::Pending);

@@ -160,8 +160,9 @@ pub trait BucketBackend: Send + Sync {
 
 /// Listing more than this many versions to compute usage is left for the next refresh.
 const USAGE_LISTING_BOUND: i64 = 100_000;
-/// How long one reconcile deletes objects before it reports and yields its worker.
-const DRAIN_ROUND_BUDGET: Duration = Duration::from_secs(20);
+/// How long one reconcile deletes objects before it yields its worker. Short, because removing
+/// the annotation takes effect only between rounds.
+const DRAIN_ROUND_BUDGET: Duration = Duration::from_secs(5);
 const DEFAULT_MAX_DELETES_PER_SECOND: u32 = 1000;
 
 /// A tenant on an S3-compatible store: keeper drains client-side and, lacking a portable user
