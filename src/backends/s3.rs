@@ -437,7 +437,8 @@ impl S3Store {
         }
     }
 
-    /// Deletes versions and delete markers for up to `budget`, at most `max_per_second` per second.
+    /// Deletes versions and delete markers for about `budget` (at least one batch), at most
+    /// `max_per_second` per second.
     ///
     /// Stateless, so a restart resumes where the bucket is: every batch re-lists from the start
     /// (continuing a listing across deletions can end it early on some servers).
@@ -485,6 +486,11 @@ impl S3Store {
                 .collect();
             if ids.is_empty() {
                 round.empty = true;
+                return Ok(round);
+            }
+            // The budget is checked after the listing, so a round that deleted the last objects
+            // still reports the bucket empty.
+            if round.deleted > 0 && started.elapsed() >= budget {
                 return Ok(round);
             }
             let requested = ids.len() as u64;
@@ -538,9 +544,6 @@ impl S3Store {
             let due = Duration::from_secs_f64(round.deleted as f64 / f64::from(max_per_second));
             if let Some(wait) = due.checked_sub(started.elapsed()) {
                 tokio::time::sleep(wait).await;
-            }
-            if started.elapsed() >= budget {
-                return Ok(round);
             }
         }
     }
@@ -865,9 +868,17 @@ pub(crate) mod tests {
         assert!(round.empty);
         // 300 deletes at 100/s take at least 3 seconds; batches were capped at 100 keys.
         assert!(started.elapsed() >= Duration::from_secs(3));
+        // A round whose budget runs out with the last batch still reports the bucket empty.
+        put_objects(&store, "slow", (0..200).map(|i| format!("k{i}"))).await;
+        let round = store
+            .drain_round(&metrics, "slow", Duration::from_secs(2), 100)
+            .await
+            .unwrap();
+        assert_eq!(round.deleted, 200);
+        assert!(round.empty);
         let text = metrics.encode();
         assert!(
-            text.contains(r#"keeper_backend_requests_total{backend="s3",operation="delete_objects",outcome="success"} 3"#),
+            text.contains(r#"keeper_backend_requests_total{backend="s3",operation="delete_objects",outcome="success"} 5"#),
             "{text}"
         );
     }
