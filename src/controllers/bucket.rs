@@ -468,8 +468,25 @@ pub async fn cleanup_bucket<B: BucketBackend>(
             out.released = true;
             out.observed = Cache::Forget;
         }
-        // The usage figure lagged behind the bucket: look again soon.
+        // The usage figure lags behind the bucket or does not count everything the backend
+        // counts (delete markers): say so, and look again soon.
         DeleteOutcome::NotEmpty => {
+            let message = format!(
+                "the backend refuses to delete bucket {bucket:?} because it is not empty, although its usage showed no objects (usage can lag, and delete markers may not be counted); keeper retries"
+            );
+            let was_blocked =
+                conditions::is_true(&out.status.conditions, conditions::DELETION_BLOCKED);
+            conditions::set(
+                &mut out.status.conditions,
+                conditions::DELETION_BLOCKED,
+                true,
+                "BucketNotEmpty",
+                message.clone(),
+                generation,
+            );
+            if !was_blocked {
+                out.notes.push(Note::warning("BucketNotEmpty", message));
+            }
             out.observed = Cache::Forget;
             out.requeue = SHORT_RETRY;
         }

@@ -18,6 +18,8 @@ struct FakeBucket {
     draining: bool,
     /// Objects protected by a legal hold (client-side rounds stop on them).
     held: bool,
+    /// Entries the usage does not count but that keep the bucket from being deleted.
+    uncounted: bool,
 }
 
 /// An in-memory storage: server-side drains delete `server_rate` objects per observation.
@@ -167,7 +169,7 @@ impl BucketBackend for Fake {
         self.call("delete")?;
         let mut buckets = self.buckets.lock().unwrap();
         match buckets.get(bucket) {
-            Some(b) if b.objects > 0 => Ok(DeleteOutcome::NotEmpty),
+            Some(b) if b.objects > 0 || b.uncounted => Ok(DeleteOutcome::NotEmpty),
             _ => {
                 buckets.remove(bucket);
                 Ok(DeleteOutcome::Deleted)
@@ -820,4 +822,42 @@ async fn client_side_rounds_do_not_list_usage_between_polls() {
     assert_eq!(write_back(&mut obj, &out), [drain::PROGRESS]);
     assert_eq!(out.status.object_count, Some(5000));
     // The cached count from before the drain did not leak into the status meanwhile.
+}
+
+#[tokio::test]
+async fn a_refused_delete_of_a_seemingly_empty_bucket_is_shown_and_retried() {
+    let fake = Fake::new(DrainMode::ServerSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            uncounted: true,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    obj.metadata.deletion_timestamp = Some(Time(at(0)));
+    let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
+        .await
+        .unwrap();
+    assert!(!out.released);
+    assert_eq!(out.requeue, SHORT_RETRY);
+    assert_eq!(write_back(&mut obj, &out), ["BucketNotEmpty"]);
+    assert!(conditions::is_true(
+        &out.status.conditions,
+        conditions::DELETION_BLOCKED
+    ));
+    let out = cleanup_bucket(&fake, &view(&obj, at(10), None))
+        .await
+        .unwrap();
+    assert!(out.notes.is_empty(), "no event storm while retrying");
+    fake.buckets
+        .lock()
+        .unwrap()
+        .get_mut(NAME)
+        .unwrap()
+        .uncounted = false;
+    let out = cleanup_bucket(&fake, &view(&obj, at(20), None))
+        .await
+        .unwrap();
+    assert!(out.released);
 }
