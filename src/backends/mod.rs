@@ -1,4 +1,5 @@
 //! Clients of the storage and database backends keeper manages, each behind a small trait.
 
 pub mod rds;
+pub mod s3;
 pub mod storagegrid;

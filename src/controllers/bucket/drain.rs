@@ -1,0 +1,489 @@
+//! The drain state machine (annotation `keeper.dev/drain=true`): pure functions from the drain
+//! status, the annotation and the observed bucket to the next step, one function per transition.
+//! The controller performs the backend calls the step needs and publishes the events returned here.
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
+
+use crate::api::names::{InvalidDuration, format_duration, parse_duration};
+use crate::api::{BucketDrainSpec, DrainMode, DrainStatus};
+use crate::config::DrainDefaults;
+
+pub const STARTED: &str = "BucketDrainingStarted";
+pub const PROGRESS: &str = "BucketDrainingProgress";
+pub const STUCK: &str = "BucketDrainingStuck";
+pub const COMPLETE: &str = "BucketDrainingComplete";
+pub const CANCELED: &str = "BucketDrainingCanceled";
+pub const ORPHANED: &str = "BucketOrphanedDrain";
+pub const ALREADY_EMPTY: &str = "BucketAlreadyEmpty";
+
+const DEFAULT_INITIAL_POLL: Duration = Duration::from_secs(3 * 60);
+const DEFAULT_LONG_RUNNING_POLL: Duration = Duration::from_secs(15 * 60);
+const DEFAULT_STUCK_THRESHOLD: Duration = Duration::from_secs(3 * 60 * 60);
+/// Drains are polled at the initial interval for this long, then at the long-running one.
+const FIRST_PHASE: Duration = Duration::from_secs(60 * 60);
+
+/// An event to publish about the bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Note {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+impl Note {
+    pub fn normal(reason: &'static str, message: impl Into<String>) -> Self {
+        Note {
+            type_: EventType::Normal,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    pub fn warning(reason: &'static str, message: impl Into<String>) -> Self {
+        Note {
+            type_: EventType::Warning,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// Effective drain timing for one bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainSettings {
+    pub initial_poll: Duration,
+    pub long_running_poll: Duration,
+    pub stuck_threshold: Duration,
+}
+
+/// Resolves the drain timing: bucket spec > provider configuration > built-in defaults.
+/// `spec.drain.pollInterval` replaces both intervals.
+pub fn settings(
+    spec: Option<&BucketDrainSpec>,
+    provider: &DrainDefaults,
+) -> Result<DrainSettings, InvalidDuration> {
+    let spec_poll = spec
+        .and_then(|s| s.poll_interval.as_deref())
+        .map(parse_duration)
+        .transpose()?;
+    let spec_stuck = spec
+        .and_then(|s| s.stuck_threshold.as_deref())
+        .map(parse_duration)
+        .transpose()?;
+    Ok(DrainSettings {
+        initial_poll: spec_poll
+            .or(provider.initial_poll_interval)
+            .unwrap_or(DEFAULT_INITIAL_POLL),
+        long_running_poll: spec_poll
+            .or(provider.long_running_poll_interval)
+            .unwrap_or(DEFAULT_LONG_RUNNING_POLL),
+        stuck_threshold: spec_stuck
+            .or(provider.stuck_threshold)
+            .unwrap_or(DEFAULT_STUCK_THRESHOLD),
+    })
+}
+
+/// The poll interval for a drain that has run for `elapsed`.
+pub fn next_poll_interval(settings: &DrainSettings, elapsed: Duration) -> Duration {
+    if elapsed < FIRST_PHASE {
+        settings.initial_poll
+    } else {
+        settings.long_running_poll
+    }
+}
+
+/// What the drain needs next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainStep {
+    /// No drain requested and none running.
+    Idle,
+    Initiate,
+    /// Drain requested on an empty bucket: only the annotation goes.
+    AlreadyEmpty,
+    Poll,
+    Complete,
+    Cancel,
+    /// The backend is deleting objects but no drain of ours runs: stop it.
+    CancelOrphan,
+}
+
+/// Chooses the next drain step. `ours` is whether `status.drainStatus` records a drain we
+/// started; `backend_draining` whether the backend itself deletes objects (server-side drains).
+pub fn decide(wants: bool, ours: bool, backend_draining: bool, object_count: i64) -> DrainStep {
+    match (wants, ours) {
+        (false, true) => DrainStep::Cancel,
+        (false, false) if backend_draining => DrainStep::CancelOrphan,
+        (false, false) => DrainStep::Idle,
+        (true, true) if object_count == 0 => DrainStep::Complete,
+        (true, true) => DrainStep::Poll,
+        // A drain the backend runs while the annotation asks for one is adopted by initiating
+        // (starting an already running drain is harmless): this is also how a drain resumes when
+        // keeper died between starting it and recording it.
+        (true, false) if object_count == 0 && !backend_draining => DrainStep::AlreadyEmpty,
+        (true, false) => DrainStep::Initiate,
+    }
+}
+
+/// Whether a drain status records a drain we started.
+pub fn is_ours(status: Option<&DrainStatus>) -> bool {
+    status.is_some_and(|s| s.started_at.is_some())
+}
+
+fn elapsed(since: Option<&Time>, now: Timestamp) -> Duration {
+    since
+        .and_then(|t| now.duration_since(t.0).try_into().ok())
+        .unwrap_or_default()
+}
+
+/// Transition: start a drain on a bucket holding `objects` objects and `bytes` bytes.
+pub fn initiate(
+    objects: i64,
+    bytes: i64,
+    mode: DrainMode,
+    settings: &DrainSettings,
+    now: Timestamp,
+) -> (DrainStatus, Note) {
+    let started = Time(now);
+    let status = DrainStatus {
+        started_at: Some(started.clone()),
+        is_deleting_objects: true,
+        initial_object_count: objects,
+        initial_object_bytes: bytes,
+        last_checked_at: Some(started.clone()),
+        last_progress_at: Some(started),
+        previous_object_count: objects,
+        message: Some(format!("deleting {objects} objects")),
+        next_poll_interval: Some(format_duration(next_poll_interval(
+            settings,
+            Duration::ZERO,
+        ))),
+        mode: Some(mode),
+    };
+    let note = Note::normal(
+        STARTED,
+        format!("Started draining the bucket: {objects} objects ({bytes} bytes) to delete"),
+    );
+    (status, note)
+}
+
+/// Transition: record progress at a poll. Returns the new status and the events to publish: a
+/// progress event when the count went down, and one `BucketDrainingStuck` warning when the count
+/// has not moved for the stuck threshold (the previous check was still under it, so it fires once).
+pub fn poll(
+    current: &DrainStatus,
+    objects: i64,
+    settings: &DrainSettings,
+    now: Timestamp,
+) -> (DrainStatus, Vec<Note>) {
+    let mut next = current.clone();
+    let mut notes = Vec::new();
+    if objects < current.previous_object_count {
+        next.last_progress_at = Some(Time(now));
+        let deleted = current.initial_object_count - objects;
+        notes.push(Note::normal(
+            PROGRESS,
+            format!(
+                "Deleted {deleted} of {} objects, {objects} remain",
+                current.initial_object_count
+            ),
+        ));
+    } else {
+        let progress_at = current
+            .last_progress_at
+            .as_ref()
+            .or(current.started_at.as_ref());
+        let quiet_now = elapsed(progress_at, now);
+        let last_checked = current.last_checked_at.as_ref().map_or(now, |t| t.0);
+        let quiet_before = elapsed(progress_at, last_checked);
+        if quiet_now >= settings.stuck_threshold && quiet_before < settings.stuck_threshold {
+            notes.push(Note::warning(
+                STUCK,
+                format!(
+                    "No objects deleted for {}: {objects} objects remain (object lock or retention may hold them)",
+                    format_duration(quiet_now)
+                ),
+            ));
+        }
+    }
+    next.previous_object_count = objects;
+    next.last_checked_at = Some(Time(now));
+    next.is_deleting_objects = true;
+    next.message = Some(format!(
+        "{objects} of {} objects remain",
+        current.initial_object_count
+    ));
+    next.next_poll_interval = Some(format_duration(next_poll_interval(
+        settings,
+        elapsed(current.started_at.as_ref(), now),
+    )));
+    (next, notes)
+}
+
+/// Whether a poll is due: the recorded interval has passed since the last check.
+pub fn poll_due(current: &DrainStatus, now: Timestamp) -> bool {
+    let interval = current
+        .next_poll_interval
+        .as_deref()
+        .and_then(|s| parse_duration(s).ok())
+        .unwrap_or_default();
+    elapsed(current.last_checked_at.as_ref(), now) >= interval
+}
+
+/// Transition: the bucket is empty. The drain status goes (the caller also removes the
+/// annotation). The deletions since the last poll are reported as progress first, so that every
+/// drain that deleted something shows start, progress and completion.
+pub fn complete(current: &DrainStatus) -> Vec<Note> {
+    let mut notes = Vec::new();
+    if current.previous_object_count > 0 {
+        notes.push(Note::normal(
+            PROGRESS,
+            format!(
+                "Deleted {} of {} objects, 0 remain",
+                current.initial_object_count, current.initial_object_count
+            ),
+        ));
+    }
+    notes.push(Note::normal(
+        COMPLETE,
+        format!(
+            "Drain complete: deleted {} objects",
+            current.initial_object_count
+        ),
+    ));
+    notes
+}
+
+/// Whether no progress has been reported since the drain started (the first deletions of a
+/// client-side drain are reported at once instead of at the first poll).
+pub fn awaiting_first_progress(current: &DrainStatus) -> bool {
+    current.last_progress_at == current.started_at
+}
+
+/// Transition: the annotation was removed while draining. Objects not yet deleted stay.
+pub fn cancel(current: &DrainStatus, objects_left: Option<i64>) -> Note {
+    let left = objects_left.map_or_else(String::new, |n| format!(": {n} objects remain"));
+    Note::normal(
+        CANCELED,
+        format!(
+            "Drain canceled because the {} annotation was removed (it started with {} objects){left}",
+            super::DRAIN_ANNOTATION,
+            current.initial_object_count
+        ),
+    )
+}
+
+/// Transition: the backend runs a drain nobody asked for through this resource.
+pub fn cancel_orphan() -> Note {
+    Note::warning(
+        ORPHANED,
+        format!(
+            "The backend was deleting objects from this bucket without a drain requested here; stopped it (annotate with {}=true to drain)",
+            super::DRAIN_ANNOTATION
+        ),
+    )
+}
+
+/// Transition: drain requested on an empty bucket.
+pub fn already_empty() -> Note {
+    Note::normal(
+        ALREADY_EMPTY,
+        "The bucket holds no objects; nothing to drain",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    fn defaults() -> DrainSettings {
+        settings(None, &DrainDefaults::default()).unwrap()
+    }
+
+    #[test]
+    fn built_in_defaults_are_3m_15m_and_3h() {
+        let s = defaults();
+        assert_eq!(s.initial_poll, Duration::from_secs(180));
+        assert_eq!(s.long_running_poll, Duration::from_secs(900));
+        assert_eq!(s.stuck_threshold, Duration::from_secs(3 * 3600));
+    }
+
+    #[test]
+    fn bucket_spec_beats_provider_beats_defaults() {
+        let provider = DrainDefaults {
+            initial_poll_interval: Some(Duration::from_secs(60)),
+            long_running_poll_interval: None,
+            stuck_threshold: Some(Duration::from_secs(7200)),
+            max_deletes_per_second: None,
+        };
+        let s = settings(None, &provider).unwrap();
+        assert_eq!(s.initial_poll, Duration::from_secs(60));
+        assert_eq!(s.long_running_poll, Duration::from_secs(900));
+        assert_eq!(s.stuck_threshold, Duration::from_secs(7200));
+        let spec = BucketDrainSpec {
+            poll_interval: Some("30s".into()),
+            stuck_threshold: Some("1h".into()),
+        };
+        let s = settings(Some(&spec), &provider).unwrap();
+        // One bucket interval replaces both tiers.
+        assert_eq!(s.initial_poll, Duration::from_secs(30));
+        assert_eq!(s.long_running_poll, Duration::from_secs(30));
+        assert_eq!(s.stuck_threshold, Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn a_malformed_spec_duration_is_an_error() {
+        let spec = BucketDrainSpec {
+            poll_interval: Some("soon".into()),
+            stuck_threshold: None,
+        };
+        assert!(settings(Some(&spec), &DrainDefaults::default()).is_err());
+    }
+
+    #[test]
+    fn polling_slows_down_after_the_first_hour() {
+        let s = defaults();
+        assert_eq!(
+            next_poll_interval(&s, Duration::from_secs(3599)),
+            Duration::from_secs(180)
+        );
+        assert_eq!(
+            next_poll_interval(&s, Duration::from_secs(3600)),
+            Duration::from_secs(900)
+        );
+    }
+
+    #[test]
+    fn decide_covers_every_branch() {
+        use DrainStep::*;
+        assert_eq!(decide(false, false, false, 10), Idle);
+        assert_eq!(decide(true, false, false, 10), Initiate);
+        assert_eq!(decide(true, false, false, 0), AlreadyEmpty);
+        assert_eq!(decide(true, true, true, 10), Poll);
+        assert_eq!(decide(true, true, false, 10), Poll);
+        assert_eq!(decide(true, true, true, 0), Complete);
+        assert_eq!(decide(false, true, true, 10), Cancel);
+        assert_eq!(decide(false, true, false, 0), Cancel);
+        assert_eq!(decide(false, false, true, 10), CancelOrphan);
+        // Requested and already running on the backend without our record: adopt, do not cancel.
+        assert_eq!(decide(true, false, true, 10), Initiate);
+        assert_eq!(decide(true, false, true, 0), Initiate);
+    }
+
+    #[test]
+    fn a_status_without_start_time_is_not_ours() {
+        assert!(!is_ours(None));
+        assert!(!is_ours(Some(&DrainStatus::default())));
+        let (status, _) = initiate(5, 50, DrainMode::ClientSide, &defaults(), at(0));
+        assert!(is_ours(Some(&status)));
+    }
+
+    #[test]
+    fn initiate_records_the_starting_point() {
+        let (status, note) = initiate(1500, 73_000, DrainMode::ServerSide, &defaults(), at(0));
+        assert_eq!(status.initial_object_count, 1500);
+        assert_eq!(status.initial_object_bytes, 73_000);
+        assert_eq!(status.previous_object_count, 1500);
+        assert_eq!(status.next_poll_interval.as_deref(), Some("3m0s"));
+        assert_eq!(status.mode, Some(DrainMode::ServerSide));
+        assert!(status.is_deleting_objects);
+        assert_eq!(note.reason, STARTED);
+        assert_eq!(note.type_, EventType::Normal);
+        assert!(note.message.contains("1500 objects"));
+    }
+
+    #[test]
+    fn poll_reports_progress_when_the_count_drops() {
+        let s = defaults();
+        let (start, _) = initiate(1000, 0, DrainMode::ServerSide, &s, at(0));
+        let (next, notes) = poll(&start, 400, &s, at(180));
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].reason, PROGRESS);
+        assert!(notes[0].message.contains("Deleted 600 of 1000"));
+        assert_eq!(next.previous_object_count, 400);
+        assert_eq!(next.last_progress_at, Some(Time(at(180))));
+        assert_eq!(next.last_checked_at, Some(Time(at(180))));
+        // No progress: no event, progress time unchanged.
+        let (again, notes) = poll(&next, 400, &s, at(360));
+        assert!(notes.is_empty());
+        assert_eq!(again.last_progress_at, Some(Time(at(180))));
+    }
+
+    #[test]
+    fn poll_recomputes_the_interval_each_time() {
+        let s = defaults();
+        let (start, _) = initiate(1000, 0, DrainMode::ServerSide, &s, at(0));
+        let (next, _) = poll(&start, 900, &s, at(3700));
+        assert_eq!(next.next_poll_interval.as_deref(), Some("15m0s"));
+        // A configuration change shows at the next poll.
+        let faster = DrainSettings {
+            initial_poll: Duration::from_secs(10),
+            long_running_poll: Duration::from_secs(20),
+            ..s
+        };
+        let (next, _) = poll(&next, 800, &faster, at(3800));
+        assert_eq!(next.next_poll_interval.as_deref(), Some("20s"));
+    }
+
+    #[test]
+    fn stuck_warning_fires_once_after_the_threshold() {
+        let s = DrainSettings {
+            stuck_threshold: Duration::from_secs(3600),
+            ..defaults()
+        };
+        let (start, _) = initiate(10, 0, DrainMode::ServerSide, &s, at(0));
+        let (a, notes) = poll(&start, 10, &s, at(1800));
+        assert!(notes.is_empty());
+        let (b, notes) = poll(&a, 10, &s, at(3700));
+        assert_eq!(notes.len(), 1);
+        assert_eq!(notes[0].reason, STUCK);
+        assert_eq!(notes[0].type_, EventType::Warning);
+        let (c, notes) = poll(&b, 10, &s, at(4600));
+        assert!(notes.is_empty(), "the warning fires once");
+        // Progress resets the clock; a new stall warns again.
+        let (d, notes) = poll(&c, 9, &s, at(5000));
+        assert_eq!(notes[0].reason, PROGRESS);
+        let (_, notes) = poll(&d, 9, &s, at(8700));
+        assert_eq!(notes[0].reason, STUCK);
+    }
+
+    #[test]
+    fn a_poll_is_due_once_the_interval_passed() {
+        let (start, _) = initiate(10, 0, DrainMode::ClientSide, &defaults(), at(0));
+        assert!(!poll_due(&start, at(179)));
+        assert!(poll_due(&start, at(180)));
+    }
+
+    #[test]
+    fn completion_cancellation_orphan_and_empty_events() {
+        let (start, _) = initiate(42, 0, DrainMode::ClientSide, &defaults(), at(0));
+        let notes = complete(&start);
+        assert_eq!(notes[0].reason, PROGRESS);
+        assert!(notes[0].message.contains("Deleted 42 of 42"));
+        assert_eq!(
+            (notes[1].reason, notes[1].type_),
+            (COMPLETE, EventType::Normal)
+        );
+        assert!(notes[1].message.contains("42"));
+        assert!(awaiting_first_progress(&start));
+        let (polled, _) = poll(&start, 41, &defaults(), at(10));
+        assert!(!awaiting_first_progress(&polled));
+        // Progress already reported down to 0: only the completion.
+        let (done, _) = poll(&polled, 0, &defaults(), at(20));
+        assert_eq!(complete(&done).len(), 1);
+        let n = cancel(&start, Some(7));
+        assert_eq!((n.reason, n.type_), (CANCELED, EventType::Normal));
+        assert!(n.message.contains("7 objects remain"));
+        let n = cancel_orphan();
+        assert_eq!((n.reason, n.type_), (ORPHANED, EventType::Warning));
+        let n = already_empty();
+        assert_eq!((n.reason, n.type_), (ALREADY_EMPTY, EventType::Normal));
+    }
+}

@@ -1,0 +1,264 @@
+//! Pure lifecycle decisions of a bucket: is the tenant usable, does the bucket need converging,
+//! what the deletion-blocked message says, and what the credentials Secret holds.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt;
+
+use super::DRAIN_ANNOTATION;
+use super::backend::Keys;
+use crate::api::{BucketPhase, S3Bucket, S3BucketStatus, S3Tenant, TenantPhase};
+
+/// Whether the bucket's tenant can be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantGate {
+    Ready,
+    /// Not yet: the reason and a message saying what is missing.
+    Wait(&'static str, String),
+}
+
+/// For `apply` the tenant must be Ready. For cleanup it only has to exist: a tenant being
+/// deleted waits for its buckets to go, so its buckets must still be able to clean up.
+pub fn tenant_gate(bucket: &S3Bucket, tenant: Option<&S3Tenant>, cleanup: bool) -> TenantGate {
+    let name = &bucket.spec.tenant_ref.name;
+    let namespace = bucket.namespace().unwrap_or_default();
+    let Some(tenant) = tenant else {
+        return TenantGate::Wait(
+            "TenantNotFound",
+            format!("S3Tenant {name:?} does not exist in namespace {namespace:?}"),
+        );
+    };
+    if tenant.namespace() != bucket.namespace() {
+        return TenantGate::Wait(
+            "TenantInOtherNamespace",
+            format!("S3Tenant {name:?} must be in the bucket's namespace {namespace:?}"),
+        );
+    }
+    if cleanup {
+        return TenantGate::Ready;
+    }
+    if tenant.metadata.deletion_timestamp.is_some() {
+        return TenantGate::Wait(
+            "TenantDeleting",
+            format!("S3Tenant {name:?} is being deleted"),
+        );
+    }
+    let phase = tenant.status.as_ref().and_then(|s| s.phase);
+    if phase != Some(TenantPhase::Ready) {
+        return TenantGate::Wait(
+            "TenantNotReady",
+            format!(
+                "S3Tenant {name:?} is not Ready (phase {})",
+                phase.map_or("unknown".to_string(), |p| format!("{p:?}"))
+            ),
+        );
+    }
+    TenantGate::Ready
+}
+
+/// Whether the backend bucket must be created or converged: not yet Ready, a spec change, or a
+/// bucket name not recorded. Otherwise keeper trusts its record and only refreshes usage, so a
+/// steady bucket costs no backend call beyond that.
+pub fn needs_ensure(status: &S3BucketStatus, generation: Option<i64>, bucket: &str) -> bool {
+    !matches!(
+        status.phase,
+        Some(BucketPhase::Ready | BucketPhase::Draining)
+    ) || status.observed_generation != generation
+        || status.bucket_name.as_deref() != Some(bucket)
+}
+
+/// Nothing can exist on the backend for a resource that never recorded a bucket name and whose
+/// tenant cannot be reached: deletion need not wait for the tenant.
+pub fn never_created(bucket: &S3Bucket) -> bool {
+    bucket
+        .status
+        .as_ref()
+        .is_none_or(|s| s.bucket_name.is_none())
+}
+
+/// The `DeletionBlocked` message: the object count and the exact command that unblocks it.
+pub fn not_empty_message(bucket: &S3Bucket, objects: i64) -> String {
+    format!(
+        "the bucket holds {objects} objects and is not deleted while it holds data; to delete every object and then the bucket, run: kubectl annotate s3bucket {} {DRAIN_ANNOTATION}=true -n {}",
+        bucket.name_any(),
+        bucket.namespace().unwrap_or_default()
+    )
+}
+
+/// Keys in a credentials Secret (keeper's own names first, then the AWS ones).
+pub fn keys_from(data: &BTreeMap<String, String>) -> Option<Keys> {
+    let get = |a: &str, b: &str| data.get(a).or_else(|| data.get(b)).cloned();
+    Some(Keys {
+        access_key_id: get("accessKeyId", "AWS_ACCESS_KEY_ID")?,
+        secret_access_key: get("secretAccessKey", "AWS_SECRET_ACCESS_KEY")?,
+    })
+}
+
+/// The content of `<name>-credentials`, under keeper's names and the AWS environment names so
+/// that applications can take it with `envFrom`.
+pub fn secret_data(
+    keys: &Keys,
+    endpoint: &str,
+    region: &str,
+    bucket: &str,
+) -> BTreeMap<String, String> {
+    [
+        ("accessKeyId", keys.access_key_id.as_str()),
+        ("secretAccessKey", keys.secret_access_key.as_str()),
+        ("endpoint", endpoint),
+        ("region", region),
+        ("bucket", bucket),
+        ("AWS_ACCESS_KEY_ID", keys.access_key_id.as_str()),
+        ("AWS_SECRET_ACCESS_KEY", keys.secret_access_key.as_str()),
+        ("AWS_ENDPOINT_URL", endpoint),
+        ("AWS_REGION", region),
+        ("S3_BUCKET", bucket),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{S3BucketSpec, S3TenantSpec, S3TenantStatus, TenantRef};
+
+    pub(crate) fn bucket(name: &str) -> S3Bucket {
+        let mut b = S3Bucket::new(
+            name,
+            S3BucketSpec {
+                tenant_ref: TenantRef { name: "t".into() },
+                bucket_name: None,
+                region: None,
+                versioning: false,
+                object_lock: false,
+                deletion_policy: Default::default(),
+                drain: None,
+            },
+        );
+        b.metadata.namespace = Some("ns".into());
+        b
+    }
+
+    fn tenant(namespace: &str, phase: Option<TenantPhase>) -> S3Tenant {
+        let mut t = S3Tenant::new(
+            "t",
+            S3TenantSpec {
+                provider: "default".into(),
+                display_name: None,
+                quota: None,
+                allow_platform_services: false,
+                deletion_policy: Default::default(),
+                deletion_protection: false,
+            },
+        );
+        t.metadata.namespace = Some(namespace.into());
+        t.status = Some(S3TenantStatus {
+            phase,
+            ..Default::default()
+        });
+        t
+    }
+
+    #[test]
+    fn the_tenant_must_exist_be_ready_and_share_the_namespace() {
+        let b = bucket("b");
+        assert!(
+            matches!(tenant_gate(&b, None, false), TenantGate::Wait("TenantNotFound", m) if m.contains("\"t\"") && m.contains("\"ns\""))
+        );
+        assert!(matches!(
+            tenant_gate(&b, Some(&tenant("other", Some(TenantPhase::Ready))), false),
+            TenantGate::Wait("TenantInOtherNamespace", _)
+        ));
+        assert!(matches!(
+            tenant_gate(&b, Some(&tenant("ns", Some(TenantPhase::Pending))), false),
+            TenantGate::Wait("TenantNotReady", m) if m.contains("Pending")
+        ));
+        assert!(matches!(
+            tenant_gate(&b, Some(&tenant("ns", None)), false),
+            TenantGate::Wait("TenantNotReady", _)
+        ));
+        let mut deleting = tenant("ns", Some(TenantPhase::Ready));
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        assert!(matches!(
+            tenant_gate(&b, Some(&deleting), false),
+            TenantGate::Wait("TenantDeleting", _)
+        ));
+        assert_eq!(
+            tenant_gate(&b, Some(&tenant("ns", Some(TenantPhase::Ready))), false),
+            TenantGate::Ready
+        );
+        // Cleanup needs only the tenant: one being deleted waits for its buckets.
+        assert_eq!(tenant_gate(&b, Some(&deleting), true), TenantGate::Ready);
+        assert!(matches!(
+            tenant_gate(&b, None, true),
+            TenantGate::Wait("TenantNotFound", _)
+        ));
+        assert!(matches!(
+            tenant_gate(&b, Some(&tenant("other", Some(TenantPhase::Ready))), true),
+            TenantGate::Wait("TenantInOtherNamespace", _)
+        ));
+    }
+
+    #[test]
+    fn a_steady_ready_bucket_needs_no_convergence() {
+        let ready = S3BucketStatus {
+            phase: Some(BucketPhase::Ready),
+            observed_generation: Some(2),
+            bucket_name: Some("ns-b".into()),
+            ..Default::default()
+        };
+        assert!(!needs_ensure(&ready, Some(2), "ns-b"));
+        assert!(needs_ensure(&ready, Some(3), "ns-b"), "spec changed");
+        assert!(needs_ensure(&ready, Some(2), "other"), "name not recorded");
+        let failed = S3BucketStatus {
+            phase: Some(BucketPhase::Failed),
+            ..ready.clone()
+        };
+        assert!(needs_ensure(&failed, Some(2), "ns-b"));
+        assert!(needs_ensure(&S3BucketStatus::default(), Some(1), "ns-b"));
+    }
+
+    #[test]
+    fn never_created_means_no_recorded_bucket_name() {
+        let mut b = bucket("b");
+        assert!(never_created(&b));
+        b.status = Some(S3BucketStatus {
+            bucket_name: Some("ns-b".into()),
+            ..Default::default()
+        });
+        assert!(!never_created(&b));
+    }
+
+    #[test]
+    fn the_blocked_message_carries_the_count_and_the_command() {
+        let message = not_empty_message(&bucket("b"), 2500);
+        assert!(message.contains("2500 objects"));
+        assert!(message.contains("kubectl annotate s3bucket b keeper.dev/drain=true"));
+    }
+
+    #[test]
+    fn secret_data_has_both_name_sets_and_round_trips_keys() {
+        let keys = Keys {
+            access_key_id: "AK".into(),
+            secret_access_key: "SK".into(),
+        };
+        let data = secret_data(&keys, "https://s3", "us-east-1", "ns-b");
+        assert_eq!(data.len(), 10);
+        assert_eq!(data["AWS_ENDPOINT_URL"], "https://s3");
+        assert_eq!(data["S3_BUCKET"], "ns-b");
+        assert_eq!(data["AWS_SECRET_ACCESS_KEY"], "SK");
+        assert_eq!(keys_from(&data), Some(keys));
+        let aws_only: BTreeMap<String, String> = [
+            ("AWS_ACCESS_KEY_ID".to_string(), "A".to_string()),
+            ("AWS_SECRET_ACCESS_KEY".to_string(), "S".to_string()),
+        ]
+        .into();
+        assert_eq!(keys_from(&aws_only).unwrap().access_key_id, "A");
+        assert_eq!(keys_from(&BTreeMap::new()), None);
+    }
+}

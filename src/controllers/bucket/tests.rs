@@ -1,0 +1,863 @@
+//! Controller logic against an in-memory backend: lifecycle, drain and deletion end to end,
+//! without Kubernetes (the reconciler only writes the returned `Outcome` back).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::*;
+use crate::api::{DrainMode, S3BucketSpec, TenantRef};
+use crate::config::DrainDefaults;
+
+#[derive(Debug, Clone, Default)]
+struct FakeBucket {
+    owner: Option<String>,
+    objects: i64,
+    versioning: bool,
+    draining: bool,
+    /// Objects protected by a legal hold (client-side rounds stop on them).
+    held: bool,
+    /// Entries the usage does not count but that keep the bucket from being deleted.
+    uncounted: bool,
+}
+
+/// An in-memory storage: server-side drains delete `server_rate` objects per observation.
+struct Fake {
+    mode: DrainMode,
+    buckets: Mutex<HashMap<String, FakeBucket>>,
+    calls: Mutex<Vec<String>>,
+    round_size: u64,
+    server_rate: i64,
+    fail_permanently: Mutex<Option<String>>,
+    /// Removes this bucket right after the next ownership check (a concurrent manual delete).
+    vanish_after_owner: Mutex<Option<String>>,
+}
+
+impl Fake {
+    fn new(mode: DrainMode) -> Self {
+        Fake {
+            mode,
+            buckets: Mutex::default(),
+            calls: Mutex::default(),
+            round_size: 1000,
+            server_rate: 0,
+            fail_permanently: Mutex::default(),
+            vanish_after_owner: Mutex::default(),
+        }
+    }
+
+    fn with(self, name: &str, bucket: FakeBucket) -> Self {
+        self.buckets.lock().unwrap().insert(name.into(), bucket);
+        self
+    }
+
+    fn bucket(&self, name: &str) -> Option<FakeBucket> {
+        self.buckets.lock().unwrap().get(name).cloned()
+    }
+
+    fn call(&self, what: &str) -> Result<(), BackendError> {
+        self.calls.lock().unwrap().push(what.to_string());
+        match self.fail_permanently.lock().unwrap().clone() {
+            Some(message) => Err(BackendError {
+                transient: false,
+                message,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn take_calls(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+impl BucketBackend for Fake {
+    fn drain_mode(&self) -> DrainMode {
+        self.mode
+    }
+
+    async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+        self.call("owner")?;
+        let owner = match self.bucket(&desired.name) {
+            None => Owner::Missing,
+            Some(b) if b.owner.as_deref() == Some(desired.owner_uid.as_str()) => Owner::Us,
+            Some(_) => Owner::Someone(format!("bucket {:?} belongs to someone else", desired.name)),
+        };
+        if let Some(name) = self.vanish_after_owner.lock().unwrap().take() {
+            self.buckets.lock().unwrap().remove(&name);
+        }
+        Ok(owner)
+    }
+
+    async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+        self.call("ensure")?;
+        let mut buckets = self.buckets.lock().unwrap();
+        let bucket = buckets
+            .entry(desired.name.clone())
+            .or_insert_with(|| FakeBucket {
+                owner: Some(desired.owner_uid.clone()),
+                ..Default::default()
+            });
+        if bucket.owner.as_deref() != Some(desired.owner_uid.as_str()) {
+            if !desired.adopt {
+                return Ok(Owner::Someone("not ours".into()));
+            }
+            bucket.owner = Some(desired.owner_uid.clone());
+        }
+        bucket.versioning = desired.versioning;
+        Ok(Owner::Us)
+    }
+
+    async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
+        self.call("observe")?;
+        let mut buckets = self.buckets.lock().unwrap();
+        Ok(buckets.get_mut(bucket).map(|b| {
+            if b.draining {
+                b.objects = (b.objects - self.server_rate).max(0);
+            }
+            Observed {
+                objects: b.objects,
+                bytes: b.objects * 10,
+                backend_draining: b.draining,
+            }
+        }))
+    }
+
+    async fn start_drain(&self, bucket: &str) -> Result<(), BackendError> {
+        self.call("start_drain")?;
+        if self.mode == DrainMode::ServerSide {
+            self.buckets
+                .lock()
+                .unwrap()
+                .get_mut(bucket)
+                .unwrap()
+                .draining = true;
+        }
+        Ok(())
+    }
+
+    async fn stop_drain(&self, bucket: &str) -> Result<(), BackendError> {
+        self.call("stop_drain")?;
+        if let Some(b) = self.buckets.lock().unwrap().get_mut(bucket) {
+            b.draining = false;
+        }
+        Ok(())
+    }
+
+    async fn drain_round(&self, bucket: &str) -> Result<DrainProgress, BackendError> {
+        self.call("drain_round")?;
+        let mut buckets = self.buckets.lock().unwrap();
+        let b = buckets.get_mut(bucket).unwrap();
+        if b.held {
+            return Ok(DrainProgress {
+                deleted: 0,
+                empty: false,
+                blocked: Some("object \"x\" is under a legal hold".into()),
+            });
+        }
+        let deleted = (self.round_size as i64).min(b.objects);
+        b.objects -= deleted;
+        Ok(DrainProgress {
+            deleted: deleted as u64,
+            empty: b.objects == 0 && deleted < self.round_size as i64,
+            blocked: None,
+        })
+    }
+
+    async fn delete(&self, bucket: &str) -> Result<DeleteOutcome, BackendError> {
+        self.call("delete")?;
+        let mut buckets = self.buckets.lock().unwrap();
+        match buckets.get(bucket) {
+            Some(b) if b.objects > 0 || b.uncounted => Ok(DeleteOutcome::NotEmpty),
+            _ => {
+                buckets.remove(bucket);
+                Ok(DeleteOutcome::Deleted)
+            }
+        }
+    }
+
+    async fn keys(
+        &self,
+        _bucket: &str,
+        _published: Option<&Keys>,
+        _rotate: bool,
+    ) -> Result<KeyPlan, BackendError> {
+        self.call("keys")?;
+        Ok(KeyPlan::Keep)
+    }
+
+    async fn retire_key(&self, _bucket: &str, _access_key_id: &str) -> Result<(), BackendError> {
+        self.call("retire_key")
+    }
+
+    async fn delete_credentials(&self, _bucket: &str) -> Result<(), BackendError> {
+        self.call("delete_credentials")
+    }
+}
+
+use backend::{DrainProgress, Keys};
+
+const UID: &str = "uid-1";
+const NAME: &str = "ns-b";
+
+fn s3bucket() -> S3Bucket {
+    let mut b = S3Bucket::new(
+        "b",
+        S3BucketSpec {
+            tenant_ref: TenantRef { name: "t".into() },
+            bucket_name: None,
+            region: None,
+            versioning: true,
+            object_lock: false,
+            deletion_policy: Default::default(),
+            drain: None,
+        },
+    );
+    b.metadata.namespace = Some("ns".into());
+    b.metadata.uid = Some(UID.into());
+    b.metadata.generation = Some(1);
+    b
+}
+
+fn annotate(b: &mut S3Bucket, key: &str) {
+    b.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.into(), "true".into());
+}
+
+fn unannotate(b: &mut S3Bucket, keys: &[&str]) {
+    if let Some(a) = b.metadata.annotations.as_mut() {
+        for k in keys {
+            a.remove(*k);
+        }
+    }
+}
+
+fn at(secs: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + secs).unwrap()
+}
+
+fn view<'a>(obj: &'a S3Bucket, now: Timestamp, cached: Option<Observed>) -> View<'a> {
+    View {
+        obj,
+        desired: DesiredBucket {
+            name: NAME.into(),
+            region: "us-east-1".into(),
+            versioning: obj.spec.versioning,
+            object_lock: obj.spec.object_lock,
+            owner_uid: UID.into(),
+            recorded: false,
+            adopt: annotated(obj, ADOPT_ANNOTATION),
+        },
+        drain: drain::settings(obj.spec.drain.as_ref(), &DrainDefaults::default()).unwrap(),
+        now,
+        cached,
+    }
+}
+
+/// Applies an outcome the way the reconciler does (status and annotations) and returns the
+/// event reasons.
+fn write_back(obj: &mut S3Bucket, out: &Outcome) -> Vec<&'static str> {
+    obj.status = Some(out.status.clone());
+    unannotate(obj, &out.remove_annotations);
+    out.notes.iter().map(|n| n.reason).collect()
+}
+
+fn cache_of(out: &Outcome, before: Option<Observed>) -> Option<Observed> {
+    match out.observed {
+        Cache::Keep => before,
+        Cache::Store(o) => Some(o),
+        Cache::Forget => None,
+    }
+}
+
+#[tokio::test]
+async fn creates_the_bucket_then_makes_no_backend_call_until_usage_is_due() {
+    let fake = Fake::new(DrainMode::ClientSide);
+    let mut obj = s3bucket();
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Ready));
+    assert_eq!(out.status.bucket_name.as_deref(), Some(NAME));
+    assert_eq!(out.status.object_count, Some(0));
+    assert!(conditions::is_true(
+        &out.status.conditions,
+        conditions::READY
+    ));
+    assert_eq!(out.requeue, USAGE_REFRESH);
+    assert_eq!(fake.take_calls(), ["ensure", "observe"]);
+    let bucket = fake.bucket(NAME).unwrap();
+    assert_eq!(bucket.owner.as_deref(), Some(UID));
+    assert!(bucket.versioning);
+    let cached = cache_of(&out, None);
+    write_back(&mut obj, &out);
+    // Steady state: the same status again and no backend call while the usage is fresh.
+    let again = apply_bucket(&fake, &view(&obj, at(10), cached))
+        .await
+        .unwrap();
+    assert_eq!(again.status, obj.status.clone().unwrap());
+    assert!(again.notes.is_empty());
+    assert!(fake.take_calls().is_empty());
+    // Once the cache expires, only the usage refresh.
+    apply_bucket(&fake, &view(&obj, at(400), None))
+        .await
+        .unwrap();
+    assert_eq!(fake.take_calls(), ["observe"]);
+}
+
+#[tokio::test]
+async fn a_foreign_bucket_is_refused_unless_adoption_is_asked() {
+    let fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: None,
+            objects: 3,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Failed));
+    assert_eq!(out.status.bucket_name, None, "no ownership record");
+    let ready = &out.status.conditions[0];
+    assert_eq!(ready.reason, "BucketNotOwned");
+    assert!(ready.message.contains("keeper.dev/adopt=true"));
+    assert_eq!(write_back(&mut obj, &out), ["BucketNotOwned"]);
+    // No event storm on the next reconcile.
+    let out = apply_bucket(&fake, &view(&obj, at(60), None))
+        .await
+        .unwrap();
+    assert!(out.notes.is_empty());
+    // Adoption.
+    annotate(&mut obj, ADOPT_ANNOTATION);
+    let out = apply_bucket(&fake, &view(&obj, at(120), None))
+        .await
+        .unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Ready));
+    assert_eq!(out.status.object_count, Some(3));
+    assert_eq!(fake.bucket(NAME).unwrap().owner.as_deref(), Some(UID));
+}
+
+#[tokio::test]
+async fn deleting_a_foreign_bucket_releases_without_touching_it() {
+    let fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some("someone".into()),
+            objects: 3,
+            ..Default::default()
+        },
+    );
+    let obj = s3bucket();
+    let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
+        .await
+        .unwrap();
+    assert!(out.released);
+    assert_eq!(out.notes[0].reason, "BucketRetained");
+    assert_eq!(fake.take_calls(), ["owner"]);
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 3);
+}
+
+#[tokio::test]
+async fn deletion_with_objects_blocks_once_then_drains_and_deletes_on_request() {
+    let fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 2500,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    obj.metadata.deletion_timestamp = Some(Time(at(0)));
+    let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
+        .await
+        .unwrap();
+    assert!(!out.released);
+    assert_eq!(out.status.phase, Some(BucketPhase::Deleting));
+    let blocked = out
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::DELETION_BLOCKED)
+        .unwrap();
+    assert_eq!(
+        (blocked.status.as_str(), blocked.reason.as_str()),
+        ("True", "BucketNotEmpty")
+    );
+    assert!(blocked.message.contains("2500 objects"));
+    assert!(
+        blocked
+            .message
+            .contains("kubectl annotate s3bucket b keeper.dev/drain=true")
+    );
+    assert_eq!(write_back(&mut obj, &out), ["BucketNotEmpty"]);
+    // Someone adds objects meanwhile: the message follows the count, the warning is not repeated.
+    fake.buckets.lock().unwrap().get_mut(NAME).unwrap().objects = 2600;
+    let out = cleanup_bucket(&fake, &view(&obj, at(30), None))
+        .await
+        .unwrap();
+    assert!(out.notes.is_empty(), "one warning, no storm");
+    assert!(
+        out.status
+            .conditions
+            .iter()
+            .any(|c| c.message.contains("2600 objects"))
+    );
+    write_back(&mut obj, &out);
+    assert_eq!(
+        fake.bucket(NAME).unwrap().objects,
+        2600,
+        "nothing deleted without a drain"
+    );
+
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let mut reasons = Vec::new();
+    let mut deleted = 0;
+    let mut now = 60;
+    loop {
+        let out = cleanup_bucket(&fake, &view(&obj, at(now), None))
+            .await
+            .unwrap();
+        deleted += out.deleted;
+        reasons.extend(write_back(&mut obj, &out));
+        if out.released {
+            break;
+        }
+        assert_eq!(out.status.phase, Some(BucketPhase::Draining));
+        assert!(
+            !conditions::is_true(&out.status.conditions, conditions::DELETION_BLOCKED),
+            "a requested drain unblocks the deletion"
+        );
+        now += 200;
+        assert!(now < 10_000, "the drain never finished: {reasons:?}");
+    }
+    assert_eq!(deleted, 2600);
+    assert_eq!(reasons.first(), Some(&drain::STARTED));
+    assert!(reasons.contains(&drain::PROGRESS));
+    assert!(reasons.contains(&drain::COMPLETE));
+    assert!(fake.bucket(NAME).is_none(), "bucket deleted");
+    assert!(
+        fake.take_calls()
+            .contains(&"delete_credentials".to_string())
+    );
+}
+
+#[tokio::test]
+async fn deleting_an_empty_bucket_deletes_it_and_a_missing_one_is_done() {
+    let fake = Fake::new(DrainMode::ServerSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            ..Default::default()
+        },
+    );
+    let obj = s3bucket();
+    let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
+        .await
+        .unwrap();
+    assert!(out.released);
+    assert!(fake.bucket(NAME).is_none());
+    let out = cleanup_bucket(&fake, &view(&obj, at(1), None))
+        .await
+        .unwrap();
+    assert!(out.released);
+    assert_eq!(
+        fake.take_calls(),
+        [
+            "owner",
+            "observe",
+            "delete",
+            "delete_credentials",
+            "owner",
+            "delete_credentials"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn server_side_drain_polls_at_the_interval_and_completes() {
+    let mut fake = Fake::new(DrainMode::ServerSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 900,
+            ..Default::default()
+        },
+    );
+    fake.server_rate = 300;
+    let mut obj = s3bucket();
+    obj.status = Some(S3BucketStatus {
+        phase: Some(BucketPhase::Ready),
+        bucket_name: Some(NAME.into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert_eq!(write_back(&mut obj, &out), [drain::STARTED]);
+    assert_eq!(out.status.phase, Some(BucketPhase::Draining));
+    assert_eq!(out.requeue, Duration::from_secs(180));
+    let ds = out.status.drain_status.clone().unwrap();
+    assert_eq!(ds.initial_object_count, 900);
+    assert_eq!(ds.mode, Some(DrainMode::ServerSide));
+    assert!(fake.bucket(NAME).unwrap().draining);
+    fake.take_calls();
+    // An unrelated event before the poll is due: no backend call, no change, wake at the due time.
+    let cached = cache_of(&out, None);
+    let early = apply_bucket(&fake, &view(&obj, at(60), cached))
+        .await
+        .unwrap();
+    assert_eq!(early.status, obj.status.clone().unwrap());
+    assert_eq!(early.requeue, Duration::from_secs(120));
+    assert!(fake.take_calls().is_empty());
+    let out = apply_bucket(&fake, &view(&obj, at(180), cached))
+        .await
+        .unwrap();
+    assert_eq!(write_back(&mut obj, &out), [drain::PROGRESS]);
+    assert_eq!(out.status.object_count, Some(600));
+    assert_eq!(
+        out.deleted, 300,
+        "server-side progress counts as deleted objects"
+    );
+    let out = apply_bucket(&fake, &view(&obj, at(360), None))
+        .await
+        .unwrap();
+    write_back(&mut obj, &out);
+    let out = apply_bucket(&fake, &view(&obj, at(540), None))
+        .await
+        .unwrap();
+    // The last deletions show as progress, then the completion.
+    assert_eq!(
+        write_back(&mut obj, &out),
+        [drain::PROGRESS, drain::COMPLETE]
+    );
+    assert_eq!(out.deleted, 300);
+    assert_eq!(out.status.phase, Some(BucketPhase::Ready));
+    assert_eq!(out.status.drain_status, None);
+    assert_eq!(out.status.object_count, Some(0));
+    assert_eq!(out.remove_annotations, [DRAIN_ANNOTATION]);
+    // Completion returns the bucket to write mode.
+    assert!(!fake.bucket(NAME).unwrap().draining);
+    // The annotation's removal that follows is not mistaken for an orphaned drain.
+    let cached = cache_of(&out, None);
+    fake.take_calls();
+    let after = apply_bucket(&fake, &view(&obj, at(541), cached))
+        .await
+        .unwrap();
+    assert!(after.notes.is_empty(), "{:?}", after.notes);
+    assert!(!fake.take_calls().contains(&"stop_drain".to_string()));
+}
+
+#[tokio::test]
+async fn removing_the_annotation_cancels_and_keeps_remaining_objects() {
+    let mut fake = Fake::new(DrainMode::ServerSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 900,
+            ..Default::default()
+        },
+    );
+    fake.server_rate = 100;
+    let mut obj = s3bucket();
+    obj.status = Some(S3BucketStatus {
+        phase: Some(BucketPhase::Ready),
+        bucket_name: Some(NAME.into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    write_back(&mut obj, &out);
+    let cached = cache_of(&out, None);
+    unannotate(&mut obj, &[DRAIN_ANNOTATION]);
+    // The cancellation looks at the bucket again instead of trusting the count from the start.
+    let out = apply_bucket(&fake, &view(&obj, at(30), cached))
+        .await
+        .unwrap();
+    assert_eq!(write_back(&mut obj, &out), [drain::CANCELED]);
+    assert!(
+        out.notes[0].message.contains("800 objects remain"),
+        "{:?}",
+        out.notes
+    );
+    assert_eq!(out.status.object_count, Some(800));
+    assert_eq!(out.status.phase, Some(BucketPhase::Ready));
+    assert_eq!(out.status.drain_status, None);
+    let left = fake.bucket(NAME).unwrap();
+    assert!(!left.draining);
+    assert!(left.objects > 0);
+}
+
+#[tokio::test]
+async fn an_orphaned_backend_drain_is_stopped_and_an_empty_bucket_needs_no_drain() {
+    let fake = Fake::new(DrainMode::ServerSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 5,
+            draining: true,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    obj.status = Some(S3BucketStatus {
+        phase: Some(BucketPhase::Ready),
+        bucket_name: Some(NAME.into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert_eq!(out.notes[0].reason, drain::ORPHANED);
+    assert_eq!(out.notes[0].type_, EventType::Warning);
+    assert!(!fake.bucket(NAME).unwrap().draining);
+
+    let empty = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            ..Default::default()
+        },
+    );
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let out = apply_bucket(&empty, &view(&obj, at(0), None))
+        .await
+        .unwrap();
+    assert_eq!(write_back(&mut obj, &out), [drain::ALREADY_EMPTY]);
+    assert_eq!(out.remove_annotations, [DRAIN_ANNOTATION]);
+    assert_eq!(out.status.drain_status, None);
+}
+
+#[tokio::test]
+async fn a_legal_hold_stops_a_client_side_drain_with_a_condition() {
+    let fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 5,
+            held: true,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    obj.status = Some(S3BucketStatus {
+        phase: Some(BucketPhase::Ready),
+        bucket_name: Some(NAME.into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    write_back(&mut obj, &out);
+    let out = apply_bucket(&fake, &view(&obj, at(1), None)).await.unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Failed));
+    let ready = &out.status.conditions[0];
+    assert_eq!(ready.reason, "DrainBlocked");
+    assert!(ready.message.contains("legal hold"));
+    assert_eq!(write_back(&mut obj, &out), ["DrainBlocked"]);
+    assert_eq!(
+        out.requeue,
+        Duration::from_secs(180),
+        "retried at the poll interval"
+    );
+    // The drain is still ours: lifting the hold resumes it.
+    fake.buckets.lock().unwrap().get_mut(NAME).unwrap().held = false;
+    let out = apply_bucket(&fake, &view(&obj, at(200), None))
+        .await
+        .unwrap();
+    assert_eq!(out.deleted, 5);
+}
+
+#[tokio::test]
+async fn a_vanished_bucket_goes_back_to_pending_and_is_recreated() {
+    let fake = Fake::new(DrainMode::ClientSide);
+    let mut obj = s3bucket();
+    obj.status = Some(S3BucketStatus {
+        phase: Some(BucketPhase::Ready),
+        bucket_name: Some(NAME.into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Pending));
+    assert_eq!(out.requeue, SHORT_RETRY);
+    write_back(&mut obj, &out);
+    let out = apply_bucket(&fake, &view(&obj, at(10), None))
+        .await
+        .unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Ready));
+    assert!(fake.bucket(NAME).is_some());
+}
+
+#[tokio::test]
+async fn permanent_backend_errors_surface_to_the_caller() {
+    let fake = Fake::new(DrainMode::ClientSide);
+    *fake.fail_permanently.lock().unwrap() = Some("InvalidAccessKeyId".into());
+    let err = apply_bucket(&fake, &view(&s3bucket(), at(0), None))
+        .await
+        .unwrap_err();
+    assert!(!err.transient);
+    assert_eq!(err.message, "InvalidAccessKeyId");
+}
+
+#[tokio::test]
+async fn a_bucket_that_vanishes_during_a_deletion_drain_releases_the_resource() {
+    let fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 5000,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    obj.metadata.deletion_timestamp = Some(Time(at(0)));
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
+        .await
+        .unwrap();
+    write_back(&mut obj, &out);
+    assert_eq!(out.status.phase, Some(BucketPhase::Draining));
+    // Someone deletes the bucket by hand between the owner check and the usage refresh.
+    fake.vanish_after_owner
+        .lock()
+        .unwrap()
+        .replace(NAME.to_string());
+    let out = cleanup_bucket(&fake, &view(&obj, at(200), None))
+        .await
+        .unwrap();
+    assert!(out.released, "{out:?}");
+    assert!(
+        fake.take_calls()
+            .ends_with(&["delete_credentials".to_string()])
+    );
+}
+
+#[tokio::test]
+async fn a_blocked_drain_keeps_the_deletion_blocked_with_the_reason() {
+    let fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 5,
+            held: true,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    obj.metadata.deletion_timestamp = Some(Time(at(0)));
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
+        .await
+        .unwrap();
+    write_back(&mut obj, &out);
+    let out = cleanup_bucket(&fake, &view(&obj, at(1), None))
+        .await
+        .unwrap();
+    assert!(!out.released);
+    let blocked = out
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::DELETION_BLOCKED)
+        .unwrap();
+    assert_eq!(blocked.reason, "DrainBlocked");
+    assert!(blocked.message.contains("legal hold"));
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 5);
+}
+
+#[tokio::test]
+async fn client_side_rounds_do_not_list_usage_between_polls() {
+    let mut fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 10_000,
+            ..Default::default()
+        },
+    );
+    fake.round_size = 1000;
+    let mut obj = s3bucket();
+    obj.status = Some(S3BucketStatus {
+        phase: Some(BucketPhase::Ready),
+        bucket_name: Some(NAME.into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    annotate(&mut obj, DRAIN_ANNOTATION);
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let mut cached = cache_of(&out, None);
+    write_back(&mut obj, &out);
+    fake.take_calls();
+    // The first round reports its deletions at once (estimated, without listing).
+    let out = apply_bucket(&fake, &view(&obj, at(1), cached))
+        .await
+        .unwrap();
+    assert_eq!(write_back(&mut obj, &out), [drain::PROGRESS]);
+    assert_eq!(out.status.object_count, Some(9000));
+    cached = cache_of(&out, cached);
+    for second in 2..=5 {
+        let out = apply_bucket(&fake, &view(&obj, at(second), cached))
+            .await
+            .unwrap();
+        assert_eq!(out.requeue, CLIENT_DRAIN_CONTINUE);
+        assert!(out.notes.is_empty());
+        assert_eq!(
+            out.status,
+            obj.status.clone().unwrap(),
+            "no status write between polls"
+        );
+        cached = cache_of(&out, cached);
+    }
+    assert_eq!(fake.take_calls(), vec!["drain_round".to_string(); 5]);
+    assert_eq!(obj.status.as_ref().unwrap().object_count, Some(9000));
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 5000);
+    // At the poll: one listing, progress in status and an event.
+    let out = apply_bucket(&fake, &view(&obj, at(181), cached))
+        .await
+        .unwrap();
+    assert_eq!(fake.take_calls(), ["observe", "drain_round"]);
+    assert_eq!(write_back(&mut obj, &out), [drain::PROGRESS]);
+    assert_eq!(out.status.object_count, Some(5000));
+    // The cached count from before the drain did not leak into the status meanwhile.
+}
+
+#[tokio::test]
+async fn a_refused_delete_of_a_seemingly_empty_bucket_is_shown_and_retried() {
+    let fake = Fake::new(DrainMode::ServerSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some(UID.into()),
+            uncounted: true,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    obj.metadata.deletion_timestamp = Some(Time(at(0)));
+    let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
+        .await
+        .unwrap();
+    assert!(!out.released);
+    assert_eq!(out.requeue, SHORT_RETRY);
+    assert_eq!(write_back(&mut obj, &out), ["BucketNotEmpty"]);
+    assert!(conditions::is_true(
+        &out.status.conditions,
+        conditions::DELETION_BLOCKED
+    ));
+    let out = cleanup_bucket(&fake, &view(&obj, at(10), None))
+        .await
+        .unwrap();
+    assert!(out.notes.is_empty(), "no event storm while retrying");
+    fake.buckets
+        .lock()
+        .unwrap()
+        .get_mut(NAME)
+        .unwrap()
+        .uncounted = false;
+    let out = cleanup_bucket(&fake, &view(&obj, at(20), None))
+        .await
+        .unwrap();
+    assert!(out.released);
+}
