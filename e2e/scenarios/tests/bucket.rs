@@ -377,8 +377,11 @@ async fn drain_without_deletion_empties_the_bucket_and_cancelling_keeps_the_rest
         "{reasons:?}"
     );
     let s3 = client_for(&half_creds);
+    // A stop is asynchronous on the grid: deletions already in flight may still land, so the
+    // count is taken once that settles, and must then stay put.
+    std::thread::sleep(Duration::from_secs(2));
     let remaining = count_objects(&s3, &half_name).await.unwrap();
-    std::thread::sleep(Duration::from_secs(3));
+    std::thread::sleep(Duration::from_secs(4));
     let later = count_objects(&s3, &half_name).await.unwrap();
     assert!(
         later > 0,
