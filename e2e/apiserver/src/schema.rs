@@ -463,10 +463,12 @@ mod tests {
             "",
             &mut e,
         );
-        let msgs: Vec<String> = e
+        // Property order depends on serde_json's `preserve_order`, which the workspace may unify in.
+        let mut msgs: Vec<String> = e
             .iter()
             .map(|c| format!("{}: {}", c.field, c.message))
             .collect();
+        msgs.sort();
         assert_eq!(
             msgs,
             vec![
