@@ -116,7 +116,10 @@ cmd_up() {
   local bin="$CARGO_TARGET_DIR/debug"
 
   local moto_port; moto_port=$(free_port)
-  local moto_pid; moto_pid=$(start moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$moto_port")
+  # Recording stays off until a scenario starts it (/moto-api/recorder/start-recording): it lets
+  # the database scenario read back the passwords keeper sent to RDS.
+  local moto_pid; moto_pid=$(MOTO_ENABLE_RECORDING=true MOTO_RECORDER_FILEPATH="$DEV/moto-recording" \
+    start moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$moto_port")
   local moto="http://127.0.0.1:$moto_port"
   wait_for 30 curl -sf "$moto/moto-api/" || die "moto did not start (see $DEV/logs/moto.log)"
 
@@ -202,6 +205,8 @@ providers:
       endpoint: $KEEPER_S3_ENDPOINT
       region: us-east-1
       credentialsSecret: {name: s3-credentials}
+      # Slow enough that a client-side drain can be watched (and canceled) in the demo and tests.
+      drain: {maxDeletesPerSecond: 200}
 rds:
   region: us-east-1
   endpoint: $KEEPER_RDS_ENDPOINT
@@ -309,7 +314,7 @@ cmd_down() {
     for _ in $(seq 50); do pid_alive "$pid" || break; sleep 0.1; done
     if pid_alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
   done
-  rm -rf "$DEV/pids" "$DEV/env" "$DEV"/*.ready "$DEV/prometheus-data"
+  rm -rf "$DEV/pids" "$DEV/env" "$DEV"/*.ready "$DEV/prometheus-data" "$DEV/moto-recording"
   log "the stack is down"
 }
 

@@ -461,6 +461,59 @@ pub fn storagegrid_debug(env: &Env, method: &str, path: &str, body: Value) -> an
     .map_err(|_| anyhow::anyhow!("debug request panicked"))?
 }
 
+/// Starts (or restarts, emptied) moto's request recorder.
+pub fn moto_start_recording(env: &Env) -> anyhow::Result<()> {
+    let moto = env.rds_endpoint.as_deref().context("no moto server")?;
+    for path in ["reset-recording", "start-recording"] {
+        let url = format!("{moto}/moto-api/recorder/{path}");
+        std::thread::spawn(move || -> anyhow::Result<()> {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(async {
+                let response = ::reqwest::Client::new().post(&url).send().await?;
+                anyhow::ensure!(
+                    response.status().is_success(),
+                    "{url}: {}",
+                    response.status()
+                );
+                Ok(())
+            })
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("recorder request panicked"))??;
+    }
+    Ok(())
+}
+
+/// The form parameters of every query-protocol request (RDS) moto recorded, in order.
+pub fn moto_recorded_calls(
+    env: &Env,
+) -> anyhow::Result<Vec<std::collections::BTreeMap<String, String>>> {
+    use base64::Engine as _;
+    let moto = env.rds_endpoint.as_deref().context("no moto server")?;
+    let (status, body) = http_get(&format!("{moto}/moto-api/recorder/download-recording"))
+        .context("moto unreachable")?;
+    anyhow::ensure!(status == 200, "download-recording: {status}");
+    let mut calls = Vec::new();
+    for line in body.lines().filter(|l| !l.trim().is_empty()) {
+        let entry: Value = serde_json::from_str(line)?;
+        let raw = entry["body"].as_str().unwrap_or_default();
+        let form = if entry["body_encoded"] == true {
+            String::from_utf8(base64::engine::general_purpose::STANDARD.decode(raw)?)?
+        } else {
+            raw.to_string()
+        };
+        let url = ::reqwest::Url::parse(&format!("http://form/?{form}"))?;
+        let params: std::collections::BTreeMap<String, String> =
+            url.query_pairs().into_owned().collect();
+        if params.contains_key("Action") {
+            calls.push(params);
+        }
+    }
+    Ok(calls)
+}
+
 /// The status of condition `type_` of an object, if present.
 pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
     obj["status"]["conditions"]

@@ -279,11 +279,20 @@ async fn storagegrid_bucket_credentials_work_for_their_bucket_only() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn drain_without_deletion_empties_the_bucket_and_cancelling_keeps_the_rest() {
+async fn storagegrid_drain_without_deletion_empties_the_bucket_and_cancelling_keeps_the_rest() {
+    drain_and_cancel("default").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_compatible_drain_without_deletion_empties_the_bucket_and_cancelling_keeps_the_rest() {
+    drain_and_cancel("s3").await;
+}
+
+async fn drain_and_cancel(provider: &str) {
     let env = Env::from_env().unwrap();
-    let ns = env.namespace("e2e-drain").unwrap();
+    let ns = env.namespace(&format!("e2e-drain-{provider}")).unwrap();
     let _keeper = Keeper::start(&env).unwrap();
-    ready_tenant(&env, &ns.name, "t", "default");
+    ready_tenant(&env, &ns.name, "t", provider);
     env.apply(&ns.name, &bucket("full", "t", "")).unwrap();
     env.apply(&ns.name, &bucket("half", "t", "")).unwrap();
     let full = wait_for(
@@ -394,11 +403,20 @@ async fn drain_without_deletion_empties_the_bucket_and_cancelling_keeps_the_rest
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_bucket_someone_else_created_is_never_adopted_or_deleted() {
+async fn storagegrid_a_bucket_someone_else_created_is_never_adopted_or_deleted() {
+    foreign_bucket("default").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_compatible_a_bucket_someone_else_created_is_never_adopted_or_deleted() {
+    foreign_bucket("s3").await;
+}
+
+async fn foreign_bucket(provider: &str) {
     let env = Env::from_env().unwrap();
-    let ns = env.namespace("e2e-foreign").unwrap();
+    let ns = env.namespace(&format!("e2e-foreign-{provider}")).unwrap();
     let _keeper = Keeper::start(&env).unwrap();
-    let root = client_for(&ready_tenant(&env, &ns.name, "t", "default"));
+    let root = client_for(&ready_tenant(&env, &ns.name, "t", provider));
     let foreign = format!("{}-foreign", ns.name);
     root.create_bucket().bucket(&foreign).send().await.unwrap();
     put_objects(&root, &foreign, "theirs", 5).await;
@@ -446,7 +464,7 @@ async fn a_bucket_someone_else_created_is_never_adopted_or_deleted() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn steady_state_makes_no_writes() {
+async fn steady_state_makes_no_writes_and_no_backend_calls_beyond_usage() {
     let env = Env::from_env().unwrap();
     let Some(apiserver) = env.apiserver_url.clone() else {
         eprintln!("skipped: the request log is a feature of the local API emulator");
@@ -470,11 +488,17 @@ async fn steady_state_makes_no_writes() {
     }
     std::thread::sleep(Duration::from_secs(3));
     let client = reqwest::Client::new();
-    client
-        .delete(format!("{apiserver}/debug/requests"))
-        .send()
-        .await
-        .unwrap();
+    let grid = env
+        .storagegrid_url
+        .clone()
+        .expect("the StorageGRID emulator runs beside the API emulator");
+    for log in [&apiserver, &grid] {
+        client
+            .delete(format!("{log}/debug/requests"))
+            .send()
+            .await
+            .unwrap();
+    }
     std::thread::sleep(Duration::from_secs(15));
     let log: Value = client
         .get(format!("{apiserver}/debug/requests"))
@@ -500,6 +524,29 @@ async fn steady_state_makes_no_writes() {
         "keeper wrote in steady state: {writes:#?}\nlog: {}",
         keeper.log_text()
     );
+    // Beyond the usage refresh, keeper makes no backend call in steady state.
+    let grid_log: Value = client
+        .get(format!("{grid}/debug/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let calls: Vec<&Value> = grid_log["requests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            !r["path"]
+                .as_str()
+                .is_some_and(|p| p.contains("usage") || p.starts_with("/debug"))
+        })
+        .collect();
+    assert!(
+        calls.is_empty(),
+        "backend calls in steady state: {calls:#?}"
+    );
 }
 
 /// A pseudo-random delay from the clock, to spread the kills.
@@ -512,11 +559,22 @@ fn jitter(max_ms: u64) -> Duration {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn sigkills_during_drains_and_deletions_leave_nothing_behind_and_touch_nothing_else() {
+async fn storagegrid_sigkills_during_drains_and_deletions_leave_nothing_behind_and_touch_nothing_else()
+ {
+    sigkills_during_drains("default").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_compatible_sigkills_during_drains_and_deletions_leave_nothing_behind_and_touch_nothing_else()
+ {
+    sigkills_during_drains("s3").await;
+}
+
+async fn sigkills_during_drains(provider: &str) {
     let env = Env::from_env().unwrap();
-    let ns = env.namespace("e2e-kill").unwrap();
+    let ns = env.namespace(&format!("e2e-kill-{provider}")).unwrap();
     let keeper = Keeper::start(&env).unwrap();
-    let root = client_for(&ready_tenant(&env, &ns.name, "t", "default"));
+    let root = client_for(&ready_tenant(&env, &ns.name, "t", provider));
     for b in ["doomed", "keep"] {
         env.apply(&ns.name, &bucket(b, "t", "")).unwrap();
     }

@@ -185,3 +185,122 @@ async fn a_database_becomes_ready_with_secret_and_tags_and_each_policy_deletes_a
         .await;
     drop(keeper);
 }
+
+/// A pseudo-random delay from the clock, to spread the kills.
+fn jitter(max_ms: u64) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64;
+    Duration::from_millis(nanos % max_ms)
+}
+
+/// Instances carrying keeper's owner tag for `uid`.
+async fn instances_owned_by(env: &Env, uid: &str) -> Vec<String> {
+    let rds = rds_client(env).await;
+    let out = rds.describe_db_instances().send().await.unwrap();
+    out.db_instances()
+        .iter()
+        .filter(|i| {
+            i.tag_list()
+                .iter()
+                .any(|t| t.key() == Some("keeper.dev/owner-uid") && t.value() == Some(uid))
+        })
+        .filter_map(|i| i.db_instance_identifier().map(str::to_string))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ten_sigkills_during_creation_and_deletion_leave_one_instance_with_the_secrets_password_then_nothing()
+ {
+    let env = Env::from_env().unwrap();
+    if env.apiserver_url.is_none() {
+        eprintln!(
+            "skipped: reading back the password needs the local RDS server's request recorder"
+        );
+        return;
+    }
+    keeper_e2e::moto_start_recording(&env).unwrap();
+    let ns = env.namespace("e2e-dbkill").unwrap();
+    let names = ["one", "two"];
+    for name in names {
+        env.apply(&ns.name, &database(name, "Delete")).unwrap();
+    }
+    for _ in 0..5 {
+        let keeper = Keeper::start(&env).unwrap();
+        std::thread::sleep(jitter(600));
+        keeper.kill();
+    }
+    let keeper = Keeper::start(&env).unwrap();
+    let mut uids = Vec::new();
+    for name in names {
+        let obj = wait_ready(&env, &ns.name, name);
+        let uid = obj["metadata"]["uid"].as_str().unwrap().to_string();
+        let id = obj["status"]["instanceId"].as_str().unwrap().to_string();
+        assert_eq!(
+            instances_owned_by(&env, &uid).await,
+            vec![id.clone()],
+            "exactly one instance for {name}"
+        );
+
+        // The last password keeper gave RDS for this instance is the one in the Secret.
+        let calls = keeper_e2e::moto_recorded_calls(&env).unwrap();
+        let creates = calls
+            .iter()
+            .filter(|c| {
+                c["Action"] == "CreateDBInstance" && c.get("DBInstanceIdentifier") == Some(&id)
+            })
+            .count();
+        assert!(creates >= 1, "no CreateDBInstance recorded for {id}");
+        let sent = calls
+            .iter()
+            .filter(|c| {
+                matches!(
+                    c["Action"].as_str(),
+                    "CreateDBInstance" | "ModifyDBInstance"
+                ) && c.get("DBInstanceIdentifier") == Some(&id)
+            })
+            .filter_map(|c| c.get("MasterUserPassword"))
+            .last()
+            .expect("a password was sent to RDS");
+        let secret =
+            keeper_e2e::secret_data(&env, &ns.name, &format!("{name}-connection")).unwrap();
+        assert_eq!(
+            &secret["password"], sent,
+            "the Secret's password is not the instance's"
+        );
+        uids.push(uid);
+    }
+    drop(keeper);
+
+    for name in names {
+        env.kubectl(&[
+            "delete",
+            "-n",
+            &ns.name,
+            &format!("clouddatabase/{name}"),
+            "--wait=false",
+        ])
+        .unwrap();
+    }
+    for _ in 0..5 {
+        let keeper = Keeper::start(&env).unwrap();
+        std::thread::sleep(jitter(600));
+        keeper.kill();
+    }
+    let _keeper = Keeper::start(&env).unwrap();
+    for name in names {
+        wait_until(Duration::from_secs(60), "the CR to go", || {
+            Ok(env
+                .get_json(&ns.name, &format!("clouddatabase/{name}"))?
+                .is_none())
+        })
+        .unwrap();
+    }
+    for uid in &uids {
+        assert!(
+            instances_owned_by(&env, uid).await.is_empty(),
+            "an instance was left behind"
+        );
+    }
+}
