@@ -41,3 +41,63 @@ pub enum DeletionPolicy {
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![S3Tenant::crd(), S3Bucket::crd(), CloudDatabase::crd()]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    #[test]
+    fn a_minimal_tenant_gets_the_documented_defaults() {
+        let tenant: S3TenantSpec = spec("{}");
+        assert_eq!(tenant.provider, "default");
+        assert_eq!(tenant.display_name, None);
+        assert_eq!(tenant.quota, None, "no quota means unlimited");
+        assert!(!tenant.allow_platform_services);
+        assert_eq!(tenant.deletion_policy, DeletionPolicy::Delete);
+        assert!(!tenant.deletion_protection);
+    }
+
+    #[test]
+    fn a_minimal_bucket_gets_the_documented_defaults() {
+        let bucket: S3BucketSpec = spec("tenantRef: {name: team-a}");
+        assert_eq!(bucket.tenant_ref.name, "team-a");
+        assert_eq!(bucket.bucket_name, None);
+        assert!(!bucket.versioning && !bucket.object_lock);
+        assert_eq!(bucket.deletion_policy, DeletionPolicy::Delete);
+        assert_eq!(bucket.drain, None);
+        assert!(
+            serde_yaml::from_str::<S3BucketSpec>("{}").is_err(),
+            "tenantRef is required"
+        );
+    }
+
+    #[test]
+    fn a_minimal_database_gets_the_documented_defaults() {
+        let db: CloudDatabaseSpec = spec("engine: postgres\nsize: small");
+        assert_eq!(db.engine, Engine::Postgres);
+        assert_eq!(db.size, DatabaseSize::Small);
+        assert_eq!(
+            db.deletion_policy,
+            DatabaseDeletionPolicy::Snapshot,
+            "final snapshots are the safe default"
+        );
+        assert!(!db.deletion_protection);
+        assert_eq!(db.connection_secret_name, None);
+        assert!(serde_yaml::from_str::<CloudDatabaseSpec>("engine: oracle\nsize: small").is_err());
+        assert!(serde_yaml::from_str::<CloudDatabaseSpec>("engine: mysql\nsize: huge").is_err());
+    }
+
+    #[test]
+    fn field_names_are_the_documented_camel_case() {
+        let db: CloudDatabaseSpec =
+            spec("engine: mysql\nsize: large\nstorageGiB: 200\nconnectionSecretName: x");
+        assert_eq!(db.storage_gib, Some(200));
+        let json = serde_json::to_value(&db).unwrap();
+        assert_eq!(json["storageGiB"], 200);
+        assert_eq!(json["connectionSecretName"], "x");
+    }
+}
