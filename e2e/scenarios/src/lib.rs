@@ -432,56 +432,18 @@ pub fn storagegrid_state(env: &Env) -> anyhow::Result<Value> {
 
 /// Sends a JSON body to the StorageGRID emulator's debug API (fault injection).
 pub fn storagegrid_debug(env: &Env, method: &str, path: &str, body: Value) -> anyhow::Result<()> {
-    let url = format!(
-        "{}{path}",
-        env.storagegrid_url
-            .as_deref()
-            .context("no StorageGRID emulator")?
-    );
-    let method: ::reqwest::Method = method.parse()?;
-    std::thread::spawn(move || -> anyhow::Result<()> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        runtime.block_on(async {
-            let response = ::reqwest::Client::new()
-                .request(method, &url)
-                .json(&body)
-                .send()
-                .await?;
-            anyhow::ensure!(
-                response.status().is_success(),
-                "{url}: {}",
-                response.status()
-            );
-            Ok(())
-        })
-    })
-    .join()
-    .map_err(|_| anyhow::anyhow!("debug request panicked"))?
+    let grid = env
+        .storagegrid_url
+        .as_deref()
+        .context("no StorageGRID emulator")?;
+    send_json(method, format!("{grid}{path}"), Some(body))
 }
 
 /// Starts (or restarts, emptied) moto's request recorder.
 pub fn moto_start_recording(env: &Env) -> anyhow::Result<()> {
     let moto = env.rds_endpoint.as_deref().context("no moto server")?;
     for path in ["reset-recording", "start-recording"] {
-        let url = format!("{moto}/moto-api/recorder/{path}");
-        std::thread::spawn(move || -> anyhow::Result<()> {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
-            runtime.block_on(async {
-                let response = ::reqwest::Client::new().post(&url).send().await?;
-                anyhow::ensure!(
-                    response.status().is_success(),
-                    "{url}: {}",
-                    response.status()
-                );
-                Ok(())
-            })
-        })
-        .join()
-        .map_err(|_| anyhow::anyhow!("recorder request panicked"))??;
+        send_json("POST", format!("{moto}/moto-api/recorder/{path}"), None)?;
     }
     Ok(())
 }
@@ -522,22 +484,56 @@ pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
+/// Runs an async request on a thread and runtime of its own, so that the synchronous harness
+/// works both inside and outside the scenarios' async runtimes.
+fn on_own_runtime<T: Send + 'static>(
+    request: impl std::future::Future<Output = anyhow::Result<T>> + Send + 'static,
+) -> anyhow::Result<T> {
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+            .block_on(request)
+    })
+    .join()
+    .map_err(|_| anyhow::anyhow!("request thread panicked"))?
+}
+
+/// POSTs (or sends `method` with) a JSON body to a debug endpoint and expects success.
+fn send_json(method: &str, url: String, body: Option<Value>) -> anyhow::Result<()> {
+    let method: ::reqwest::Method = method.parse()?;
+    on_own_runtime(async move {
+        let mut request = ::reqwest::Client::new().request(method, &url);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await?;
+        anyhow::ensure!(
+            response.status().is_success(),
+            "{url}: {}",
+            response.status()
+        );
+        Ok(())
+    })
+}
+
+/// A pseudo-random delay below `max_ms`, from the clock: enough to spread crashes over a sequence.
+pub fn jitter(max_ms: u64) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .subsec_nanos() as u64;
+    Duration::from_millis(nanos % max_ms)
+}
+
 /// GET on loopback, returning status and body. Runs on a thread of its own so that synchronous
 /// harness code works both inside and outside the scenarios' async runtimes.
 pub fn http_get(url: &str) -> Option<(u16, String)> {
     let url = url.to_string();
-    std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .ok()?;
-        runtime.block_on(async {
-            let response = reqwest::get(url).await.ok()?;
-            let status = response.status().as_u16();
-            Some((status, response.text().await.ok()?))
-        })
+    on_own_runtime(async move {
+        let response = reqwest::get(url).await?;
+        let status = response.status().as_u16();
+        Ok((status, response.text().await?))
     })
-    .join()
     .ok()
-    .flatten()
 }

@@ -2,10 +2,10 @@
 //! drain) and on moto (provider `s3`, client-side drain).
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures::StreamExt;
-use keeper_e2e::{Env, Keeper, condition, s3_client, secret_data, wait_until};
+use keeper_e2e::{Env, Keeper, condition, jitter, s3_client, secret_data, wait_until};
 use serde_json::Value;
 
 fn manifest(kind: &str, name: &str, spec: &str) -> String {
@@ -547,15 +547,6 @@ async fn steady_state_makes_no_writes_and_no_backend_calls_beyond_usage() {
         calls.is_empty(),
         "backend calls in steady state: {calls:#?}"
     );
-}
-
-/// A pseudo-random delay from the clock, to spread the kills.
-fn jitter(max_ms: u64) -> Duration {
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64;
-    Duration::from_millis(nanos % max_ms)
 }
 
 #[tokio::test(flavor = "multi_thread")]

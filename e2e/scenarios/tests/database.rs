@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use keeper_e2e::{Env, Keeper, condition, rds_client, wait_until};
+use keeper_e2e::{Env, Keeper, condition, jitter, rds_client, wait_until};
 
 fn database(name: &str, policy: &str) -> String {
     format!(
@@ -186,15 +186,6 @@ async fn a_database_becomes_ready_with_secret_and_tags_and_each_policy_deletes_a
     drop(keeper);
 }
 
-/// A pseudo-random delay from the clock, to spread the kills.
-fn jitter(max_ms: u64) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64;
-    Duration::from_millis(nanos % max_ms)
-}
-
 /// Instances carrying keeper's owner tag for `uid`.
 async fn instances_owned_by(env: &Env, uid: &str) -> Vec<String> {
     let rds = rds_client(env).await;
@@ -261,7 +252,7 @@ async fn ten_sigkills_during_creation_and_deletion_leave_one_instance_with_the_s
                 ) && c.get("DBInstanceIdentifier") == Some(&id)
             })
             .filter_map(|c| c.get("MasterUserPassword"))
-            .last()
+            .next_back()
             .expect("a password was sent to RDS");
         let secret =
             keeper_e2e::secret_data(&env, &ns.name, &format!("{name}-connection")).unwrap();

@@ -1,10 +1,10 @@
 //! S3Tenant end to end (issue 4) against the StorageGRID emulator: one account and one key set
 //! whatever the crashes, working credentials, and deletion refused while buckets remain.
 
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use keeper_e2e::{
-    Env, Keeper, condition, s3_client, secret_data, storagegrid_debug, storagegrid_state,
+    Env, Keeper, condition, jitter, s3_client, secret_data, storagegrid_debug, storagegrid_state,
     wait_until,
 };
 use serde_json::{Value, json};
@@ -59,15 +59,6 @@ fn keys_of(env: &Env, account_id: &str) -> Vec<String> {
         .filter(|k| k["accountId"] == account_id)
         .map(|k| k["accessKey"].as_str().unwrap().to_string())
         .collect()
-}
-
-/// A pseudo-random delay from the clock: good enough to spread crashes over the create sequence.
-fn jitter(max_ms: u64) -> Duration {
-    let nanos = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos() as u64;
-    Duration::from_millis(nanos % max_ms)
 }
 
 #[tokio::test(flavor = "multi_thread")]
