@@ -13,4 +13,6 @@ pub mod metrics;
 pub mod runtime;
 pub mod server;
 pub mod telemetry;
+#[cfg(test)]
+mod test_support;
 pub mod webhook;

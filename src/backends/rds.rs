@@ -713,10 +713,10 @@ mod tests {
 
     #[tokio::test]
     async fn the_real_backend_against_moto() {
-        let Some(server) = moto::MotoServer::start("the_real_backend_against_moto") else {
+        let Some(server) = moto::MotoServer::start("the_real_backend_against_moto", &[]) else {
             return;
         };
-        let rds = server.backend(Arc::new(Metrics::new())).await;
+        let rds = moto::backend(&server, Arc::new(Metrics::new())).await;
 
         // Create with tags: available at once on moto, with an endpoint and our tags.
         let snapshotted = NewInstance {
@@ -795,87 +795,26 @@ mod tests {
 /// A moto server on 127.0.0.1 for tests of the real backend, stopped when dropped.
 #[cfg(test)]
 pub(crate) mod moto {
-    use std::net::{Ipv4Addr, TcpListener, TcpStream};
-    use std::path::PathBuf;
-    use std::process::{Child, Command, Stdio};
-    use std::time::{Duration, Instant};
-
     use super::*;
 
-    pub(crate) struct MotoServer {
-        child: Child,
-        port: u16,
-    }
+    pub(crate) use crate::test_support::MotoServer;
 
-    /// `KEEPER_MOTO_SERVER` if set (then it must work), else `moto_server` on PATH.
-    fn binary() -> Option<PathBuf> {
-        if let Some(path) = std::env::var_os("KEEPER_MOTO_SERVER") {
-            return Some(path.into());
-        }
-        std::env::split_paths(&std::env::var_os("PATH")?)
-            .map(|dir| dir.join("moto_server"))
-            .find(|candidate| candidate.is_file())
-    }
-
-    impl MotoServer {
-        /// Starts moto on a free port, or returns `None` (with a notice) when no moto_server is
-        /// available at all.
-        pub(crate) fn start(test: &str) -> Option<MotoServer> {
-            let Some(binary) = binary() else {
-                eprintln!(
-                    "SKIPPED {test}: moto_server is not on PATH and KEEPER_MOTO_SERVER is not set"
-                );
-                return None;
-            };
-            let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                .and_then(|l| l.local_addr())
-                .expect("a free port")
-                .port();
-            let child = Command::new(&binary)
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-            let mut server = MotoServer { child, port };
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
-                if let Some(status) = server.child.try_wait().expect("moto status") {
-                    panic!("moto_server exited early with {status}");
-                }
-                assert!(
-                    Instant::now() < deadline,
-                    "moto_server did not listen on {port}"
-                );
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            Some(server)
-        }
-
-        /// A backend pointed at this server through the endpoint override, with fixed credentials.
-        pub(crate) async fn backend(&self, metrics: Arc<Metrics>) -> RdsBackend {
-            let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-                .region(Region::new("us-east-1"))
-                .credentials_provider(aws_sdk_rds::config::Credentials::new(
-                    "testing", "testing", None, None, "moto",
-                ))
-                .load()
-                .await;
-            let config = RdsConfig {
-                endpoint: Some(crate::config::Endpoint(
-                    format!("http://127.0.0.1:{}/", self.port).parse().unwrap(),
-                )),
-                ..RdsConfig::default()
-            };
-            RdsBackend::with_sdk_config(&sdk, &config, metrics)
-        }
-    }
-
-    impl Drop for MotoServer {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+    /// A backend pointed at `server` through the endpoint override, with fixed credentials.
+    pub(crate) async fn backend(server: &MotoServer, metrics: Arc<Metrics>) -> RdsBackend {
+        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_rds::config::Credentials::new(
+                "testing", "testing", None, None, "moto",
+            ))
+            .load()
+            .await;
+        let config = RdsConfig {
+            endpoint: Some(crate::config::Endpoint(
+                format!("{}/", server.url("http")).parse().unwrap(),
+            )),
+            ..RdsConfig::default()
+        };
+        RdsBackend::with_sdk_config(&sdk, &config, metrics)
     }
 
     /// Final snapshots RDS lists for an instance.

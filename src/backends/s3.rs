@@ -581,70 +581,28 @@ pub(crate) mod tests {
     use aws_sdk_s3::primitives::ByteStream;
     use aws_sdk_s3::types::{ChecksumAlgorithm, ObjectLockLegalHold, ObjectLockLegalHoldStatus};
     use futures::StreamExt;
-    use std::path::PathBuf;
-    use std::process::{Child, Command, Stdio};
 
-    /// A moto server on 127.0.0.1, killed when dropped.
+    use crate::test_support::MotoServer;
+
+    /// moto with the scheme its clients use.
     pub(crate) struct Moto {
-        child: Child,
+        _server: MotoServer,
         pub endpoint: String,
-    }
-
-    impl Drop for Moto {
-        fn drop(&mut self) {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    fn moto_binary() -> Option<PathBuf> {
-        if let Some(path) = std::env::var_os("KEEPER_MOTO_SERVER") {
-            return Some(PathBuf::from(path));
-        }
-        std::env::split_paths(&std::env::var_os("PATH")?)
-            .map(|dir| dir.join("moto_server"))
-            .find(|p| p.is_file())
     }
 
     impl Moto {
         /// Starts moto, or returns `None` (after saying so) when it is not installed.
-        pub(crate) async fn start() -> Option<Moto> {
-            Self::start_with(&[], "http").await
+        pub(crate) fn start() -> Option<Moto> {
+            Self::start_with(&[], "http")
         }
 
         /// Starts moto with extra arguments, serving `scheme`.
-        async fn start_with(extra: &[&str], scheme: &str) -> Option<Moto> {
-            let Some(binary) = moto_binary() else {
-                eprintln!(
-                    "SKIPPED: moto_server not found (set KEEPER_MOTO_SERVER or put it on PATH)"
-                );
-                return None;
-            };
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("free port")
-                .port();
-            let child = Command::new(&binary)
-                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-                .args(extra)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-            let moto = Moto {
-                child,
-                endpoint: format!("{scheme}://127.0.0.1:{port}"),
-            };
-            for _ in 0..300 {
-                if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                    .await
-                    .is_ok()
-                {
-                    return Some(moto);
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            panic!("moto_server did not listen on port {port} within 30s");
+        fn start_with(extra: &[&str], scheme: &str) -> Option<Moto> {
+            let server = MotoServer::start("s3 backend test", extra)?;
+            Some(Moto {
+                endpoint: server.url(scheme),
+                _server: server,
+            })
         }
 
         pub(crate) fn settings(&self) -> S3Settings {
@@ -677,7 +635,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn creates_a_tagged_versioned_bucket_and_reports_ownership() {
-        let Some(moto) = Moto::start().await else {
+        let Some(moto) = Moto::start() else {
             return;
         };
         let metrics = Metrics::new();
@@ -719,7 +677,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn a_bucket_created_by_someone_else_shows_no_owner_tag() {
-        let Some(moto) = Moto::start().await else {
+        let Some(moto) = Moto::start() else {
             return;
         };
         let metrics = Metrics::new();
@@ -739,7 +697,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn usage_counts_versions_and_delete_markers_within_a_bound() {
-        let Some(moto) = Moto::start().await else {
+        let Some(moto) = Moto::start() else {
             return;
         };
         let metrics = Metrics::new();
@@ -778,7 +736,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn drains_thousands_of_versions_in_batches_of_at_most_1000_then_deletes() {
-        let Some(moto) = Moto::start().await else {
+        let Some(moto) = Moto::start() else {
             return;
         };
         let metrics = Metrics::new();
@@ -849,7 +807,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn the_drain_rate_limit_spreads_batches_over_time() {
-        let Some(moto) = Moto::start().await else {
+        let Some(moto) = Moto::start() else {
             return;
         };
         let metrics = Metrics::new();
@@ -885,7 +843,7 @@ pub(crate) mod tests {
 
     #[tokio::test]
     async fn a_legal_hold_stops_the_drain_with_the_key_named() {
-        let Some(moto) = Moto::start().await else {
+        let Some(moto) = Moto::start() else {
             return;
         };
         let metrics = Metrics::new();
@@ -964,8 +922,7 @@ pub(crate) mod tests {
                 key_file.to_str().unwrap(),
             ],
             "https",
-        )
-        .await;
+        );
         let Some(moto) = moto else {
             return;
         };

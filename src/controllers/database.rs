@@ -2254,13 +2254,11 @@ mod tests {
     /// key and our tags; deletion with each policy.
     #[tokio::test]
     async fn every_deletion_policy_against_moto() {
-        use crate::backends::rds::moto::{MotoServer, snapshots};
-        let Some(server) = MotoServer::start("every_deletion_policy_against_moto") else {
+        use crate::backends::rds::moto::{MotoServer, backend, snapshots};
+        let Some(server) = MotoServer::start("every_deletion_policy_against_moto", &[]) else {
             return;
         };
-        let rds = server
-            .backend(Arc::new(crate::metrics::Metrics::new()))
-            .await;
+        let rds = backend(&server, Arc::new(crate::metrics::Metrics::new())).await;
         for (name, policy) in [("snap", "Snapshot"), ("drop", "Delete"), ("keep", "Retain")] {
             let cluster = FakeCluster::default();
             let mut db = database(json!({

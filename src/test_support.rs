@@ -1,0 +1,71 @@
+//! Test-only helpers shared by the backends' tests.
+
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A moto server (S3 and RDS) on 127.0.0.1 for tests of the real backends, killed when dropped.
+pub(crate) struct MotoServer {
+    child: Child,
+    port: u16,
+}
+
+/// `KEEPER_MOTO_SERVER` if set (then it must work), else `moto_server` on PATH.
+fn binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("KEEPER_MOTO_SERVER") {
+        return Some(path.into());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join("moto_server"))
+        .find(|candidate| candidate.is_file())
+}
+
+impl MotoServer {
+    /// Starts moto on a free port with `extra` arguments (such as TLS flags), or returns `None`
+    /// with a notice naming `test` when no moto_server is available at all.
+    pub(crate) fn start(test: &str, extra: &[&str]) -> Option<MotoServer> {
+        let Some(binary) = binary() else {
+            eprintln!(
+                "SKIPPED {test}: moto_server is not on PATH and KEEPER_MOTO_SERVER is not set"
+            );
+            return None;
+        };
+        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let child = Command::new(&binary)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
+        let mut server = MotoServer { child, port };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
+            if let Some(status) = server.child.try_wait().expect("moto status") {
+                panic!("moto_server exited early with {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Some(server)
+    }
+
+    /// The server's URL with `scheme` (`https` when started with TLS flags).
+    pub(crate) fn url(&self, scheme: &str) -> String {
+        format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for MotoServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
