@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use backoff::Backoff;
-pub use status::{merge_diff, patch_status};
+use status::patch_status;
 
 use crate::config::OperatorConfig;
 use crate::metrics::Metrics;

@@ -20,7 +20,7 @@ pub async fn read(
 }
 
 /// The Secret's data as strings (non-UTF-8 values are skipped: keeper stores only text).
-pub fn decode(secret: &Secret) -> BTreeMap<String, String> {
+fn decode(secret: &Secret) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     for (key, value) in secret.data.iter().flatten() {
         if let Ok(text) = String::from_utf8(value.0.clone()) {

@@ -9,7 +9,11 @@ use serde_json::Value;
 /// Sends a JSON merge patch that carries changed fields and explicit `null`s for removed ones,
 /// so fields dropped from the status (such as a finished drain) really disappear, and a patch
 /// computed from a slightly stale cache still applies. Returns whether it wrote.
-pub async fn patch_status<K, S>(api: &Api<K>, obj: &K, status: &S) -> Result<bool, kube::Error>
+pub(super) async fn patch_status<K, S>(
+    api: &Api<K>,
+    obj: &K,
+    status: &S,
+) -> Result<bool, kube::Error>
 where
     K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
     S: Serialize,
@@ -33,7 +37,7 @@ where
 }
 
 /// The RFC 7386 merge patch that turns `from` into `to`, or `None` when they are equal.
-pub fn merge_diff(from: &Value, to: &Value) -> Option<Value> {
+fn merge_diff(from: &Value, to: &Value) -> Option<Value> {
     if from == to {
         return None;
     }
