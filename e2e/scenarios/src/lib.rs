@@ -476,6 +476,30 @@ pub fn moto_recorded_calls(
     Ok(calls)
 }
 
+/// Polls `resource` until `check` holds and returns it; on timeout, panics showing the object
+/// as last seen, which is what a failing scenario needs to be understood.
+pub fn wait_for(
+    env: &Env,
+    namespace: &str,
+    resource: &str,
+    what: &str,
+    timeout: Duration,
+    check: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut obj = Value::Null;
+    wait_until(timeout, &format!("{resource}: {what}"), || {
+        obj = env.get_json(namespace, resource)?.unwrap_or_default();
+        Ok(check(&obj))
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\nlast seen: {obj:#}"));
+    obj
+}
+
+/// Whether the object has condition `type_` with `status` (`"True"` or `"False"`).
+pub fn condition_is(obj: &Value, type_: &str, status: &str) -> bool {
+    condition(obj, type_).is_some_and(|c| c["status"] == status)
+}
+
 /// The status of condition `type_` of an object, if present.
 pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
     obj["status"]["conditions"]

@@ -5,7 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use keeper_e2e::{Env, Keeper, condition, jitter, s3_client, secret_data, wait_until};
+use keeper_e2e::{
+    Env, Keeper, condition, condition_is, jitter, s3_client, secret_data, wait_for, wait_until,
+};
 use serde_json::Value;
 
 fn manifest(kind: &str, name: &str, spec: &str) -> String {
@@ -30,25 +32,8 @@ fn get(env: &Env, ns: &str, resource: &str) -> Option<Value> {
     env.get_json(ns, resource).unwrap()
 }
 
-fn wait_for(
-    env: &Env,
-    ns: &str,
-    resource: &str,
-    what: &str,
-    timeout: Duration,
-    check: impl Fn(&Value) -> bool,
-) -> Value {
-    let mut obj = Value::Null;
-    wait_until(timeout, &format!("{resource}: {what}"), || {
-        obj = env.get_json(ns, resource)?.unwrap_or_default();
-        Ok(check(&obj))
-    })
-    .unwrap_or_else(|e| panic!("{e:#}\nlast seen: {obj:#}"));
-    obj
-}
-
 fn ready(obj: &Value) -> bool {
-    condition(obj, "Ready").is_some_and(|c| c["status"] == "True")
+    condition_is(obj, "Ready", "True")
 }
 
 fn client_for(creds: &BTreeMap<String, String>) -> aws_sdk_s3::Client {
@@ -182,7 +167,7 @@ async fn delete_blocked_then_drained_and_gone(env: &Env, ns: &str, provider: &st
         "s3bucket/big",
         "DeletionBlocked",
         Duration::from_secs(30),
-        |o| condition(o, "DeletionBlocked").is_some_and(|c| c["status"] == "True"),
+        |o| condition_is(o, "DeletionBlocked", "True"),
     );
     let blocked = condition(&obj, "DeletionBlocked").unwrap();
     assert_eq!(blocked["reason"], "BucketNotEmpty");

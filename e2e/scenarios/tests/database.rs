@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use keeper_e2e::{Env, Keeper, condition, jitter, rds_client, wait_until};
+use keeper_e2e::{Env, Keeper, condition_is, jitter, rds_client, wait_for, wait_until};
 
 fn database(name: &str, policy: &str) -> String {
     format!(
@@ -31,15 +31,10 @@ async fn describe(env: &Env, id: &str) -> Option<aws_sdk_rds::types::DbInstance>
 }
 
 fn wait_ready(env: &Env, ns: &str, name: &str) -> serde_json::Value {
-    let mut obj = serde_json::Value::Null;
-    wait_until(Duration::from_secs(90), "the database to be Ready", || {
-        obj = env
-            .get_json(ns, &format!("clouddatabase/{name}"))?
-            .unwrap_or_default();
-        Ok(condition(&obj, "Ready").is_some_and(|c| c["status"] == "True"))
+    let resource = format!("clouddatabase/{name}");
+    wait_for(env, ns, &resource, "Ready", Duration::from_secs(90), |o| {
+        condition_is(o, "Ready", "True")
     })
-    .unwrap_or_else(|e| panic!("{e:#}\nlast seen: {obj:#}"));
-    obj
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use keeper_e2e::{
-    Env, Keeper, condition, jitter, s3_client, secret_data, storagegrid_debug, storagegrid_state,
-    wait_until,
+    Env, Keeper, condition, condition_is, jitter, s3_client, secret_data, storagegrid_debug,
+    storagegrid_state, wait_for, wait_until,
 };
 use serde_json::{Value, json};
 
@@ -29,13 +29,14 @@ fn wait_condition(
     status: &str,
     timeout: Duration,
 ) -> Value {
-    let mut obj = Value::Null;
-    wait_until(timeout, &format!("{resource} {type_}={status}"), || {
-        obj = env.get_json(ns, resource)?.unwrap_or_default();
-        Ok(condition(&obj, type_).is_some_and(|c| c["status"] == status))
-    })
-    .unwrap_or_else(|e| panic!("{e:#}\nlast seen: {obj:#}"));
-    obj
+    wait_for(
+        env,
+        ns,
+        resource,
+        &format!("{type_}={status}"),
+        timeout,
+        |o| condition_is(o, type_, status),
+    )
 }
 
 /// Accounts on the grid that carry this tenant's ownership marker.
