@@ -263,6 +263,31 @@ impl std::fmt::Display for Endpoint {
 }
 
 impl OperatorConfig {
+    /// The (namespace, name) of every provider credentials Secret, with `default_namespace`
+    /// (keeper's own) where the configuration names none: keeper watches these by name.
+    pub fn provider_secrets(&self, default_namespace: &str) -> Vec<(String, String)> {
+        let mut secrets: Vec<(String, String)> = self
+            .providers
+            .values()
+            .map(|provider| {
+                let secret = match provider {
+                    Provider::StorageGrid(p) => &p.admin_credentials_secret,
+                    Provider::S3Compatible(p) => &p.credentials_secret,
+                };
+                (
+                    secret
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| default_namespace.to_string()),
+                    secret.name.clone(),
+                )
+            })
+            .collect();
+        secrets.sort();
+        secrets.dedup();
+        secrets
+    }
+
     /// Reads and validates the configuration file.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {

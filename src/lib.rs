@@ -10,6 +10,7 @@ pub mod controllers;
 pub mod crdgen;
 pub mod manager;
 pub mod metrics;
+pub mod providers;
 pub mod runtime;
 pub mod server;
 pub mod telemetry;

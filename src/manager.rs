@@ -11,7 +11,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Endpoint, OperatorConfig};
 use crate::controllers::ControllerKind;
 use crate::metrics::Metrics;
+use crate::providers::Providers;
 use crate::runtime::Shared;
+use crate::runtime::cluster::KubeApi;
 use crate::server::{self, Readiness, ServerState};
 use crate::telemetry::LogFormat;
 use crate::webhook;
@@ -121,8 +123,15 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     controllers.sort();
     controllers.dedup();
     let readiness = Readiness::new(controllers.len());
+    let kube = Arc::new(KubeApi::start(
+        client.clone(),
+        &config.provider_secrets(&args.namespace),
+    ));
+    let providers = Arc::new(Providers::build(&config, metrics.clone())?);
     let shared = Shared {
         client,
+        kube,
+        providers,
         config: Arc::new(config),
         metrics: metrics.clone(),
         operator_namespace: args.namespace.clone(),

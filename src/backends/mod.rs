@@ -1,5 +1,6 @@
 //! Clients of the storage and database backends keeper manages, each behind a small trait.
 
+pub mod error;
 pub mod rds;
 pub mod s3;
 pub mod storagegrid;

@@ -31,7 +31,8 @@ use crate::backends::storagegrid;
 use crate::config::{Provider, S3CompatibleProvider, StorageGridProvider};
 use crate::controllers::tenant::{credentials_secret_name, root_secret_name};
 use crate::runtime::gauges::{self, StoreGauge};
-use crate::runtime::{self, Cleanup, Context, ReconcileError, Reconciler, Shared, conditions};
+use crate::runtime::legacy::{Cleanup, Context, ReconcileError, Reconciler};
+use crate::runtime::{self, Shared, conditions};
 use crate::server::Readiness;
 
 use backend::{BackendError, BucketBackend, DesiredBucket, KeyPlan, Keys, Observed, Owner};
@@ -1081,7 +1082,7 @@ pub async fn run(
         shared,
         S3BucketReconciler::new(objects_deleted),
     ));
-    runtime::run(controller, ctx, readiness, shutdown).await;
+    runtime::legacy::run(controller, ctx, readiness, shutdown).await;
     Ok(())
 }
 

@@ -39,7 +39,8 @@ use crate::config::RdsConfig;
 use crate::metrics::BackendOutcome;
 use crate::runtime::conditions::{self, DELETION_BLOCKED, READY};
 use crate::runtime::gauges::{self, StoreGauge};
-use crate::runtime::{self, Cleanup, Context, ReconcileError, Reconciler, Shared, secrets};
+use crate::runtime::legacy::{Cleanup, Context, ReconcileError, Reconciler};
+use crate::runtime::{self, Shared, secrets};
 use crate::server::Readiness;
 
 /// Tags keeper puts on every instance it creates. The owner UID is what makes an instance ours.
@@ -135,7 +136,7 @@ pub async fn run(
         },
     ));
     let ctx = Arc::new(Context::new(shared, CloudDatabaseReconciler { backend }));
-    runtime::run(controller, ctx, readiness, shutdown).await;
+    runtime::legacy::run(controller, ctx, readiness, shutdown).await;
     Ok(())
 }
 

@@ -33,9 +33,8 @@ use crate::api::{S3Bucket, S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::storagegrid::{self, Login};
 use crate::config::{Endpoint, Provider, S3CompatibleProvider, SecretRef, StorageGridProvider};
 use crate::runtime::gauges::{self, StoreGauge};
-use crate::runtime::{
-    self, Cleanup, Context, ReconcileError, Reconciler, Shared, conditions, secrets,
-};
+use crate::runtime::legacy::{Cleanup, Context, ReconcileError, Reconciler};
+use crate::runtime::{self, Shared, conditions, secrets};
 use crate::server::Readiness;
 
 /// How often a tenant in a permanent error looks again (a changed spec triggers at once; a fixed
@@ -719,7 +718,7 @@ pub async fn run(
         shared.clone(),
         S3TenantReconciler::new(&shared),
     ));
-    runtime::run(controller, ctx, readiness, shutdown).await;
+    runtime::legacy::run(controller, ctx, readiness, shutdown).await;
     Ok(())
 }
 

@@ -61,6 +61,13 @@ pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
         .any(|c| c.type_ == type_ && c.status == "True")
 }
 
+/// Whether condition `type_` is present with status `False`.
+pub fn is_false(conditions: &[Condition], type_: &str) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == "False")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,36 +1,42 @@
 //! Mechanics every controller shares, so that no controller re-implements them: the finalizer
-//! flow, per-object exponential backoff, reconcile metrics and logging, events, and status writes.
+//! flow, writing a reconcile's [`Outcome`] (one status patch, events, consumed annotations), the
+//! one error policy, per-object exponential backoff, reconcile metrics and logging, and the
+//! per-kind gauges.
 //!
-//! A controller implements [`Reconciler`] (what to do while the object lives and how to clean up
-//! when it is deleted) and hands its `kube::runtime::Controller` to [`run`].
+//! A controller implements [`Reconciler`]: `apply` for a live object and `cleanup` for one being
+//! deleted, both returning an [`Outcome`] (reporting as data) or a classified error. It talks to
+//! Kubernetes only through the [`cluster::Kube`] seam in its [`Context`].
 
 mod backoff;
+pub mod cluster;
 pub mod conditions;
 pub mod gauges;
+pub mod kinds;
+pub mod legacy;
+pub mod outcome;
 pub mod secrets;
 mod status;
 
-use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::NamespaceResourceScope;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Api, Client, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use backoff::Backoff;
-use status::patch_status;
+pub use kinds::Keeper;
+pub use outcome::{KeeperStatus, Next, Note, Outcome};
 
+use self::cluster::{Kube, Target};
+use crate::backends::error::{ErrorClass, Policy, policy};
 use crate::config::OperatorConfig;
 use crate::metrics::Metrics;
+use crate::providers::Providers;
 use crate::server::Readiness;
 
 /// What one manager process shares between its controllers.
@@ -41,33 +47,28 @@ pub struct Shared {
     pub metrics: Arc<Metrics>,
     /// keeper's own namespace: where Secrets named by the configuration live by default.
     pub operator_namespace: String,
+    /// The Kubernetes seam every controller goes through (caches for reads).
+    pub kube: Arc<dyn Kube>,
+    /// One set of clients per configured provider.
+    pub providers: Arc<Providers>,
 }
 
-/// An error a reconciler can return.
+/// An error a reconciler can return, classified once.
 pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
     /// A short, low-cardinality label for `keeper_reconcile_errors_total{reason}`.
     fn reason(&self) -> &'static str;
+    /// What the error means; [`policy`] turns it into backoff, a requeue or a Failed condition.
+    fn class(&self) -> ErrorClass;
+    /// The `Ready=False` condition reason (and event reason) a permanent error shows.
+    fn condition_reason(&self) -> &'static str;
 }
 
-/// The outcome of a cleanup step.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cleanup {
-    /// The backend resource is verifiably gone (or retained by policy): remove the finalizer.
-    Done,
-    /// Cleanup cannot finish yet (blocked or in progress): keep the finalizer and look again.
-    Wait(Action),
-}
+/// The status type of a reconciler's kind.
+pub type StatusOf<R> = <<R as Reconciler>::Resource as Keeper>::Status;
 
 /// One controller's business logic; everything else is shared.
 pub trait Reconciler: Send + Sync + Sized + 'static {
-    type Resource: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + Debug
-        + Serialize
-        + DeserializeOwned
-        + Send
-        + Sync
-        + 'static;
+    type Resource: Keeper;
     type Error: ReconcileError;
 
     /// Controller name used in metrics, events and logs, such as `s3bucket`.
@@ -79,82 +80,107 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
     fn apply(
         &self,
         obj: Arc<Self::Resource>,
-        ctx: &Context<Self>,
-    ) -> impl Future<Output = Result<Action, Self::Error>> + Send;
+        cx: &Context<Self>,
+    ) -> impl Future<Output = Result<Outcome<StatusOf<Self>>, Self::Error>> + Send;
 
-    /// Cleans up after an object being deleted. Must be idempotent and must tolerate `apply`
-    /// never having run.
+    /// Cleans up after an object being deleted; [`Next::Release`] lets the finalizer go. Must be
+    /// idempotent and must tolerate `apply` never having run.
     fn cleanup(
         &self,
         obj: Arc<Self::Resource>,
-        ctx: &Context<Self>,
-    ) -> impl Future<Output = Result<Cleanup, Self::Error>> + Send;
+        cx: &Context<Self>,
+    ) -> impl Future<Output = Result<Outcome<StatusOf<Self>>, Self::Error>> + Send;
 }
 
-/// A controller's context: the shared pieces, its event recorder and its backoff state.
+/// A controller's context: the shared pieces, its reconciler and its backoff state.
 pub struct Context<R: Reconciler> {
     pub shared: Shared,
     pub reconciler: R,
-    recorder: Recorder,
     backoff: Backoff,
 }
 
 impl<R: Reconciler> Context<R> {
     pub fn new(shared: Shared, reconciler: R) -> Self {
-        let recorder = Recorder::new(
-            shared.client.clone(),
-            Reporter {
-                controller: format!("keeper-{}", R::NAME),
-                instance: std::env::var("POD_NAME").ok(),
-            },
-        );
         Context {
             shared,
             reconciler,
-            recorder,
             backoff: Backoff::default(),
         }
     }
 
-    /// The API of the reconciled kind in the object's namespace.
-    pub fn api(&self, obj: &R::Resource) -> Api<R::Resource> {
-        Api::namespaced(
-            self.shared.client.clone(),
-            &obj.namespace().unwrap_or_default(),
-        )
+    /// The Kubernetes seam.
+    pub fn kube(&self) -> &dyn Kube {
+        self.shared.kube.as_ref()
     }
 
-    /// Publishes an event about `obj`. A failure to publish is logged, not returned: events
-    /// inform, they must not stop a reconcile.
-    pub async fn publish(
+    /// Writes `status` now, before a backend call that must find it recorded after a crash (an
+    /// account id, a password's existence, a final snapshot id). Everything else is reported
+    /// through the [`Outcome`]. Writes nothing when nothing changed.
+    pub async fn checkpoint(
         &self,
         obj: &R::Resource,
-        type_: EventType,
-        reason: &str,
-        note: String,
-        action: &str,
-    ) {
-        let event = Event {
-            type_,
-            reason: reason.to_string(),
-            note: Some(note),
-            action: action.to_string(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&event, &obj.object_ref(&())).await {
-            tracing::warn!(error = %e, reason, "failed to publish event");
+        status: &StatusOf<R>,
+    ) -> Result<(), kube::Error> {
+        write_status(self.kube(), obj, status).await
+    }
+}
+
+/// Writes `status` as a merge diff against the object's status (explicit `null`s for removed
+/// fields, so a finished drain's fields really go). No diff, no write: steady state writes
+/// nothing.
+async fn write_status<K: Keeper>(
+    kube: &dyn Kube,
+    obj: &K,
+    status: &K::Status,
+) -> Result<(), kube::Error> {
+    let current = obj
+        .status()
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or(Value::Null);
+    let desired = serde_json::to_value(status).unwrap_or(Value::Null);
+    match status::merge_diff(&current, &desired) {
+        None => Ok(()),
+        Some(diff) => {
+            kube.patch_status(&Target::of(obj), serde_json::json!({ "status": diff }))
+                .await
         }
     }
+}
 
-    /// Writes `status` if it differs from the object's current status (so that steady state
-    /// makes no writes).
-    pub async fn update_status<S: Serialize>(
-        &self,
-        obj: &R::Resource,
-        status: &S,
-    ) -> Result<bool, kube::Error> {
-        patch_status(&self.api(obj), obj, status).await
+/// The one place an outcome is written: the status (one patch, only when changed), the events
+/// (each distinct note once), and the consumed annotations (with `test` operations, so a value
+/// changed meanwhile is a new request and stays).
+pub async fn write_outcome<K: Keeper>(
+    kube: &dyn Kube,
+    obj: &K,
+    outcome: &Outcome<K::Status>,
+) -> Result<(), kube::Error> {
+    write_status(kube, obj, &outcome.status).await?;
+    let target = Target::of(obj);
+    let mut published: Vec<&Note> = Vec::new();
+    for note in &outcome.notes {
+        if !published.contains(&note) {
+            kube.publish(&target, note).await;
+            published.push(note);
+        }
     }
+    let annotations = obj.meta().annotations.clone().unwrap_or_default();
+    let mut ops = Vec::new();
+    for key in &outcome.remove_annotations {
+        if let Some(value) = annotations.get(*key) {
+            let path = format!(
+                "/metadata/annotations/{}",
+                key.replace('~', "~0").replace('/', "~1")
+            );
+            ops.push(serde_json::json!({"op": "test", "path": path, "value": value}));
+            ops.push(serde_json::json!({"op": "remove", "path": path}));
+        }
+    }
+    if !ops.is_empty() {
+        let patch = serde_json::from_value(Value::Array(ops)).expect("well-formed JSON patch");
+        kube.patch_json(&target, patch).await?;
+    }
+    Ok(())
 }
 
 /// Errors of the shared flow around a reconciler.
@@ -162,15 +188,15 @@ impl<R: Reconciler> Context<R> {
 pub enum Error<E: ReconcileError> {
     #[error(transparent)]
     Reconciler(E),
-    #[error("failed to update finalizers: {0}")]
-    Finalizer(#[source] kube::Error),
+    #[error("failed to write to the Kubernetes API: {0}")]
+    Kube(#[source] kube::Error),
 }
 
 impl<E: ReconcileError> Error<E> {
     fn reason(&self) -> &'static str {
         match self {
             Error::Reconciler(e) => e.reason(),
-            Error::Finalizer(_) => "finalizer",
+            Error::Kube(_) => "kube",
         }
     }
 }
@@ -194,18 +220,24 @@ fn next_step(deleting: bool, has_finalizer: bool) -> Step {
     }
 }
 
+fn json_patch(ops: Value) -> json_patch::Patch {
+    serde_json::from_value(ops).expect("well-formed JSON patch")
+}
+
 /// The finalizer flow: the finalizer is added before anything is created, never to an object
-/// being deleted, and removed only after cleanup reports `Done`. JSON patches carry `test`
+/// being deleted, and removed only after cleanup releases it. JSON patches carry `test`
 /// operations so that a concurrent change of the finalizer list fails and retries instead of
 /// clobbering another controller's finalizer.
 async fn reconcile<R: Reconciler>(
     obj: Arc<R::Resource>,
-    ctx: Arc<Context<R>>,
+    cx: Arc<Context<R>>,
 ) -> Result<Action, Error<R::Error>> {
-    let api = ctx.api(&obj);
+    let kube = cx.kube();
+    let target = Target::of(obj.as_ref());
     let finalizers = obj.finalizers().to_vec();
     let position = finalizers.iter().position(|f| f == R::FINALIZER);
-    match next_step(obj.meta().deletion_timestamp.is_some(), position.is_some()) {
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    let result = match next_step(deleting, position.is_some()) {
         Step::AddFinalizer => {
             let patch = if obj.meta().finalizers.is_none() {
                 serde_json::json!([
@@ -218,56 +250,63 @@ async fn reconcile<R: Reconciler>(
                     {"op": "add", "path": "/metadata/finalizers/-", "value": R::FINALIZER},
                 ])
             };
-            json_patch::<R>(&api, &obj, patch).await?;
+            kube.patch_json(&target, json_patch(patch))
+                .await
+                .map_err(Error::Kube)?;
             // The patch triggers the next reconcile, which applies.
-            Ok(Action::await_change())
+            return Ok(Action::await_change());
         }
-        Step::Apply => ctx
-            .reconciler
-            .apply(obj, &ctx)
-            .await
-            .map_err(Error::Reconciler),
-        Step::Cleanup => match ctx
-            .reconciler
-            .cleanup(obj.clone(), &ctx)
-            .await
-            .map_err(Error::Reconciler)?
-        {
-            Cleanup::Wait(action) => Ok(action),
-            Cleanup::Done => {
-                let index = position.expect("cleanup runs only with our finalizer");
-                let path = format!("/metadata/finalizers/{index}");
-                let patch = serde_json::json!([
-                    {"op": "test", "path": path, "value": R::FINALIZER},
-                    {"op": "remove", "path": path},
-                ]);
-                json_patch::<R>(&api, &obj, patch).await?;
-                Ok(Action::await_change())
+        Step::Ignore => return Ok(Action::await_change()),
+        Step::Apply => cx.reconciler.apply(obj.clone(), &cx).await,
+        Step::Cleanup => cx.reconciler.cleanup(obj.clone(), &cx).await,
+    };
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(e) => match policy(e.class()) {
+            Policy::Backoff => return Err(Error::Reconciler(e)),
+            Policy::Requeue(after) => {
+                tracing::info!(error = %e, "looking again shortly");
+                return Ok(Action::requeue(after));
+            }
+            Policy::Fail(after) => {
+                tracing::warn!(error = %e, "reconcile failed permanently");
+                let mut outcome = Outcome::new(
+                    obj.status().cloned().unwrap_or_default(),
+                    Next::Requeue(after),
+                );
+                outcome.fail(
+                    e.condition_reason(),
+                    e.to_string(),
+                    obj.meta().generation,
+                    deleting,
+                );
+                outcome
             }
         },
-        Step::Ignore => Ok(Action::await_change()),
-    }
-}
-
-async fn json_patch<R: Reconciler>(
-    api: &Api<R::Resource>,
-    obj: &R::Resource,
-    patch: serde_json::Value,
-) -> Result<(), Error<R::Error>> {
-    let patch: json_patch::Patch = serde_json::from_value(patch).expect("well-formed JSON patch");
-    match api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Json::<()>(patch),
-        )
+    };
+    write_outcome(kube, obj.as_ref(), &outcome)
         .await
-    {
-        Ok(_) => Ok(()),
-        // Already gone: removing our finalizer was the last thing holding it.
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-        Err(e) => Err(Error::Finalizer(e)),
-    }
+        .map_err(Error::Kube)?;
+    Ok(match outcome.next {
+        Next::Requeue(after) => Action::requeue(after),
+        Next::AwaitChange => Action::await_change(),
+        Next::Release if deleting => {
+            let index = position.expect("cleanup runs only with our finalizer");
+            let path = format!("/metadata/finalizers/{index}");
+            let patch = serde_json::json!([
+                {"op": "test", "path": path, "value": R::FINALIZER},
+                {"op": "remove", "path": path},
+            ]);
+            kube.patch_json(&target, json_patch(patch))
+                .await
+                .map_err(Error::Kube)?;
+            Action::await_change()
+        }
+        Next::Release => {
+            tracing::error!("a live object's reconcile asked to release its finalizer; ignored");
+            Action::requeue(RESYNC)
+        }
+    })
 }
 
 fn object_key<K: Resource>(obj: &K) -> String {
@@ -282,7 +321,7 @@ fn object_key<K: Resource>(obj: &K) -> String {
 /// a reset of the object's backoff on success.
 async fn observed<R: Reconciler>(
     obj: Arc<R::Resource>,
-    ctx: Arc<Context<R>>,
+    cx: Arc<Context<R>>,
 ) -> Result<Action, Error<R::Error>> {
     let started = Instant::now();
     let span = tracing::info_span!(
@@ -292,14 +331,14 @@ async fn observed<R: Reconciler>(
         name = %obj.name_any(),
     );
     let key = object_key(obj.as_ref());
-    let result = reconcile(obj, ctx.clone()).instrument(span.clone()).await;
+    let result = reconcile(obj, cx.clone()).instrument(span.clone()).await;
     match &result {
         Ok(_) => {
-            ctx.backoff.reset(&key);
-            ctx.shared.metrics.reconciled(R::NAME, started, None);
+            cx.backoff.reset(&key);
+            cx.shared.metrics.reconciled(R::NAME, started, None);
         }
         Err(e) => {
-            ctx.shared
+            cx.shared
                 .metrics
                 .reconciled(R::NAME, started, Some(e.reason()));
             span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));
@@ -312,19 +351,38 @@ async fn observed<R: Reconciler>(
 fn error_policy<R: Reconciler>(
     obj: Arc<R::Resource>,
     _error: &Error<R::Error>,
-    ctx: Arc<Context<R>>,
+    cx: Arc<Context<R>>,
 ) -> Action {
-    Action::requeue(ctx.backoff.next_delay(&object_key(obj.as_ref())))
+    Action::requeue(cx.backoff.next_delay(&object_key(obj.as_ref())))
+}
+
+/// Registers the gauges every kind has, from the controller's cache: `keeper_<kinds>{phase}`
+/// and `keeper_deletion_blocked{kind}`.
+fn register_kind_gauges<K: Keeper>(metrics: &Metrics, store: kube::runtime::reflector::Store<K>) {
+    metrics.register(gauges::StoreGauge::new(
+        K::PHASE_GAUGE,
+        K::PHASE_HELP,
+        store.clone(),
+        &[],
+        "phase",
+        K::PHASES,
+        |obj: &K| Some(obj.phase()),
+    ));
+    metrics.register(gauges::deletion_blocked(&K::kind(&()), store, |obj: &K| {
+        obj.status()
+            .is_some_and(|s| conditions::is_true(s.conditions(), conditions::DELETION_BLOCKED))
+    }));
 }
 
 /// Runs a controller until `shutdown` is cancelled; in-flight reconciles finish first.
 pub async fn run<R: Reconciler>(
     controller: Controller<R::Resource>,
-    ctx: Arc<Context<R>>,
+    cx: Arc<Context<R>>,
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) {
     let store = controller.store();
+    register_kind_gauges(&cx.shared.metrics, store.clone());
     tokio::spawn(async move {
         // `Store::wait_until_ready` wakes only the last task that polled it, and the controller's
         // own runner polls it too, so a single await here can sleep forever. Re-polling on a short
@@ -345,7 +403,7 @@ pub async fn run<R: Reconciler>(
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(4))
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(observed::<R>, error_policy::<R>, ctx)
+        .run(observed::<R>, error_policy::<R>, cx)
         .for_each(|result| async move {
             if let Err(kube::runtime::controller::Error::QueueError(e)) = result {
                 tracing::warn!(controller = R::NAME, error = %e, "watch failed; retrying");
@@ -359,19 +417,7 @@ pub async fn run<R: Reconciler>(
 pub const RESYNC: Duration = Duration::from_secs(300);
 
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub mod testing;
 
-    #[test]
-    fn the_finalizer_comes_before_anything_else() {
-        assert_eq!(next_step(false, false), Step::AddFinalizer);
-        assert_eq!(next_step(false, true), Step::Apply);
-    }
-
-    #[test]
-    fn deletion_cleans_up_only_with_our_finalizer() {
-        assert_eq!(next_step(true, true), Step::Cleanup);
-        // Never add a finalizer to an object already being deleted.
-        assert_eq!(next_step(true, false), Step::Ignore);
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -37,7 +37,7 @@ where
 }
 
 /// The RFC 7386 merge patch that turns `from` into `to`, or `None` when they are equal.
-fn merge_diff(from: &Value, to: &Value) -> Option<Value> {
+pub(super) fn merge_diff(from: &Value, to: &Value) -> Option<Value> {
     if from == to {
         return None;
     }

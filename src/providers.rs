@@ -1,0 +1,311 @@
+//! The provider registry: one set of clients per configured provider, built once at start from
+//! keeper's configuration and shared by every controller. Every S3 call (tenant checks, bucket
+//! work, grid tenants' S3 endpoint) goes through a client built here, so `tls.caBundleFile`
+//! applies everywhere; provider credentials come from Secrets watched by name, so a rotated
+//! admin password or key is used without a restart.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use crate::backends::s3::{S3Settings, S3Store};
+use crate::backends::storagegrid;
+use crate::config::{OperatorConfig, Provider, SecretRef, TlsConfig};
+use crate::metrics::Metrics;
+use crate::runtime::cluster::{Kube, secret_data};
+
+/// Why a provider cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    #[error("provider {0:?} is not in keeper's configuration")]
+    Unknown(String),
+    /// The provider's credentials Secret is missing or incomplete (the platform team's to fix).
+    #[error("{0}")]
+    Secret(String),
+    /// Reading the credentials Secret failed (transient).
+    #[error("cannot read provider Secret {secret}: {message}")]
+    Unavailable { secret: String, message: String },
+}
+
+/// A provider's configuration could not become a client: keeper refuses to start.
+#[derive(Debug, thiserror::Error)]
+#[error("provider {provider:?}: {message}")]
+pub struct BuildError {
+    pub provider: String,
+    pub message: String,
+}
+
+/// S3 access keys (the secret never reaches a log line).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Keys {
+    pub access_key_id: String,
+    pub secret_access_key: String,
+}
+
+impl std::fmt::Debug for Keys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Keys")
+            .field("access_key_id", &self.access_key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One configured provider and its clients.
+pub struct ProviderClients {
+    pub name: String,
+    pub config: Provider,
+    /// The grid's management client (StorageGRID only), sharing its token cache.
+    grid: Option<storagegrid::Client>,
+    /// The CA bundle trusted for the provider's S3 endpoint, read once at start.
+    ca_bundle: Option<Vec<u8>>,
+    /// S3 clients per set of keys, so connections are reused across reconciles.
+    stores: Mutex<HashMap<Keys, S3Store>>,
+}
+
+impl ProviderClients {
+    /// The S3 endpoint as applications configure it (no trailing slash).
+    pub fn s3_endpoint(&self) -> String {
+        let url = match &self.config {
+            Provider::StorageGrid(p) => &p.s3_endpoint,
+            Provider::S3Compatible(p) => &p.endpoint,
+        };
+        url.0.as_str().trim_end_matches('/').to_string()
+    }
+
+    pub fn region(&self) -> &str {
+        match &self.config {
+            Provider::StorageGrid(p) => &p.region,
+            Provider::S3Compatible(p) => &p.region,
+        }
+    }
+
+    /// The management client of a StorageGRID provider.
+    pub fn grid(&self) -> Option<&storagegrid::Client> {
+        self.grid.as_ref()
+    }
+
+    /// An S3 client of the provider's endpoint signing with `keys`, trusting the provider's CA
+    /// bundle.
+    pub fn s3(&self, keys: &Keys) -> S3Store {
+        let mut stores = self.stores.lock().expect("store cache lock");
+        stores
+            .entry(keys.clone())
+            .or_insert_with(|| {
+                S3Store::new(&S3Settings {
+                    endpoint: self.s3_endpoint(),
+                    region: self.region().to_string(),
+                    access_key_id: keys.access_key_id.clone(),
+                    secret_access_key: keys.secret_access_key.clone(),
+                    force_path_style: match &self.config {
+                        Provider::StorageGrid(_) => true,
+                        Provider::S3Compatible(p) => p.force_path_style,
+                    },
+                    ca_bundle: self.ca_bundle.clone(),
+                })
+                .expect("the CA bundle was checked when the registry was built")
+            })
+            .clone()
+    }
+
+    /// The provider's credentials Secret: `username`/`password` of a grid administrator, or
+    /// `accessKeyId`/`secretAccessKey` of an S3-compatible store.
+    fn secret_ref(&self) -> &SecretRef {
+        match &self.config {
+            Provider::StorageGrid(p) => &p.admin_credentials_secret,
+            Provider::S3Compatible(p) => &p.credentials_secret,
+        }
+    }
+
+    /// Reads `keys` from the provider's credentials Secret (from keeper's cache of it).
+    pub async fn credentials<const N: usize>(
+        &self,
+        kube: &dyn Kube,
+        operator_namespace: &str,
+        keys: [&str; N],
+    ) -> Result<[String; N], ProviderError> {
+        let secret = self.secret_ref();
+        let namespace = secret.namespace.as_deref().unwrap_or(operator_namespace);
+        let path = format!("{namespace}/{}", secret.name);
+        let data = kube
+            .secret(namespace, &secret.name)
+            .await
+            .map_err(|e| ProviderError::Unavailable {
+                secret: path.clone(),
+                message: e.to_string(),
+            })?
+            .map(|s| secret_data(&s))
+            .ok_or_else(|| {
+                ProviderError::Secret(format!("provider Secret {path} does not exist"))
+            })?;
+        let mut out: [String; N] = std::array::from_fn(|_| String::new());
+        for (slot, key) in out.iter_mut().zip(keys) {
+            *slot = data
+                .get(key)
+                .filter(|v| !v.is_empty())
+                .cloned()
+                .ok_or_else(|| {
+                    ProviderError::Secret(format!("provider Secret {path} has no key {key:?}"))
+                })?;
+        }
+        Ok(out)
+    }
+
+    /// The S3-compatible provider's own keys.
+    pub async fn s3_keys(
+        &self,
+        kube: &dyn Kube,
+        operator_namespace: &str,
+    ) -> Result<Keys, ProviderError> {
+        let [access_key_id, secret_access_key] = self
+            .credentials(kube, operator_namespace, ["accessKeyId", "secretAccessKey"])
+            .await?;
+        Ok(Keys {
+            access_key_id,
+            secret_access_key,
+        })
+    }
+}
+
+/// Every configured provider's clients.
+#[derive(Default)]
+pub struct Providers {
+    entries: BTreeMap<String, Arc<ProviderClients>>,
+}
+
+fn read_ca_bundle(tls: &TlsConfig) -> Result<Option<Vec<u8>>, String> {
+    let Some(path) = &tls.ca_bundle_file else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(path)
+        .map_err(|e| format!("cannot read tls.caBundleFile {}: {e}", path.display()))?;
+    if !String::from_utf8_lossy(&pem).contains("-----BEGIN CERTIFICATE-----") {
+        return Err(format!(
+            "tls.caBundleFile {} holds no PEM certificate",
+            path.display()
+        ));
+    }
+    Ok(Some(pem))
+}
+
+impl Providers {
+    /// Builds every provider's clients; a provider that cannot be used stops keeper at start
+    /// with the provider and the reason.
+    pub fn build(config: &OperatorConfig, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
+        let mut entries = BTreeMap::new();
+        for (name, provider) in &config.providers {
+            let fail = |message: String| BuildError {
+                provider: name.clone(),
+                message,
+            };
+            let (grid, ca_bundle) = match provider {
+                Provider::StorageGrid(p) => {
+                    let client =
+                        storagegrid::Client::new(&p.admin_endpoint.0, &p.tls, metrics.clone())
+                            .map_err(|e| fail(e.to_string()))?;
+                    (Some(client), read_ca_bundle(&p.tls).map_err(fail)?)
+                }
+                Provider::S3Compatible(p) => {
+                    if p.tls.insecure_skip_verify {
+                        return Err(fail(
+                            "tls.insecureSkipVerify is not supported for S3-compatible providers; trust the store's CA with tls.caBundleFile".to_string(),
+                        ));
+                    }
+                    (None, read_ca_bundle(&p.tls).map_err(fail)?)
+                }
+            };
+            entries.insert(
+                name.clone(),
+                Arc::new(ProviderClients {
+                    name: name.clone(),
+                    config: provider.clone(),
+                    grid,
+                    ca_bundle,
+                    stores: Mutex::default(),
+                }),
+            );
+        }
+        Ok(Providers { entries })
+    }
+
+    pub fn get(&self, name: &str) -> Result<Arc<ProviderClients>, ProviderError> {
+        self.entries
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ProviderError::Unknown(name.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::cluster::fake::FakeKube;
+
+    fn config(yaml: &str) -> OperatorConfig {
+        OperatorConfig::parse(yaml).unwrap()
+    }
+
+    const S3: &str = "providers:\n  s3:\n    s3Compatible:\n      endpoint: https://s3.example.com/\n      credentialsSecret: {name: s3-creds}\n";
+
+    #[test]
+    fn insecure_skip_verify_on_an_s3_compatible_provider_stops_keeper_at_start() {
+        let yaml = format!("{S3}      tls: {{insecureSkipVerify: true}}\n");
+        let err = Providers::build(&config(&yaml), Arc::new(Metrics::new()))
+            .err()
+            .expect("refused");
+        assert_eq!(err.provider, "s3");
+        assert!(err.message.contains("insecureSkipVerify"), "{err}");
+    }
+
+    #[test]
+    fn an_unreadable_ca_bundle_stops_keeper_at_start() {
+        let yaml = format!("{S3}      tls: {{caBundleFile: /nonexistent/ca.pem}}\n");
+        let err = Providers::build(&config(&yaml), Arc::new(Metrics::new()))
+            .err()
+            .expect("refused");
+        assert!(err.message.contains("/nonexistent/ca.pem"), "{err}");
+    }
+
+    #[test]
+    fn unknown_providers_are_named() {
+        let providers = Providers::build(&config(S3), Arc::new(Metrics::new())).unwrap();
+        assert_eq!(
+            providers.get("nope").err(),
+            Some(ProviderError::Unknown("nope".into()))
+        );
+        let s3 = providers.get("s3").unwrap();
+        assert_eq!(s3.s3_endpoint(), "https://s3.example.com");
+    }
+
+    #[tokio::test]
+    async fn credentials_come_from_the_provider_secret_and_missing_keys_are_named() {
+        let providers = Providers::build(&config(S3), Arc::new(Metrics::new())).unwrap();
+        let s3 = providers.get("s3").unwrap();
+        let kube = FakeKube::default();
+        let missing = s3.s3_keys(&kube, "keeper-system").await.unwrap_err();
+        assert_eq!(
+            missing,
+            ProviderError::Secret("provider Secret keeper-system/s3-creds does not exist".into())
+        );
+        kube.put_secret(
+            "keeper-system",
+            "s3-creds",
+            BTreeMap::from([("accessKeyId".to_string(), "AK".to_string())]),
+        );
+        let incomplete = s3.s3_keys(&kube, "keeper-system").await.unwrap_err();
+        assert!(incomplete.to_string().contains("secretAccessKey"));
+        kube.put_secret(
+            "keeper-system",
+            "s3-creds",
+            BTreeMap::from([
+                ("accessKeyId".to_string(), "AK".to_string()),
+                ("secretAccessKey".to_string(), "SK".to_string()),
+            ]),
+        );
+        assert_eq!(
+            s3.s3_keys(&kube, "keeper-system")
+                .await
+                .unwrap()
+                .access_key_id,
+            "AK"
+        );
+    }
+}

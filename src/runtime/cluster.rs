@@ -1,0 +1,753 @@
+//! The one seam between the controllers and the Kubernetes API: the handful of calls they make
+//! (status and metadata patches, Secrets, events) and the reads they need (tenants, buckets,
+//! Secrets) from reflector caches instead of a GET per reconcile.
+//!
+//! [`KubeApi`] is the real implementation; [`fake::FakeKube`] keeps everything in memory so that
+//! every controller's reconcile is unit-tested the same way, without an API server.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{
+    ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams,
+};
+use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource, ResourceExt};
+use serde_json::Value;
+
+use super::outcome::Note;
+use crate::api::{S3Bucket, S3Tenant};
+
+/// The label on every Secret keeper creates; keeper's Secret cache watches only these.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "keeper");
+
+pub type KubeResult<T> = Result<T, kube::Error>;
+
+/// The object a patch or an event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub resource: ApiResource,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl Target {
+    pub fn of<K: Resource<DynamicType = ()>>(obj: &K) -> Self {
+        Target {
+            resource: ApiResource::erase::<K>(&()),
+            namespace: obj.meta().namespace.clone().unwrap_or_default(),
+            name: obj.meta().name.clone().unwrap_or_default(),
+            uid: obj.meta().uid.clone().unwrap_or_default(),
+        }
+    }
+
+    fn object_reference(&self) -> ObjectReference {
+        ObjectReference {
+            api_version: Some(self.resource.api_version.clone()),
+            kind: Some(self.resource.kind.clone()),
+            namespace: Some(self.namespace.clone()),
+            name: Some(self.name.clone()),
+            uid: Some(self.uid.clone()),
+            ..ObjectReference::default()
+        }
+    }
+
+    /// The controller owner reference that ties a Secret's lifetime to this object.
+    pub fn owner_reference(&self) -> OwnerReference {
+        OwnerReference {
+            api_version: self.resource.api_version.clone(),
+            kind: self.resource.kind.clone(),
+            name: self.name.clone(),
+            uid: self.uid.clone(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }
+    }
+}
+
+/// A Secret's data as text (keeper stores only text; non-UTF-8 values are skipped).
+pub fn secret_data(secret: &Secret) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (key, value) in secret.data.iter().flatten() {
+        if let Ok(text) = String::from_utf8(value.0.clone()) {
+            out.insert(key.clone(), text);
+        }
+    }
+    for (key, value) in secret.string_data.iter().flatten() {
+        out.insert(key.clone(), value.clone());
+    }
+    out
+}
+
+/// The calls controllers make to Kubernetes. Object-safe, so the shared context holds one
+/// `Arc<dyn Kube>` and tests swap in the fake.
+pub trait Kube: Send + Sync + 'static {
+    /// A Secret, from the cache when keeper's caches hold it (its own Secrets and the provider
+    /// Secrets of the configuration), else read from the API.
+    fn secret<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<Secret>>>;
+
+    /// Creates or updates Secret `name` in the owner's namespace holding exactly `data`, owned by
+    /// `owner` and labelled as keeper's. Writes nothing when it already holds that. Returns
+    /// whether it wrote.
+    fn apply_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+        data: BTreeMap<String, String>,
+    ) -> BoxFuture<'a, KubeResult<bool>>;
+
+    /// A JSON merge patch of the status subresource.
+    fn patch_status<'a>(
+        &'a self,
+        target: &'a Target,
+        patch: Value,
+    ) -> BoxFuture<'a, KubeResult<()>>;
+
+    /// A JSON patch of the object (finalizers, annotations). `test` operations make a concurrent
+    /// change fail instead of being clobbered. A 404 is success: the object is gone.
+    fn patch_json<'a>(
+        &'a self,
+        target: &'a Target,
+        patch: json_patch::Patch,
+    ) -> BoxFuture<'a, KubeResult<()>>;
+
+    /// Publishes an event. Failures are logged, never returned: events inform.
+    fn publish<'a>(&'a self, target: &'a Target, note: &'a Note) -> BoxFuture<'a, ()>;
+
+    /// The S3Buckets of a namespace, from the cache.
+    fn buckets<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, KubeResult<Vec<Arc<S3Bucket>>>>;
+
+    /// An S3Tenant, from the cache.
+    fn tenant<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<Arc<S3Tenant>>>>;
+}
+
+/// A reflector store and whether it has synced (reads fall back to the API until then).
+struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    synced: Arc<AtomicBool>,
+}
+
+impl<K> Cache<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    /// Starts a reflector of `api` filtered by `config`; it runs until the process ends.
+    fn start(api: Api<K>, config: watcher::Config) -> Self {
+        let (store, writer) = reflector::store();
+        let synced = Arc::new(AtomicBool::new(false));
+        let stream = reflector::reflector(writer, watcher(api, config))
+            .default_backoff()
+            .touched_objects();
+        tokio::spawn(async move {
+            futures::pin_mut!(stream);
+            while let Some(event) = stream.next().await {
+                if let Err(e) = event {
+                    tracing::debug!(error = %e, kind = %K::kind(&()), "cache watch error; retrying");
+                }
+            }
+        });
+        let (ready, flag) = (store.clone(), synced.clone());
+        tokio::spawn(async move {
+            // `wait_until_ready` wakes only its last poller; re-poll on a short timer.
+            loop {
+                match tokio::time::timeout(Duration::from_millis(200), ready.wait_until_ready())
+                    .await
+                {
+                    Ok(Ok(())) => {
+                        flag.store(true, Ordering::Release);
+                        break;
+                    }
+                    Ok(Err(_)) => break,
+                    Err(_) => continue,
+                }
+            }
+        });
+        Cache { store, synced }
+    }
+
+    fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+}
+
+/// The real seam: caches for tenants, buckets and keeper's Secrets, the API for writes.
+pub struct KubeApi {
+    client: Client,
+    recorders: Mutex<HashMap<String, Recorder>>,
+    tenants: Cache<S3Tenant>,
+    buckets: Cache<S3Bucket>,
+    /// Secrets labelled as keeper's, cluster-wide.
+    managed_secrets: Cache<Secret>,
+    /// The provider Secrets the configuration names, each watched by name.
+    provider_secrets: Vec<((String, String), Cache<Secret>)>,
+    /// Secrets keeper wrote, until the cache has caught up with the write: a reconcile right
+    /// after a write must see it, or it would generate a second password or key.
+    written: Mutex<HashMap<(String, String), Secret>>,
+}
+
+impl KubeApi {
+    /// Starts the caches. `provider_secrets` are (namespace, name) pairs watched by name, so a
+    /// rotated provider password or key is used without a restart.
+    pub fn start(client: Client, provider_secrets: &[(String, String)]) -> Self {
+        let managed =
+            watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+        KubeApi {
+            tenants: Cache::start(Api::all(client.clone()), watcher::Config::default()),
+            buckets: Cache::start(Api::all(client.clone()), watcher::Config::default()),
+            managed_secrets: Cache::start(Api::all(client.clone()), managed),
+            provider_secrets: provider_secrets
+                .iter()
+                .map(|(namespace, name)| {
+                    let config =
+                        watcher::Config::default().fields(&format!("metadata.name={name}"));
+                    (
+                        (namespace.clone(), name.clone()),
+                        Cache::start(Api::namespaced(client.clone(), namespace), config),
+                    )
+                })
+                .collect(),
+            recorders: Mutex::default(),
+            written: Mutex::default(),
+            client,
+        }
+    }
+
+    fn recorder(&self, resource: &ApiResource) -> Recorder {
+        let mut recorders = self.recorders.lock().expect("recorders lock");
+        recorders
+            .entry(resource.kind.clone())
+            .or_insert_with(|| {
+                Recorder::new(
+                    self.client.clone(),
+                    Reporter {
+                        controller: format!("keeper-{}", resource.kind.to_lowercase()),
+                        instance: std::env::var("POD_NAME").ok(),
+                    },
+                )
+            })
+            .clone()
+    }
+
+    /// The cached Secret, when some cache is responsible for it and has synced.
+    fn cached_secret(&self, namespace: &str, name: &str) -> Option<Option<Secret>> {
+        let key = ObjectRef::<Secret>::new(name).within(namespace);
+        if let Some((_, cache)) = self
+            .provider_secrets
+            .iter()
+            .find(|((ns, n), _)| ns == namespace && n == name)
+        {
+            return cache
+                .synced()
+                .then(|| cache.store.get(&key).map(|s| (*s).clone()));
+        }
+        if !self.managed_secrets.synced() {
+            return None;
+        }
+        // Missing from the label-filtered cache proves nothing (a Secret keeper did not label):
+        // only a hit is an answer.
+        self.managed_secrets
+            .store
+            .get(&key)
+            .map(|s| Some((*s).clone()))
+    }
+
+    /// The newer of the cached Secret and the one keeper last wrote.
+    fn fresher(&self, namespace: &str, name: &str, cached: Option<Secret>) -> Option<Secret> {
+        let mut written = self.written.lock().expect("written lock");
+        let key = (namespace.to_string(), name.to_string());
+        let Some(ours) = written.get(&key) else {
+            return cached;
+        };
+        let version = |s: &Secret| {
+            s.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        match (&cached, version(ours)) {
+            (Some(c), Some(w)) if version(c).is_some_and(|v| v >= w) => {
+                written.remove(&key);
+                cached
+            }
+            _ => Some(ours.clone()),
+        }
+    }
+}
+
+impl Kube for KubeApi {
+    fn secret<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<Secret>>> {
+        async move {
+            let found = match self.cached_secret(namespace, name) {
+                Some(cached) => cached,
+                None => {
+                    Api::<Secret>::namespaced(self.client.clone(), namespace)
+                        .get_opt(name)
+                        .await?
+                }
+            };
+            Ok(self.fresher(namespace, name, found))
+        }
+        .boxed()
+    }
+
+    fn apply_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+        data: BTreeMap<String, String>,
+    ) -> BoxFuture<'a, KubeResult<bool>> {
+        async move {
+            let namespace = owner.namespace.as_str();
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let existing = self.secret(namespace, name).await?;
+            let Some(secret) = desired_secret(owner, name, data, existing) else {
+                return Ok(false);
+            };
+            let written = if secret.metadata.resource_version.is_none() {
+                api.create(&PostParams::default(), &secret).await?
+            } else {
+                // The resourceVersion of the read makes a concurrent change fail with 409.
+                api.replace(name, &PostParams::default(), &secret).await?
+            };
+            self.written
+                .lock()
+                .expect("written lock")
+                .insert((namespace.to_string(), name.to_string()), written);
+            Ok(true)
+        }
+        .boxed()
+    }
+
+    fn patch_status<'a>(
+        &'a self,
+        target: &'a Target,
+        patch: Value,
+    ) -> BoxFuture<'a, KubeResult<()>> {
+        async move {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &target.namespace, &target.resource);
+            api.patch_status(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn patch_json<'a>(
+        &'a self,
+        target: &'a Target,
+        patch: json_patch::Patch,
+    ) -> BoxFuture<'a, KubeResult<()>> {
+        async move {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &target.namespace, &target.resource);
+            match api
+                .patch(
+                    &target.name,
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(patch),
+                )
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        .boxed()
+    }
+
+    fn publish<'a>(&'a self, target: &'a Target, note: &'a Note) -> BoxFuture<'a, ()> {
+        async move {
+            let event = Event {
+                type_: note.type_,
+                reason: note.reason.to_string(),
+                note: Some(note.message.clone()),
+                action: "Reconcile".to_string(),
+                secondary: None,
+            };
+            let recorder = self.recorder(&target.resource);
+            if let Err(e) = recorder.publish(&event, &target.object_reference()).await {
+                tracing::warn!(error = %e, reason = note.reason, "failed to publish event");
+            }
+        }
+        .boxed()
+    }
+
+    fn buckets<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, KubeResult<Vec<Arc<S3Bucket>>>> {
+        async move {
+            if self.buckets.synced() {
+                return Ok(self
+                    .buckets
+                    .store
+                    .state()
+                    .into_iter()
+                    .filter(|b| b.namespace().as_deref() == Some(namespace))
+                    .collect());
+            }
+            let api: Api<S3Bucket> = Api::namespaced(self.client.clone(), namespace);
+            Ok(api
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .map(Arc::new)
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn tenant<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<Arc<S3Tenant>>>> {
+        async move {
+            if self.tenants.synced() {
+                return Ok(self
+                    .tenants
+                    .store
+                    .get(&ObjectRef::new(name).within(namespace)));
+            }
+            let api: Api<S3Tenant> = Api::namespaced(self.client.clone(), namespace);
+            Ok(api.get_opt(name).await?.map(Arc::new))
+        }
+        .boxed()
+    }
+}
+
+/// The Secret to write so that `name` holds exactly `data` for `owner`, or `None` when the
+/// existing one already does. Shared by the real seam and the fake, so both decide alike.
+fn desired_secret(
+    owner: &Target,
+    name: &str,
+    data: BTreeMap<String, String>,
+    existing: Option<Secret>,
+) -> Option<Secret> {
+    let owner_ref = owner.owner_reference();
+    let encoded: BTreeMap<String, ByteString> = data
+        .into_iter()
+        .map(|(k, v)| (k, ByteString(v.into_bytes())))
+        .collect();
+    match existing {
+        None => Some(Secret {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(owner.namespace.clone()),
+                owner_references: Some(vec![owner_ref]),
+                labels: Some(BTreeMap::from([(
+                    MANAGED_BY.0.to_string(),
+                    MANAGED_BY.1.to_string(),
+                )])),
+                ..ObjectMeta::default()
+            },
+            type_: Some("Opaque".to_string()),
+            data: Some(encoded),
+            ..Secret::default()
+        }),
+        Some(mut existing) => {
+            let owned = existing
+                .owner_references()
+                .iter()
+                .any(|r| r.uid == owner_ref.uid);
+            let labelled =
+                existing.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1);
+            if owned
+                && labelled
+                && existing.data.as_ref() == Some(&encoded)
+                && existing.string_data.is_none()
+            {
+                return None;
+            }
+            if !owned {
+                existing.owner_references_mut().push(owner_ref);
+            }
+            existing
+                .labels_mut()
+                .insert(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string());
+            existing.data = Some(encoded);
+            existing.string_data = None;
+            Some(existing)
+        }
+    }
+}
+
+pub mod fake {
+    //! An in-memory [`Kube`] for unit tests: Secrets, tenants and buckets in maps; status
+    //! patches applied to stored copies and recorded; events recorded; failures injectable.
+
+    use super::*;
+
+    /// What the fake saw, in order.
+    #[derive(Debug, Clone, PartialEq)]
+    pub enum Call {
+        ApplySecret { namespace: String, name: String },
+        PatchStatus { name: String, patch: Value },
+        PatchJson { name: String, patch: Value },
+        Publish { name: String, note: Note },
+    }
+
+    #[derive(Default)]
+    pub struct FakeKube {
+        pub secrets: Mutex<BTreeMap<(String, String), Secret>>,
+        pub tenants: Mutex<Vec<Arc<S3Tenant>>>,
+        pub buckets: Mutex<Vec<Arc<S3Bucket>>>,
+        pub calls: Mutex<Vec<Call>>,
+        /// The next write (status, JSON patch or Secret) fails with this HTTP status.
+        pub fail_next_write: Mutex<Option<u16>>,
+        version: Mutex<u64>,
+    }
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure("injected by FakeKube", "Injected")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    impl FakeKube {
+        fn take_failure(&self) -> KubeResult<()> {
+            match self.fail_next_write.lock().expect("lock").take() {
+                Some(code) => Err(api_error(code)),
+                None => Ok(()),
+            }
+        }
+
+        fn record(&self, call: Call) {
+            self.calls.lock().expect("lock").push(call);
+        }
+
+        /// Every call made so far.
+        pub fn calls(&self) -> Vec<Call> {
+            self.calls.lock().expect("lock").clone()
+        }
+
+        /// The events published so far.
+        pub fn notes(&self) -> Vec<Note> {
+            self.calls()
+                .into_iter()
+                .filter_map(|c| match c {
+                    Call::Publish { note, .. } => Some(note),
+                    _ => None,
+                })
+                .collect()
+        }
+
+        /// The data of a stored Secret.
+        pub fn secret_data(&self, namespace: &str, name: &str) -> Option<BTreeMap<String, String>> {
+            self.secrets
+                .lock()
+                .expect("lock")
+                .get(&(namespace.to_string(), name.to_string()))
+                .map(secret_data)
+        }
+
+        /// Stores a Secret as if someone had created it.
+        pub fn put_secret(&self, namespace: &str, name: &str, data: BTreeMap<String, String>) {
+            let secret = Secret {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    namespace: Some(namespace.to_string()),
+                    resource_version: Some("1".to_string()),
+                    ..ObjectMeta::default()
+                },
+                data: Some(
+                    data.into_iter()
+                        .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                        .collect(),
+                ),
+                ..Secret::default()
+            };
+            self.secrets
+                .lock()
+                .expect("lock")
+                .insert((namespace.to_string(), name.to_string()), secret);
+        }
+    }
+
+    impl Kube for FakeKube {
+        fn secret<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+        ) -> BoxFuture<'a, KubeResult<Option<Secret>>> {
+            let found = self
+                .secrets
+                .lock()
+                .expect("lock")
+                .get(&(namespace.to_string(), name.to_string()))
+                .cloned();
+            async move { Ok(found) }.boxed()
+        }
+
+        fn apply_secret<'a>(
+            &'a self,
+            owner: &'a Target,
+            name: &'a str,
+            data: BTreeMap<String, String>,
+        ) -> BoxFuture<'a, KubeResult<bool>> {
+            async move {
+                let key = (owner.namespace.clone(), name.to_string());
+                let existing = self.secrets.lock().expect("lock").get(&key).cloned();
+                let Some(mut secret) = desired_secret(owner, name, data, existing) else {
+                    return Ok(false);
+                };
+                self.take_failure()?;
+                let mut version = self.version.lock().expect("lock");
+                *version += 1;
+                secret.metadata.resource_version = Some(version.to_string());
+                self.secrets.lock().expect("lock").insert(key, secret);
+                self.record(Call::ApplySecret {
+                    namespace: owner.namespace.clone(),
+                    name: name.to_string(),
+                });
+                Ok(true)
+            }
+            .boxed()
+        }
+
+        fn patch_status<'a>(
+            &'a self,
+            target: &'a Target,
+            patch: Value,
+        ) -> BoxFuture<'a, KubeResult<()>> {
+            async move {
+                self.take_failure()?;
+                self.record(Call::PatchStatus {
+                    name: target.name.clone(),
+                    patch,
+                });
+                Ok(())
+            }
+            .boxed()
+        }
+
+        fn patch_json<'a>(
+            &'a self,
+            target: &'a Target,
+            patch: json_patch::Patch,
+        ) -> BoxFuture<'a, KubeResult<()>> {
+            async move {
+                self.take_failure()?;
+                self.record(Call::PatchJson {
+                    name: target.name.clone(),
+                    patch: serde_json::to_value(&patch).expect("patch serializes"),
+                });
+                Ok(())
+            }
+            .boxed()
+        }
+
+        fn publish<'a>(&'a self, target: &'a Target, note: &'a Note) -> BoxFuture<'a, ()> {
+            self.record(Call::Publish {
+                name: target.name.clone(),
+                note: note.clone(),
+            });
+            async {}.boxed()
+        }
+
+        fn buckets<'a>(
+            &'a self,
+            namespace: &'a str,
+        ) -> BoxFuture<'a, KubeResult<Vec<Arc<S3Bucket>>>> {
+            let found = self
+                .buckets
+                .lock()
+                .expect("lock")
+                .iter()
+                .filter(|b| b.namespace().as_deref() == Some(namespace))
+                .cloned()
+                .collect();
+            async move { Ok(found) }.boxed()
+        }
+
+        fn tenant<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+        ) -> BoxFuture<'a, KubeResult<Option<Arc<S3Tenant>>>> {
+            let found = self
+                .tenants
+                .lock()
+                .expect("lock")
+                .iter()
+                .find(|t| t.namespace().as_deref() == Some(namespace) && t.name_any() == name)
+                .cloned();
+            async move { Ok(found) }.boxed()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fake::FakeKube;
+    use super::*;
+
+    fn owner() -> Target {
+        Target {
+            resource: ApiResource::erase::<S3Bucket>(&()),
+            namespace: "ns".into(),
+            name: "b".into(),
+            uid: "uid-1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_secret_is_written_once_labelled_and_owned() {
+        let kube = FakeKube::default();
+        let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        assert!(
+            kube.apply_secret(&owner(), "s", data.clone())
+                .await
+                .unwrap()
+        );
+        assert!(
+            !kube
+                .apply_secret(&owner(), "s", data.clone())
+                .await
+                .unwrap()
+        );
+        let stored = kube.secret("ns", "s").await.unwrap().unwrap();
+        assert_eq!(stored.labels().get(MANAGED_BY.0).unwrap(), MANAGED_BY.1);
+        assert_eq!(stored.owner_references()[0].uid, "uid-1");
+        assert_eq!(secret_data(&stored), data);
+    }
+
+    #[tokio::test]
+    async fn an_injected_failure_writes_nothing() {
+        let kube = FakeKube::default();
+        *kube.fail_next_write.lock().unwrap() = Some(503);
+        let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        assert!(kube.apply_secret(&owner(), "s", data).await.is_err());
+        assert!(kube.secret("ns", "s").await.unwrap().is_none());
+    }
+}

@@ -1,0 +1,264 @@
+//! The shared flow, tested with a scripted reconciler over the fake seam.
+
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ObjectMeta;
+use kube::runtime::controller::Action;
+
+use super::cluster::fake::{Call, FakeKube};
+use super::testing;
+use super::*;
+use crate::api::{S3Tenant, S3TenantSpec, S3TenantStatus, TenantPhase};
+use crate::backends::error::{BackendError, CONFLICT_RETRY, PERMANENT_RETRY};
+
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+struct TestError(BackendError);
+
+impl ReconcileError for TestError {
+    fn reason(&self) -> &'static str {
+        "backend"
+    }
+    fn class(&self) -> ErrorClass {
+        self.0.class
+    }
+    fn condition_reason(&self) -> &'static str {
+        "BackendRejected"
+    }
+}
+
+type Script = Result<Outcome<S3TenantStatus>, ErrorClass>;
+
+/// Answers every apply and cleanup with the scripted result.
+struct Scripted(Mutex<Option<Script>>);
+
+impl Reconciler for Scripted {
+    type Resource = S3Tenant;
+    type Error = TestError;
+    const NAME: &'static str = "test";
+    const FINALIZER: &'static str = "keeper.dev/test";
+
+    async fn apply(
+        &self,
+        _obj: Arc<S3Tenant>,
+        _cx: &Context<Self>,
+    ) -> Result<Outcome<S3TenantStatus>, TestError> {
+        self.answer()
+    }
+
+    async fn cleanup(
+        &self,
+        _obj: Arc<S3Tenant>,
+        _cx: &Context<Self>,
+    ) -> Result<Outcome<S3TenantStatus>, TestError> {
+        self.answer()
+    }
+}
+
+impl Scripted {
+    fn answer(&self) -> Result<Outcome<S3TenantStatus>, TestError> {
+        self.0
+            .lock()
+            .unwrap()
+            .clone()
+            .expect("scripted")
+            .map_err(|class| TestError(BackendError::new("s3", "op", class, "Code", "it failed")))
+    }
+}
+
+fn tenant(finalized: bool, deleting: bool) -> S3Tenant {
+    S3Tenant {
+        metadata: ObjectMeta {
+            name: Some("t".into()),
+            namespace: Some("ns".into()),
+            uid: Some("uid".into()),
+            generation: Some(3),
+            finalizers: finalized.then(|| vec!["keeper.dev/test".to_string()]),
+            deletion_timestamp: deleting.then(|| Time(Timestamp::now())),
+            annotations: Some([("keeper.dev/drain".to_string(), "true".to_string())].into()),
+            ..ObjectMeta::default()
+        },
+        spec: serde_yaml::from_str::<S3TenantSpec>("{}").unwrap(),
+        status: None,
+    }
+}
+
+fn context(script: Script) -> (Arc<FakeKube>, Arc<Context<Scripted>>) {
+    let kube = Arc::new(FakeKube::default());
+    let shared = testing::shared(kube.clone(), Default::default());
+    let cx = Arc::new(Context::new(shared, Scripted(Mutex::new(Some(script)))));
+    (kube, cx)
+}
+
+fn ready() -> Outcome<S3TenantStatus> {
+    let mut out = Outcome::new(S3TenantStatus::default(), Next::Requeue(RESYNC));
+    out.status.phase = Some(TenantPhase::Ready);
+    out.ready(true, "Provisioned", "ok", Some(3), false);
+    out
+}
+
+#[test]
+fn the_finalizer_comes_before_anything_else() {
+    assert_eq!(next_step(false, false), Step::AddFinalizer);
+    assert_eq!(next_step(false, true), Step::Apply);
+}
+
+#[test]
+fn deletion_cleans_up_only_with_our_finalizer() {
+    assert_eq!(next_step(true, true), Step::Cleanup);
+    // Never add a finalizer to an object already being deleted.
+    assert_eq!(next_step(true, false), Step::Ignore);
+}
+
+#[tokio::test]
+async fn a_new_object_gets_the_finalizer_and_nothing_else() {
+    let (kube, cx) = context(Ok(ready()));
+    let action = testing::reconcile(&cx, tenant(false, false)).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let calls = kube.calls();
+    assert_eq!(calls.len(), 1);
+    assert!(
+        matches!(&calls[0], Call::PatchJson { patch, .. } if patch.to_string().contains("keeper.dev/test"))
+    );
+}
+
+#[tokio::test]
+async fn an_outcome_is_written_as_one_status_patch_its_events_and_annotation_removals() {
+    let mut out = ready();
+    out.note(Note::normal("Extra", "x"));
+    out.note(Note::normal("Extra", "x"));
+    out.remove_annotations.push("keeper.dev/drain");
+    let (kube, cx) = context(Ok(out));
+    let action = testing::reconcile(&cx, tenant(true, false)).await.unwrap();
+    assert_eq!(action, Action::requeue(RESYNC));
+    let calls = kube.calls();
+    let statuses: Vec<_> = calls
+        .iter()
+        .filter(|c| matches!(c, Call::PatchStatus { .. }))
+        .collect();
+    assert_eq!(statuses.len(), 1, "one status patch: {calls:?}");
+    assert_eq!(
+        kube.notes(),
+        vec![
+            Note::normal("Provisioned", "ok"),
+            Note::normal("Extra", "x")
+        ],
+        "each distinct event once"
+    );
+    let removal = calls
+        .iter()
+        .find_map(|c| match c {
+            Call::PatchJson { patch, .. } => Some(patch.clone()),
+            _ => None,
+        })
+        .expect("annotation removal");
+    assert_eq!(
+        removal[0]["op"], "test",
+        "the request value is tested first: {removal}"
+    );
+    assert_eq!(
+        removal[1]["path"],
+        "/metadata/annotations/keeper.dev~1drain"
+    );
+}
+
+#[tokio::test]
+async fn an_unchanged_status_writes_nothing() {
+    let (kube, cx) = context(Ok(ready()));
+    let mut obj = tenant(true, false);
+    obj.status = Some(ready().status);
+    obj.metadata.annotations = None;
+    let mut steady = ready();
+    steady.notes.clear();
+    *cx.reconciler.0.lock().unwrap() = Some(Ok(steady));
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(kube.calls().is_empty(), "{:?}", kube.calls());
+}
+
+#[tokio::test]
+async fn a_transient_error_backs_off_and_writes_nothing() {
+    let (kube, cx) = context(Err(ErrorClass::Transient));
+    assert!(testing::reconcile(&cx, tenant(true, false)).await.is_err());
+    assert!(kube.calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_permanent_error_sets_failed_with_one_warning() {
+    let (kube, cx) = context(Err(ErrorClass::Permanent));
+    let action = testing::reconcile(&cx, tenant(true, false)).await.unwrap();
+    assert_eq!(action, Action::requeue(PERMANENT_RETRY));
+    let notes = kube.notes();
+    assert_eq!(notes.len(), 1);
+    assert_eq!(notes[0].reason, "BackendRejected");
+    assert!(notes[0].message.contains("it failed"));
+    let patch = kube
+        .calls()
+        .into_iter()
+        .find_map(|c| match c {
+            Call::PatchStatus { patch, .. } => Some(patch),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(patch["status"]["phase"], "Failed");
+    assert_eq!(patch["status"]["conditions"][0]["status"], "False");
+}
+
+#[tokio::test]
+async fn a_permanent_error_during_deletion_shows_deleting_not_failed() {
+    let (kube, cx) = context(Err(ErrorClass::Permanent));
+    testing::reconcile(&cx, tenant(true, true)).await.unwrap();
+    let patch = kube
+        .calls()
+        .into_iter()
+        .find_map(|c| match c {
+            Call::PatchStatus { patch, .. } => Some(patch),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(patch["status"]["phase"], "Deleting");
+}
+
+#[tokio::test]
+async fn conflicts_and_not_found_look_again_soon_without_failing() {
+    for class in [ErrorClass::Conflict, ErrorClass::NotFound] {
+        let (kube, cx) = context(Err(class));
+        let action = testing::reconcile(&cx, tenant(true, true)).await.unwrap();
+        assert_eq!(action, Action::requeue(CONFLICT_RETRY));
+        assert!(kube.calls().is_empty(), "{class:?} reports nothing");
+    }
+}
+
+#[tokio::test]
+async fn release_removes_only_our_finalizer_after_writing_the_outcome() {
+    let (kube, cx) = context(Ok(Outcome::new(S3TenantStatus::default(), Next::Release)));
+    let mut obj = tenant(true, true);
+    obj.metadata.finalizers = Some(vec!["other.io/keep".into(), "keeper.dev/test".into()]);
+    testing::reconcile(&cx, obj).await.unwrap();
+    let patch = kube
+        .calls()
+        .into_iter()
+        .find_map(|c| match c {
+            Call::PatchJson { patch, .. } => Some(patch),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(patch[0]["path"], "/metadata/finalizers/1");
+    assert_eq!(patch[0]["value"], "keeper.dev/test");
+}
+
+#[tokio::test]
+async fn release_is_refused_for_a_live_object() {
+    let (kube, cx) = context(Ok(Outcome::new(S3TenantStatus::default(), Next::Release)));
+    let mut obj = tenant(true, false);
+    obj.metadata.annotations = None;
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(
+        !kube
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::PatchJson { .. })),
+        "a live object keeps its finalizer"
+    );
+}
