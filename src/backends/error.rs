@@ -207,3 +207,151 @@ mod tests {
         );
     }
 }
+
+// Each backend client's own error type maps into the one `BackendError` here, so controllers
+// see one type. The clients classify per operation and code where the meaning depends on the
+// call (see `s3::S3Store::create_bucket`, `s3::S3Store::delete_bucket`).
+
+impl From<super::storagegrid::Error> for BackendError {
+    fn from(e: super::storagegrid::Error) -> Self {
+        use super::storagegrid::Error as E;
+        let message = e.to_string();
+        let (operation, class, code) = match &e {
+            E::NotFound { operation, .. } => (*operation, ErrorClass::NotFound, "HTTP 404".into()),
+            E::Conflict { operation, .. } => (*operation, ErrorClass::Conflict, "HTTP 409".into()),
+            E::BadCredentials { operation, .. } => {
+                (*operation, ErrorClass::Permanent, "BadCredentials".into())
+            }
+            E::Rejected {
+                operation, status, ..
+            } => (*operation, ErrorClass::Permanent, format!("HTTP {status}")),
+            E::Unauthorized { operation, .. } => {
+                (*operation, ErrorClass::Transient, "HTTP 401".into())
+            }
+            E::Server {
+                operation, status, ..
+            } => (*operation, ErrorClass::Transient, format!("HTTP {status}")),
+            E::Transport { operation, .. } => {
+                (*operation, ErrorClass::Transient, "Transport".into())
+            }
+            E::InvalidResponse { operation, .. } => {
+                (*operation, ErrorClass::Transient, "InvalidResponse".into())
+            }
+        };
+        BackendError::new("storagegrid", operation, class, code, message)
+    }
+}
+
+impl From<super::s3::S3Error> for BackendError {
+    fn from(e: super::s3::S3Error) -> Self {
+        let class = match (e.class, e.code.as_str()) {
+            (_, "NoSuchBucket" | "NotFound" | "NoSuchKey" | "NoSuchTagSet") => ErrorClass::NotFound,
+            (_, "BucketNotEmpty" | "BucketAlreadyExists" | "OperationAborted") => {
+                ErrorClass::Conflict
+            }
+            (super::s3::ErrorClass::Transient, _) => ErrorClass::Transient,
+            (super::s3::ErrorClass::Permanent, _) => ErrorClass::Permanent,
+        };
+        BackendError::new("s3", e.operation, class, e.code, e.message)
+    }
+}
+
+impl From<super::rds::RdsError> for BackendError {
+    fn from(e: super::rds::RdsError) -> Self {
+        use super::rds::RdsError as E;
+        let message = e.to_string();
+        let (class, code) = match &e {
+            E::NotFound => (ErrorClass::NotFound, "DBInstanceNotFound".to_string()),
+            E::AlreadyExists => (ErrorClass::Conflict, "DBInstanceAlreadyExists".to_string()),
+            E::InvalidState(_) => (ErrorClass::Conflict, "InvalidDBInstanceState".to_string()),
+            E::Throttled(_) => (ErrorClass::Transient, "Throttling".to_string()),
+            E::Unavailable(_) => (ErrorClass::Transient, "Unavailable".to_string()),
+            E::AccessDenied(_) => (ErrorClass::Permanent, "AccessDenied".to_string()),
+            E::Rejected { code, .. } => (ErrorClass::Permanent, code.clone()),
+        };
+        BackendError::new("rds", "rds", class, code, message)
+    }
+}
+
+#[cfg(test)]
+mod mapping_tests {
+    use super::*;
+    use crate::backends::{rds, s3, storagegrid};
+
+    #[test]
+    fn grid_errors_map_by_meaning() {
+        let e: BackendError = storagegrid::Error::Conflict {
+            operation: "delete_container",
+            message: "not empty".into(),
+        }
+        .into();
+        assert_eq!(
+            (e.class, e.operation),
+            (ErrorClass::Conflict, "delete_container")
+        );
+        let e: BackendError = storagegrid::Error::Rejected {
+            operation: "create_account",
+            status: 400,
+            message: "bad".into(),
+        }
+        .into();
+        assert_eq!(e.class, ErrorClass::Permanent);
+        let e: BackendError = storagegrid::Error::Server {
+            operation: "get_account",
+            status: 503,
+            message: "busy".into(),
+        }
+        .into();
+        assert_eq!(e.class, ErrorClass::Transient);
+    }
+
+    #[test]
+    fn s3_errors_map_by_code_before_status() {
+        let s3 = |class, code: &str| -> BackendError {
+            s3::S3Error {
+                operation: "delete_bucket",
+                class,
+                code: code.into(),
+                message: String::new(),
+            }
+            .into()
+        };
+        assert_eq!(
+            s3(s3::ErrorClass::Permanent, "NoSuchBucket").class,
+            ErrorClass::NotFound
+        );
+        assert_eq!(
+            s3(s3::ErrorClass::Permanent, "BucketNotEmpty").class,
+            ErrorClass::Conflict
+        );
+        assert_eq!(
+            s3(s3::ErrorClass::Transient, "SlowDown").class,
+            ErrorClass::Transient
+        );
+        assert_eq!(
+            s3(s3::ErrorClass::Permanent, "AccessDenied").class,
+            ErrorClass::Permanent
+        );
+    }
+
+    #[test]
+    fn rds_errors_map_by_meaning() {
+        let class = |e: rds::RdsError| BackendError::from(e).class;
+        assert_eq!(class(rds::RdsError::NotFound), ErrorClass::NotFound);
+        assert_eq!(
+            class(rds::RdsError::InvalidState("x".into())),
+            ErrorClass::Conflict
+        );
+        assert_eq!(
+            class(rds::RdsError::Throttled("x".into())),
+            ErrorClass::Transient
+        );
+        assert_eq!(
+            class(rds::RdsError::Rejected {
+                code: "InvalidParameterValue".into(),
+                message: "x".into()
+            }),
+            ErrorClass::Permanent
+        );
+    }
+}

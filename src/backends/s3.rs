@@ -87,6 +87,7 @@ const TRANSIENT_CODES: &[&str] = &[
     "ThrottlingException",
     "RequestTimeout",
     "RequestTimeTooSkewed",
+    "ExpiredToken",
     "InternalError",
     "ServiceUnavailable",
     "OperationAborted",
