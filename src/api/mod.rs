@@ -24,9 +24,6 @@ use kube::CustomResourceExt;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The API group of every keeper resource.
-pub const GROUP: &str = "keeper.dev";
-
 /// What happens to the backend resource when the custom resource is deleted.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
 pub enum DeletionPolicy {
