@@ -31,6 +31,9 @@ use super::names::{BUCKET_NAME_PATTERN, DURATION_PATTERN};
 #[x_kube(validation = Rule::new(
     "has(self.bucketName) == has(oldSelf.bucketName) && (!has(self.bucketName) || self.bucketName == oldSelf.bucketName)"
 ).message("bucketName is immutable"))]
+#[x_kube(validation = Rule::new(
+    "has(self.region) == has(oldSelf.region) && (!has(self.region) || self.region == oldSelf.region)"
+).message("region is immutable"))]
 #[serde(rename_all = "camelCase")]
 pub struct S3BucketSpec {
     /// The S3Tenant (in the same namespace) that owns the bucket. Immutable.
@@ -45,7 +48,7 @@ pub struct S3BucketSpec {
     #[x_kube(validation = Rule::new("!self.matches('^[0-9]+\\\\.[0-9]+\\\\.[0-9]+\\\\.[0-9]+$')").message("bucketName must not be formatted as an IP address"))]
     pub bucket_name: Option<String>,
 
-    /// Region to create the bucket in. Defaults to the provider's region.
+    /// Region to create the bucket in. Defaults to the provider's region. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 64))]
     pub region: Option<String>,

@@ -30,6 +30,12 @@ use serde::{Deserialize, Serialize};
         json_path = ".metadata.creationTimestamp"
     )
 )]
+#[x_kube(validation = Rule::new(
+    "has(self.databaseName) == has(oldSelf.databaseName) && (!has(self.databaseName) || self.databaseName == oldSelf.databaseName)"
+).message("databaseName is immutable: it is fixed when the instance is created"))]
+#[x_kube(validation = Rule::new(
+    "has(self.masterUsername) == has(oldSelf.masterUsername) && (!has(self.masterUsername) || self.masterUsername == oldSelf.masterUsername)"
+).message("masterUsername is immutable: it is fixed when the instance is created"))]
 #[serde(rename_all = "camelCase")]
 pub struct CloudDatabaseSpec {
     /// Database engine. Immutable.
@@ -53,12 +59,12 @@ pub struct CloudDatabaseSpec {
     #[schemars(range(min = 20, max = 65536))]
     pub storage_gib: Option<i32>,
 
-    /// Name of the database created in the instance. Defaults to the engine's default database.
+    /// Name of the database created in the instance. Defaults to the engine's default database. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 63), regex(pattern = "^[A-Za-z][A-Za-z0-9_]*$"))]
     pub database_name: Option<String>,
 
-    /// Master user name. Defaults to `keeper`.
+    /// Master user name. Defaults to `keeper`. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 16), regex(pattern = "^[A-Za-z][A-Za-z0-9_]*$"))]
     pub master_username: Option<String>,

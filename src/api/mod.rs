@@ -97,4 +97,32 @@ mod tests {
         assert_eq!(json["storageGiB"], 200);
         assert_eq!(json["connectionSecretName"], "x");
     }
+
+    #[test]
+    fn every_field_that_names_a_backend_identity_is_immutable_in_the_crd() {
+        let expected = [
+            ("S3Tenant", "provider is immutable"),
+            ("S3Bucket", "tenantRef is immutable"),
+            ("S3Bucket", "bucketName is immutable"),
+            ("S3Bucket", "region is immutable"),
+            ("S3Bucket", "objectLock is immutable"),
+            ("CloudDatabase", "engine is immutable"),
+            ("CloudDatabase", "databaseName is immutable"),
+            ("CloudDatabase", "masterUsername is immutable"),
+        ];
+        let crds: Vec<(String, String)> = crds()
+            .into_iter()
+            .map(|crd| {
+                let kind = crd.spec.names.kind.clone();
+                (kind, serde_json::to_string(&crd).unwrap())
+            })
+            .collect();
+        for (kind, message) in expected {
+            let (_, text) = crds.iter().find(|(k, _)| k == kind).unwrap();
+            assert!(
+                text.contains(message) && text.contains("oldSelf"),
+                "{kind}: no transition rule {message:?}"
+            );
+        }
+    }
 }

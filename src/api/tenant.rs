@@ -35,9 +35,11 @@ use super::names::QUANTITY_PATTERN;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct S3TenantSpec {
-    /// Name of the storage backend in keeper's configuration that hosts this tenant.
+    /// Name of the storage backend in keeper's configuration that hosts this tenant. Immutable:
+    /// the account lives on that backend, and moving the resource would orphan it.
     #[serde(default = "default_provider")]
     #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("provider is immutable: the tenant's account lives on that provider"))]
     pub provider: String,
 
     /// Account name shown in the StorageGRID console. Defaults to the resource name.
