@@ -29,9 +29,9 @@ clippy:
 ## unit: unit tests and the emulators' own suites (no stack needed)
 unit: deps
 ifeq ($(NEXTEST),yes)
-	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) nextest run --workspace --exclude keeper-e2e --no-fail-fast
+	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) nextest run --workspace --exclude keeper-e2e-scenarios --no-fail-fast
 else
-	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) test --workspace --exclude keeper-e2e --no-fail-fast
+	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) test --workspace --exclude keeper-e2e-scenarios --no-fail-fast
 endif
 
 ## e2e: the end-to-end scenarios with kubectl against the local control plane

@@ -12,9 +12,9 @@ export KEEPER_HELM; KEEPER_HELM=$("$ROOT/e2e/stack.sh" helm-path)
 
 run_scenarios() {
   if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run -p keeper-e2e --test-threads 1 --no-fail-fast "$@"
+    cargo nextest run -p keeper-e2e-scenarios --test-threads 1 --no-fail-fast "$@"
   else
-    cargo test -p keeper-e2e --no-fail-fast -- --test-threads 1 "$@"
+    cargo test -p keeper-e2e-scenarios --no-fail-fast -- --test-threads 1 "$@"
   fi
 }
 

@@ -126,13 +126,13 @@ cmd_up() {
   local moto="http://127.0.0.1:$moto_port"
   wait_for 30 curl -sf "$moto/moto-api/" || die "moto did not start (see $DEV/logs/moto.log)"
 
-  local api_pid; api_pid=$(start apiserver "$bin/keeper-apiserver" --listen 127.0.0.1:0 \
+  local api_pid; api_pid=$(start apiserver "$bin/keeper-e2e-apiserver" --listen 127.0.0.1:0 \
     --kubeconfig "$DEV/kubeconfig" --ready-file "$DEV/apiserver.ready")
   wait_for 30 test -s "$DEV/apiserver.ready" || die "the API emulator did not start (see $DEV/logs/apiserver.log)"
   local apiserver; apiserver=$(cat "$DEV/apiserver.ready")
 
   local admin_password; admin_password=$(openssl rand -hex 16)
-  local sg_pid; sg_pid=$(start storagegrid "$bin/keeper-storagegrid" --listen 127.0.0.1:0 --s3-listen 127.0.0.1:0 \
+  local sg_pid; sg_pid=$(start storagegrid "$bin/keeper-e2e-storagegrid" --listen 127.0.0.1:0 --s3-listen 127.0.0.1:0 \
     --moto-endpoint "$moto" --admin-user "$ADMIN_USER" --admin-password "$admin_password" \
     --drain-rate "${KEEPER_DRAIN_RATE:-200}" --ready-file "$DEV/storagegrid.ready")
   wait_for 30 test -s "$DEV/storagegrid.ready" || die "the StorageGRID emulator did not start (see $DEV/logs/storagegrid.log)"

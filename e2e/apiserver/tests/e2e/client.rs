@@ -3,7 +3,7 @@
 use crate::common::*;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Namespace, Secret};
-use keeper_apiserver::Config;
+use keeper_e2e_apiserver::Config;
 use kube::api::{
     Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams, WatchEvent,
     WatchParams,
