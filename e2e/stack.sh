@@ -229,27 +229,14 @@ cmd_webhook_cert() {
   rm -f "$dir/tls.csr" "$dir/ext.cnf" "$dir/ca.key" "$dir/ca.srl"
 }
 
-# The ValidatingWebhookConfiguration the chart installs, pointing at a URL instead of a Service.
+# The chart's ValidatingWebhookConfiguration (charts/keeper/templates/webhook.yaml, so its rules and
+# failurePolicy are the chart's), rendered by `helm template` with webhook.url pointing at a keeper
+# process on this machine instead of a Service, and the CA in CA_FILE as its caBundle.
 webhook_configuration() {
-  local name=$1 url=$2 ca_file=$3
-  cat <<YAML
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata:
-  name: $name
-webhooks:
-  - name: validate.keeper.dev
-    admissionReviewVersions: [v1]
-    sideEffects: None
-    failurePolicy: Ignore
-    timeoutSeconds: 5
-    clientConfig:
-      url: $url
-      caBundle: $(base64 -w0 <"$ca_file")
-    rules:
-      - {apiGroups: [keeper.dev], apiVersions: [v1alpha1], operations: [DELETE], resources: [s3tenants]}
-      - {apiGroups: [keeper.dev], apiVersions: [v1alpha1], operations: [CREATE], resources: [s3buckets]}
-YAML
+  local name=$1 url=$2 ca_file=$3 helm
+  helm=$(cmd_helm_path)
+  "$helm" template "$name" "$ROOT/charts/keeper" --show-only templates/webhook.yaml \
+    --set-string webhook.url="$url" --set-string webhook.caBundle="$(base64 -w0 <"$ca_file")"
 }
 
 cmd_keeper() {
