@@ -2,13 +2,30 @@
 # The local control plane: a Kubernetes API emulator, a StorageGRID emulator, a moto server (S3 and
 # RDS) and Prometheus, started as plain processes on free 127.0.0.1 ports.
 #
-#   e2e/stack.sh deps    install what the stack needs (Python venv with moto, Debian's prometheus)
-#   e2e/stack.sh up      start the stack (safe to run twice), install the CRDs, write .keeper-dev/env
-#   e2e/stack.sh keeper  start `keeper run` against the stack (with the admission webhook registered)
-#   e2e/stack.sh demo    up + keeper + the samples in config/samples, then wait until they are Ready
-#   e2e/stack.sh down    stop everything this script started, by PID
+#   e2e/stack.sh deps        install everything the stack needs: deps-moto, plus Debian's prometheus,
+#                            curl and openssl (apt-get when root); checks that kubectl is installed
+#   e2e/stack.sh deps-moto   install only moto[server] into a Python venv (~/.cache/keeper/venv):
+#                            all that the unit tests and the emulators' suites need (`make unit`)
+#   e2e/stack.sh moto-path   print the path of that venv's moto_server (for KEEPER_MOTO_SERVER)
+#   e2e/stack.sh helm-path   print the path of helm, fetched once into ~/.cache/keeper/helm
+#   e2e/stack.sh webhook-cert DIR
+#                            write a throwaway CA and a serving certificate for 127.0.0.1 into DIR
+#                            (ca.crt, tls.crt, tls.key)
+#   e2e/stack.sh webhook-configuration NAME URL CA_FILE
+#                            print the chart's ValidatingWebhookConfiguration (helm template) named
+#                            NAME (a release name containing "keeper"), calling URL, trusting CA_FILE
+#   e2e/stack.sh up          start the stack (safe to run twice), install the CRDs, write .keeper-dev/env
+#   e2e/stack.sh config      write keeper's configuration for the running stack (.keeper-dev/keeper.yaml)
+#                            and create the Secrets it names in keeper-system
+#   e2e/stack.sh keeper      config + start `keeper run` against the stack, with the chart's admission
+#                            webhook configuration registered for it
+#   e2e/stack.sh demo        up + keeper + the samples in config/samples, then wait until they are Ready
+#   e2e/stack.sh down        stop everything this script started, by PID
 #
 # Everything lives in .keeper-dev/ (git-ignored): env, kubeconfig, pids, logs, generated configs.
+# Environment: KEEPER_DEV_DIR (instead of .keeper-dev), KEEPER_VENV (instead of
+# ~/.cache/keeper/venv), KEEPER_DRAIN_RATE (the StorageGRID emulator's deletes per second, default
+# 200), CARGO_TARGET_DIR (where the binaries are built, default target/).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,8 +67,8 @@ start() {
 
 recorded_pid() { [ -f "$DEV/pids" ] && awk -v n="$1" '$1==n {p=$2} END {print p}' "$DEV/pids"; }
 
-cmd_deps() {
-  command -v kubectl >/dev/null || die "kubectl is required (see README: Prerequisites)"
+# moto (the S3 and RDS server of the unit tests, the emulators' suites and the stack) in a venv.
+cmd_deps_moto() {
   command -v python3 >/dev/null || die "python3 is required (see README: Prerequisites)"
   if ! "$VENV/bin/python" -c "import moto, flask" 2>/dev/null \
      || [ "$("$VENV/bin/python" -c 'import moto; print(moto.__version__)')" != "$MOTO_VERSION" ]; then
@@ -59,6 +76,12 @@ cmd_deps() {
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
   fi
+}
+
+# Everything the stack needs: moto, and Prometheus, curl and openssl from Debian.
+cmd_deps() {
+  command -v kubectl >/dev/null || die "kubectl is required (see README: Prerequisites)"
+  cmd_deps_moto
   local missing=()
   command -v prometheus >/dev/null || missing+=(prometheus)
   command -v curl >/dev/null || missing+=(curl)
@@ -310,6 +333,7 @@ cmd_down() {
 
 case "${1:-}" in
   deps) cmd_deps ;;
+  deps-moto) cmd_deps_moto ;;
   moto-path) echo "$VENV/bin/moto_server" ;;
   helm-path) cmd_helm_path ;;
   webhook-cert) cmd_webhook_cert "${2:?directory}" ;;
@@ -319,5 +343,5 @@ case "${1:-}" in
   keeper) cmd_keeper ;;
   demo) cmd_demo ;;
   down) cmd_down ;;
-  *) echo "usage: $0 deps|moto-path|helm-path|webhook-cert DIR|webhook-configuration NAME URL CA|up|config|keeper|demo|down" >&2; exit 2 ;;
+  *) echo "usage: $0 deps|deps-moto|moto-path|helm-path|webhook-cert DIR|webhook-configuration NAME URL CA|up|config|keeper|demo|down" >&2; exit 2 ;;
 esac
