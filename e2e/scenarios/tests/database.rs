@@ -250,7 +250,8 @@ async fn ten_sigkills_during_creation_and_deletion_leave_one_instance_with_the_s
             .next_back()
             .expect("a password was sent to RDS");
         let secret =
-            keeper_e2e_scenarios::secret_data(&env, &ns.name, &format!("{name}-connection")).unwrap();
+            keeper_e2e_scenarios::secret_data(&env, &ns.name, &format!("{name}-connection"))
+                .unwrap();
         assert_eq!(
             &secret["password"], sent,
             "the Secret's password is not the instance's"
