@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 CARGO ?= cargo
 NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build crds fmt fmt-check clippy chart unit e2e test deps dev-up dev-down demo
+.PHONY: all build crds fmt fmt-check clippy chart unit e2e test deps deps-moto dev-up dev-down demo
 
 all: build
 
@@ -26,12 +26,12 @@ fmt-check:
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-## unit: unit tests and the emulators' own suites (no stack needed)
-unit: deps
+## unit: unit tests and the emulators' own suites (no stack needed: moto, no Prometheus)
+unit: deps-moto
 ifeq ($(NEXTEST),yes)
-	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) nextest run --workspace --exclude keeper-e2e --no-fail-fast
+	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) nextest run --workspace --exclude keeper-e2e-scenarios --no-fail-fast
 else
-	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) test --workspace --exclude keeper-e2e --no-fail-fast
+	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) test --workspace --exclude keeper-e2e-scenarios --no-fail-fast
 endif
 
 ## e2e: the end-to-end scenarios with kubectl against the local control plane
@@ -47,9 +47,13 @@ chart:
 ## test: everything CI runs
 test: fmt-check clippy chart unit e2e
 
-## deps: install what the local stack needs (moto in a Python venv, Debian's prometheus)
+## deps: install what the local stack needs (moto in a Python venv, Debian's prometheus, curl, openssl)
 deps:
 	e2e/stack.sh deps
+
+## deps-moto: install only moto (in a Python venv): what `make unit` needs
+deps-moto:
+	e2e/stack.sh deps-moto
 
 dev-up:
 	e2e/stack.sh up

@@ -1,9 +1,23 @@
 #!/usr/bin/env bash
-# Runs the end-to-end scenarios (e2e/scenarios) one at a time.
+# Runs the end-to-end scenarios (e2e/scenarios, package keeper-e2e-scenarios) one at a time.
+#
+#   e2e/run-e2e.sh [ARGS...]   no subcommands; ARGS go to `cargo nextest run` (when installed) or
+#                              to the test binaries after `cargo test --`, e.g. a test name filter
 #
 # Without KEEPER_E2E_KUBECONFIG: starts a private local control plane in .keeper-dev/e2e (beside
-# any `make demo` stack), runs the scenarios against it, and stops it again, whatever happens.
-# With KEEPER_E2E_KUBECONFIG (and KEEPER_E2E_CONFIG): runs them against that cluster instead.
+# any `make demo` stack) with `e2e/stack.sh up` and `config`, runs the scenarios against it, and
+# stops it again (`e2e/stack.sh down`), whatever happens.
+# With KEEPER_E2E_KUBECONFIG (and KEEPER_E2E_CONFIG): builds keeper, applies crds/ to that cluster
+# and runs the scenarios against it instead.
+#
+# Environment:
+#   KEEPER_E2E_KUBECONFIG  a real cluster's kubeconfig (default: the local control plane)
+#   KEEPER_E2E_CONFIG      keeper's configuration for that cluster's backends (required with it)
+#   KEEPER_E2E_OPERATOR_NAMESPACE  keeper's namespace in that cluster (default keeper-system)
+#   KEEPER_S3_ENDPOINT, KEEPER_RDS_ENDPOINT
+#                          S3 and RDS endpoints for the real-cluster path (omit for AWS)
+#   CARGO_TARGET_DIR       where keeper and the emulators are built (default target/)
+# It sets KEEPER_HELM (helm, from `e2e/stack.sh helm-path`) for the chart scenario.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
@@ -12,9 +26,9 @@ export KEEPER_HELM; KEEPER_HELM=$("$ROOT/e2e/stack.sh" helm-path)
 
 run_scenarios() {
   if cargo nextest --version >/dev/null 2>&1; then
-    cargo nextest run -p keeper-e2e --test-threads 1 --no-fail-fast "$@"
+    cargo nextest run -p keeper-e2e-scenarios --test-threads 1 --no-fail-fast "$@"
   else
-    cargo test -p keeper-e2e --no-fail-fast -- --test-threads 1 "$@"
+    cargo test -p keeper-e2e-scenarios --no-fail-fast -- --test-threads 1 "$@"
   fi
 }
 

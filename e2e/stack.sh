@@ -2,13 +2,30 @@
 # The local control plane: a Kubernetes API emulator, a StorageGRID emulator, a moto server (S3 and
 # RDS) and Prometheus, started as plain processes on free 127.0.0.1 ports.
 #
-#   e2e/stack.sh deps    install what the stack needs (Python venv with moto, Debian's prometheus)
-#   e2e/stack.sh up      start the stack (safe to run twice), install the CRDs, write .keeper-dev/env
-#   e2e/stack.sh keeper  start `keeper run` against the stack (with the admission webhook registered)
-#   e2e/stack.sh demo    up + keeper + the samples in config/samples, then wait until they are Ready
-#   e2e/stack.sh down    stop everything this script started, by PID
+#   e2e/stack.sh deps        install everything the stack needs: deps-moto, plus Debian's prometheus,
+#                            curl and openssl (apt-get when root); checks that kubectl is installed
+#   e2e/stack.sh deps-moto   install only moto[server] into a Python venv (~/.cache/keeper/venv):
+#                            all that the unit tests and the emulators' suites need (`make unit`)
+#   e2e/stack.sh moto-path   print the path of that venv's moto_server (for KEEPER_MOTO_SERVER)
+#   e2e/stack.sh helm-path   print the path of helm, fetched once into ~/.cache/keeper/helm
+#   e2e/stack.sh webhook-cert DIR
+#                            write a throwaway CA and a serving certificate for 127.0.0.1 into DIR
+#                            (ca.crt, tls.crt, tls.key)
+#   e2e/stack.sh webhook-configuration NAME URL CA_FILE
+#                            print the chart's ValidatingWebhookConfiguration (helm template) named
+#                            NAME (a release name containing "keeper"), calling URL, trusting CA_FILE
+#   e2e/stack.sh up          start the stack (safe to run twice), install the CRDs, write .keeper-dev/env
+#   e2e/stack.sh config      write keeper's configuration for the running stack (.keeper-dev/keeper.yaml)
+#                            and create the Secrets it names in keeper-system
+#   e2e/stack.sh keeper      config + start `keeper run` against the stack, with the chart's admission
+#                            webhook configuration registered for it
+#   e2e/stack.sh demo        up + keeper + the samples in config/samples, then wait until they are Ready
+#   e2e/stack.sh down        stop everything this script started, by PID
 #
 # Everything lives in .keeper-dev/ (git-ignored): env, kubeconfig, pids, logs, generated configs.
+# Environment: KEEPER_DEV_DIR (instead of .keeper-dev), KEEPER_VENV (instead of
+# ~/.cache/keeper/venv), KEEPER_DRAIN_RATE (the StorageGRID emulator's deletes per second, default
+# 200), CARGO_TARGET_DIR (where the binaries are built, default target/).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -50,8 +67,8 @@ start() {
 
 recorded_pid() { [ -f "$DEV/pids" ] && awk -v n="$1" '$1==n {p=$2} END {print p}' "$DEV/pids"; }
 
-cmd_deps() {
-  command -v kubectl >/dev/null || die "kubectl is required (see README: Prerequisites)"
+# moto (the S3 and RDS server of the unit tests, the emulators' suites and the stack) in a venv.
+cmd_deps_moto() {
   command -v python3 >/dev/null || die "python3 is required (see README: Prerequisites)"
   if ! "$VENV/bin/python" -c "import moto, flask" 2>/dev/null \
      || [ "$("$VENV/bin/python" -c 'import moto; print(moto.__version__)')" != "$MOTO_VERSION" ]; then
@@ -59,6 +76,12 @@ cmd_deps() {
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
   fi
+}
+
+# Everything the stack needs: moto, and Prometheus, curl and openssl from Debian.
+cmd_deps() {
+  command -v kubectl >/dev/null || die "kubectl is required (see README: Prerequisites)"
+  cmd_deps_moto
   local missing=()
   command -v prometheus >/dev/null || missing+=(prometheus)
   command -v curl >/dev/null || missing+=(curl)
@@ -126,13 +149,13 @@ cmd_up() {
   local moto="http://127.0.0.1:$moto_port"
   wait_for 30 curl -sf "$moto/moto-api/" || die "moto did not start (see $DEV/logs/moto.log)"
 
-  local api_pid; api_pid=$(start apiserver "$bin/keeper-apiserver" --listen 127.0.0.1:0 \
+  local api_pid; api_pid=$(start apiserver "$bin/keeper-e2e-apiserver" --listen 127.0.0.1:0 \
     --kubeconfig "$DEV/kubeconfig" --ready-file "$DEV/apiserver.ready")
   wait_for 30 test -s "$DEV/apiserver.ready" || die "the API emulator did not start (see $DEV/logs/apiserver.log)"
   local apiserver; apiserver=$(cat "$DEV/apiserver.ready")
 
   local admin_password; admin_password=$(openssl rand -hex 16)
-  local sg_pid; sg_pid=$(start storagegrid "$bin/keeper-storagegrid" --listen 127.0.0.1:0 --s3-listen 127.0.0.1:0 \
+  local sg_pid; sg_pid=$(start storagegrid "$bin/keeper-e2e-storagegrid" --listen 127.0.0.1:0 --s3-listen 127.0.0.1:0 \
     --moto-endpoint "$moto" --admin-user "$ADMIN_USER" --admin-password "$admin_password" \
     --drain-rate "${KEEPER_DRAIN_RATE:-200}" --ready-file "$DEV/storagegrid.ready")
   wait_for 30 test -s "$DEV/storagegrid.ready" || die "the StorageGRID emulator did not start (see $DEV/logs/storagegrid.log)"
@@ -229,27 +252,14 @@ cmd_webhook_cert() {
   rm -f "$dir/tls.csr" "$dir/ext.cnf" "$dir/ca.key" "$dir/ca.srl"
 }
 
-# The ValidatingWebhookConfiguration the chart installs, pointing at a URL instead of a Service.
+# The chart's ValidatingWebhookConfiguration (charts/keeper/templates/webhook.yaml, so its rules and
+# failurePolicy are the chart's), rendered by `helm template` with webhook.url pointing at a keeper
+# process on this machine instead of a Service, and the CA in CA_FILE as its caBundle.
 webhook_configuration() {
-  local name=$1 url=$2 ca_file=$3
-  cat <<YAML
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
-metadata:
-  name: $name
-webhooks:
-  - name: validate.keeper.dev
-    admissionReviewVersions: [v1]
-    sideEffects: None
-    failurePolicy: Ignore
-    timeoutSeconds: 5
-    clientConfig:
-      url: $url
-      caBundle: $(base64 -w0 <"$ca_file")
-    rules:
-      - {apiGroups: [keeper.dev], apiVersions: [v1alpha1], operations: [DELETE], resources: [s3tenants]}
-      - {apiGroups: [keeper.dev], apiVersions: [v1alpha1], operations: [CREATE], resources: [s3buckets]}
-YAML
+  local name=$1 url=$2 ca_file=$3 helm
+  helm=$(cmd_helm_path)
+  "$helm" template "$name" "$ROOT/charts/keeper" --show-only templates/webhook.yaml \
+    --set-string webhook.url="$url" --set-string webhook.caBundle="$(base64 -w0 <"$ca_file")"
 }
 
 cmd_keeper() {
@@ -323,6 +333,7 @@ cmd_down() {
 
 case "${1:-}" in
   deps) cmd_deps ;;
+  deps-moto) cmd_deps_moto ;;
   moto-path) echo "$VENV/bin/moto_server" ;;
   helm-path) cmd_helm_path ;;
   webhook-cert) cmd_webhook_cert "${2:?directory}" ;;
@@ -332,5 +343,5 @@ case "${1:-}" in
   keeper) cmd_keeper ;;
   demo) cmd_demo ;;
   down) cmd_down ;;
-  *) echo "usage: $0 deps|moto-path|helm-path|webhook-cert DIR|webhook-configuration NAME URL CA|up|config|keeper|demo|down" >&2; exit 2 ;;
+  *) echo "usage: $0 deps|deps-moto|moto-path|helm-path|webhook-cert DIR|webhook-configuration NAME URL CA|up|config|keeper|demo|down" >&2; exit 2 ;;
 esac

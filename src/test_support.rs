@@ -22,14 +22,16 @@ fn binary() -> Option<PathBuf> {
 }
 
 impl MotoServer {
-    /// Starts moto on a free port with `extra` arguments (such as TLS flags), or returns `None`
-    /// with a notice naming `test` when no moto_server is available at all.
+    /// Starts moto on a free port with `extra` arguments (such as TLS flags). A missing moto
+    /// fails `test` with a message saying how to install it: it never skips silently. (Always
+    /// `Some`; the `Option` keeps the callers' `let Some(..) else` unchanged.)
     pub(crate) fn start(test: &str, extra: &[&str]) -> Option<MotoServer> {
         let Some(binary) = binary() else {
-            eprintln!(
-                "SKIPPED {test}: moto_server is not on PATH and KEEPER_MOTO_SERVER is not set"
+            panic!(
+                "{test} needs moto: moto_server is not on PATH and KEEPER_MOTO_SERVER is not set. \
+                 Install it with `make deps-moto` (or `e2e/stack.sh deps-moto`) and run the tests \
+                 with `make unit`, or set KEEPER_MOTO_SERVER=$(e2e/stack.sh moto-path)"
             );
-            return None;
         };
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
             .and_then(|l| l.local_addr())

@@ -592,7 +592,7 @@ pub(crate) mod tests {
     }
 
     impl Moto {
-        /// Starts moto, or returns `None` (after saying so) when it is not installed.
+        /// Starts moto; a missing moto fails the test (see `MotoServer::start`).
         pub(crate) fn start() -> Option<Moto> {
             Self::start_with(&[], "http")
         }

@@ -1,11 +1,11 @@
-//! # keeper-apiserver: a Kubernetes API emulator for keeper's tests
+//! # keeper-e2e-apiserver: a Kubernetes API emulator for keeper's tests
 //!
 //! An in-memory, single-process stand-in for kube-apiserver that real `kubectl` (v1.32) and
 //! kube-rs 5 clients (including kube-runtime's `Controller`, finalizer helper and event
 //! `Recorder`) talk to through a kubeconfig. It binds 127.0.0.1 only and speaks plain HTTP/1.1.
 //!
 //! ```text
-//! keeper-apiserver --listen 127.0.0.1:0 --kubeconfig <path> [--ready-file <path>]
+//! keeper-e2e-apiserver --listen 127.0.0.1:0 --kubeconfig <path> [--ready-file <path>]
 //!                  [--watch-history N] [--bookmark-interval SECONDS]
 //!                  [--webhook-service NAMESPACE/NAME=PORT ...]
 //! ```

@@ -1,4 +1,4 @@
-//! `keeper-apiserver --listen 127.0.0.1:0 --kubeconfig <path> [--ready-file <path>]`
+//! `keeper-e2e-apiserver --listen 127.0.0.1:0 --kubeconfig <path> [--ready-file <path>]`
 
 use clap::Parser;
 use std::io::Write;
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 #[derive(Parser, Debug)]
 #[command(
-    name = "keeper-apiserver",
+    name = "keeper-e2e-apiserver",
     about = "Kubernetes API emulator for keeper's tests"
 )]
 struct Args {
@@ -66,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let url = format!("http://{}", listener.local_addr()?);
-    write_atomic(&args.kubeconfig, &keeper_apiserver::kubeconfig(&url))?;
+    write_atomic(&args.kubeconfig, &keeper_e2e_apiserver::kubeconfig(&url))?;
     let mut webhook_services = std::collections::HashMap::new();
     for m in &args.webhook_services {
         let (svc, port) = m
@@ -80,7 +80,7 @@ async fn main() -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--webhook-service {m:?}: bad port: {e}"))?;
         webhook_services.insert(svc.to_string(), port);
     }
-    let config = keeper_apiserver::Config {
+    let config = keeper_e2e_apiserver::Config {
         watch_history: args.watch_history,
         bookmark_interval: Duration::from_secs(args.bookmark_interval.max(1)),
         webhook_services,
@@ -93,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
             _ = term.recv() => {}
         }
     };
-    let server = tokio::spawn(keeper_apiserver::serve(listener, config, shutdown));
+    let server = tokio::spawn(keeper_e2e_apiserver::serve(listener, config, shutdown));
     println!("listening on {url}");
     std::io::stdout().flush()?;
     if let Some(p) = &args.ready_file {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
-use keeper_e2e::{
+use keeper_e2e_scenarios::{
     Env, Keeper, condition, condition_is, jitter, s3_client, secret_data, wait_for, wait_until,
 };
 use serde_json::Value;

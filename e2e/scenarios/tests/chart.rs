@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use keeper_e2e::Env;
+use keeper_e2e_scenarios::Env;
 
 fn helm(env: &Env, args: &[&str]) -> String {
     let helm = std::env::var("KEEPER_HELM").expect("KEEPER_HELM is set by e2e/run-e2e.sh");

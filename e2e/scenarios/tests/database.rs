@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use keeper_e2e::{Env, Keeper, condition_is, jitter, rds_client, wait_for, wait_until};
+use keeper_e2e_scenarios::{Env, Keeper, condition_is, jitter, rds_client, wait_for, wait_until};
 
 fn database(name: &str, policy: &str) -> String {
     format!(
@@ -206,7 +206,7 @@ async fn ten_sigkills_during_creation_and_deletion_leave_one_instance_with_the_s
         );
         return;
     }
-    keeper_e2e::moto_start_recording(&env).unwrap();
+    keeper_e2e_scenarios::moto_start_recording(&env).unwrap();
     let ns = env.namespace("e2e-dbkill").unwrap();
     let names = ["one", "two"];
     for name in names {
@@ -230,7 +230,7 @@ async fn ten_sigkills_during_creation_and_deletion_leave_one_instance_with_the_s
         );
 
         // The last password keeper gave RDS for this instance is the one in the Secret.
-        let calls = keeper_e2e::moto_recorded_calls(&env).unwrap();
+        let calls = keeper_e2e_scenarios::moto_recorded_calls(&env).unwrap();
         let creates = calls
             .iter()
             .filter(|c| {
@@ -250,7 +250,8 @@ async fn ten_sigkills_during_creation_and_deletion_leave_one_instance_with_the_s
             .next_back()
             .expect("a password was sent to RDS");
         let secret =
-            keeper_e2e::secret_data(&env, &ns.name, &format!("{name}-connection")).unwrap();
+            keeper_e2e_scenarios::secret_data(&env, &ns.name, &format!("{name}-connection"))
+                .unwrap();
         assert_eq!(
             &secret["password"], sent,
             "the Secret's password is not the instance's"

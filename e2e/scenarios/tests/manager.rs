@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use keeper_e2e::{Env, Keeper, http_get, wait_until};
+use keeper_e2e_scenarios::{Env, Keeper, http_get, wait_until};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn keeper_serves_metrics_and_health_and_stops_cleanly_on_sigterm() {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use keeper_e2e::{
+use keeper_e2e_scenarios::{
     Env, Keeper, condition, condition_is, jitter, s3_client, secret_data, storagegrid_debug,
     storagegrid_state, wait_for, wait_until,
 };

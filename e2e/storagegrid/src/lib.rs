@@ -2,7 +2,7 @@
 //! `shared/reference/storagegrid-api.md` on one listener and a tenant S3 endpoint (a proxy in
 //! front of a moto server that adds keys, tenant isolation and group policies) on another.
 //!
-//! Start it in-process with [`start`] (tests) or through the `keeper-storagegrid` binary.
+//! Start it in-process with [`start`] (tests) or through the `keeper-e2e-storagegrid` binary.
 
 mod backend;
 mod mgmt;
@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 pub use state::{Fault, RequestRecord};
 pub use util::parse_duration;
 
-/// Emulator settings (the CLI flags of `keeper-storagegrid`).
+/// Emulator settings (the CLI flags of `keeper-e2e-storagegrid`).
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Management API listener (grid + tenant API); port 0 picks a free port.

@@ -1,4 +1,4 @@
-//! `keeper-storagegrid`: StorageGRID management API + tenant S3 endpoint emulator.
+//! `keeper-e2e-storagegrid`: StorageGRID management API + tenant S3 endpoint emulator.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use keeper_e2e_storagegrid::{Config, parse_duration, start};
 
 #[derive(Parser, Debug)]
 #[command(
-    name = "keeper-storagegrid",
+    name = "keeper-e2e-storagegrid",
     about = "StorageGRID emulator in front of a moto server"
 )]
 struct Args {

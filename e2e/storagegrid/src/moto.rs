@@ -26,7 +26,13 @@ impl MotoServer {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .map_err(|e| anyhow::anyhow!("cannot start {exe} (set KEEPER_MOTO_SERVER): {e}"))?;
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot start {exe}: {e}. These tests need moto: install it with \
+                         `make deps-moto` (or `e2e/stack.sh deps-moto`) and set \
+                         KEEPER_MOTO_SERVER=$(e2e/stack.sh moto-path) (`make unit` does)"
+                    )
+                })?;
             let mut server = MotoServer {
                 child,
                 endpoint: format!("http://127.0.0.1:{port}"),

@@ -1,4 +1,4 @@
-//! The `keeper-storagegrid` binary: CLI contract, ready file, SIGTERM exit.
+//! The `keeper-e2e-storagegrid` binary: CLI contract, ready file, SIGTERM exit.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -13,7 +13,7 @@ async fn binary_serves_writes_ready_file_and_exits_on_sigterm() {
     std::fs::create_dir_all(&dir).unwrap();
     let ready = dir.join("ready.json");
     let _ = std::fs::remove_file(&ready);
-    let mut child = Command::new(env!("CARGO_BIN_EXE_keeper-storagegrid"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keeper-e2e-storagegrid"))
         .args([
             "--listen",
             "127.0.0.1:0",
@@ -85,7 +85,7 @@ async fn binary_serves_writes_ready_file_and_exits_on_sigterm() {
 
 #[test]
 fn binary_refuses_non_loopback_listeners() {
-    let out = Command::new(env!("CARGO_BIN_EXE_keeper-storagegrid"))
+    let out = Command::new(env!("CARGO_BIN_EXE_keeper-e2e-storagegrid"))
         .args([
             "--listen",
             "0.0.0.0:0",

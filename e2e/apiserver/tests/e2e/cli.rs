@@ -1,4 +1,4 @@
-//! The `keeper-apiserver` binary's CLI contract.
+//! The `keeper-e2e-apiserver` binary's CLI contract.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -9,7 +9,7 @@ fn binary_writes_kubeconfig_prints_url_and_exits_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
     let ready = dir.path().join("ready");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_keeper-apiserver"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_keeper-e2e-apiserver"))
         .args(["--listen", "127.0.0.1:0", "--kubeconfig"])
         .arg(&kc)
         .arg("--ready-file")
@@ -73,7 +73,7 @@ fn binary_writes_kubeconfig_prints_url_and_exits_on_sigterm() {
 #[test]
 fn binary_refuses_non_loopback_listen() {
     let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_keeper-apiserver"))
+    let out = Command::new(env!("CARGO_BIN_EXE_keeper-e2e-apiserver"))
         .args(["--listen", "0.0.0.0:0", "--kubeconfig"])
         .arg(dir.path().join("kc"))
         .output()

@@ -1,7 +1,7 @@
 //! Test harness: an in-process server per test, kubectl with a temp kubeconfig, a kube-rs client
 //! and raw HTTP.
 
-use keeper_apiserver::{Config, Server};
+use keeper_e2e_apiserver::{Config, Server};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -333,9 +333,9 @@ async fn webhook_service_reference_needs_a_mapping() {
         .trim_end_matches("/validate")
         .parse()
         .unwrap();
-    let config = keeper_apiserver::Config {
+    let config = keeper_e2e_apiserver::Config {
         webhook_services: [("keeper-system/keeper-webhook".to_string(), port)].into(),
-        ..keeper_apiserver::Config::default()
+        ..keeper_e2e_apiserver::Config::default()
     };
     let env = Env::with(config).await;
     let mut cfg = vwc("mapped", "", &hook.ca_pem, "Fail", json!(["CREATE"]));
