@@ -65,6 +65,13 @@ async fn keeper_serves_metrics_and_health_and_stops_cleanly_on_sigterm() {
 
     env.kubectl(&["delete", "-n", &ns.name, "s3tenant/probe", "--wait=false"])
         .unwrap();
+    // keeper's stdout is a file here, as under a log collector: plain text, no colour codes.
+    let log = keeper.log_text();
+    assert!(log.contains("starting controller"), "{log}");
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escape codes in a log written to a file:\n{log}"
+    );
     assert_eq!(
         keeper.terminate().unwrap(),
         Some(0),
