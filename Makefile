@@ -39,10 +39,11 @@ endif
 e2e: deps
 	e2e/run-e2e.sh
 
-## chart: lint and render the Helm chart (helm is fetched once into ~/.cache/keeper)
+## chart: lint and render the Helm chart, check that its values schema refuses wrong values (helm is fetched once into ~/.cache/keeper)
 chart:
 	HELM=$$(e2e/stack.sh helm-path) && $$HELM lint --strict charts/keeper \
-	  && $$HELM template keeper charts/keeper -n keeper-system -f charts/keeper/ci/demo-values.yaml >/dev/null
+	  && $$HELM template keeper charts/keeper -n keeper-system -f charts/keeper/ci/demo-values.yaml >/dev/null \
+	  && charts/keeper/ci/check-schema.sh $$HELM
 
 ## test: everything CI runs
 test: fmt-check clippy chart unit e2e
