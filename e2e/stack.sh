@@ -275,7 +275,7 @@ cmd_keeper() {
   local webhook_port; webhook_port=$(free_port)
   # keeper reaches RDS through the standard AWS chain; moto accepts these test keys.
   local pid; pid=$(AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 \
-    start keeper "$KEEPER_BIN" run --config "$DEV/keeper.yaml" --namespace keeper-system \
+    start keeper "$KEEPER_BIN" run --config "$DEV/keeper.yaml" --namespace keeper-system --leader-election=false \
     --metrics-bind-address "$KEEPER_METRICS_ADDR" \
     --webhook-bind-address "127.0.0.1:$webhook_port" --webhook-cert-dir "$DEV/webhook")
   {

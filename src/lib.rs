@@ -8,6 +8,7 @@ pub mod backends;
 pub mod config;
 pub mod controllers;
 pub mod crdgen;
+pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod providers;

@@ -16,7 +16,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the operator: the S3Tenant, S3Bucket and CloudDatabase controllers in one process.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Write the CustomResourceDefinitions generated from the API types.
     Crdgen {
         /// Directory to write one YAML file per CRD into.
@@ -46,7 +46,7 @@ async fn run() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Run(args) => {
             telemetry::init(args.log_format);
-            manager::run(args).await
+            manager::run(*args).await
         }
         Command::Crdgen { output_dir } => {
             for name in crdgen::write(&output_dir)? {

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Endpoint, OperatorConfig};
 use crate::controllers::ControllerKind;
+use crate::leader::{self, Leadership};
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::runtime::Shared;
@@ -61,6 +62,20 @@ pub struct RunArgs {
     #[arg(long, env = "POD_NAMESPACE", default_value = "keeper-system")]
     pub namespace: String,
 
+    /// Take part in leader election on a Lease in keeper's namespace, so that of several replicas
+    /// only one reconciles. Switch it off for a single local process (development, tests).
+    #[arg(
+        long,
+        env = "KEEPER_LEADER_ELECTION",
+        default_value_t = true,
+        action = clap::ArgAction::Set
+    )]
+    pub leader_election: bool,
+
+    /// Name of the leader-election Lease (in keeper's namespace).
+    #[arg(long, env = "KEEPER_LEADER_ELECTION_LEASE", default_value = "keeper")]
+    pub leader_election_lease: String,
+
     /// Log format.
     #[arg(long, env = "KEEPER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -105,6 +120,13 @@ async fn kube_client() -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).context("cannot build the Kubernetes client")
 }
 
+/// This machine's host name (a pod's name in a cluster), for the leader-election identity.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "keeper".to_string())
+}
+
 /// Resolves on SIGTERM or SIGINT.
 async fn shutdown_signal() {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -128,7 +150,28 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         &config.provider_secrets(&args.namespace),
     ));
     let providers = Arc::new(Providers::build(&config, metrics.clone())?);
+    let shutdown = CancellationToken::new();
+    let (leadership, election) = if args.leader_election {
+        let identity = std::env::var("POD_NAME")
+            .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
+        let (leadership, task) = leader::elect(
+            client.clone(),
+            leader::Election {
+                namespace: args.namespace.clone(),
+                lease_name: args.leader_election_lease.clone(),
+                identity,
+            },
+            &metrics,
+            shutdown.clone(),
+        )
+        .await?;
+        (leadership, Some(task))
+    } else {
+        tracing::info!("leader election off (--leader-election=false): this process reconciles");
+        (Leadership::always(), None)
+    };
     let shared = Shared {
+        leadership,
         client,
         kube,
         providers,
@@ -136,7 +179,6 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         metrics: metrics.clone(),
         operator_namespace: args.namespace.clone(),
     };
-    let shutdown = CancellationToken::new();
 
     let listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
         .await
@@ -189,6 +231,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     shutdown.cancel();
     while let Some(result) = tasks.join_next().await {
         result.context("controller task panicked")??;
+    }
+    if let Some(election) = election {
+        election.await.context("leader election task panicked")?;
     }
     server.await.context("HTTP server task panicked")??;
     if let Some(webhook) = webhook {

@@ -215,28 +215,68 @@ mod tests {
 impl From<super::storagegrid::Error> for BackendError {
     fn from(e: super::storagegrid::Error) -> Self {
         use super::storagegrid::Error as E;
-        let message = e.to_string();
-        let (operation, class, code) = match &e {
-            E::NotFound { operation, .. } => (*operation, ErrorClass::NotFound, "HTTP 404".into()),
-            E::Conflict { operation, .. } => (*operation, ErrorClass::Conflict, "HTTP 409".into()),
-            E::BadCredentials { operation, .. } => {
-                (*operation, ErrorClass::Permanent, "BadCredentials".into())
-            }
+        // The message without the operation (the BackendError names it once).
+        let (operation, class, code, message) = match &e {
+            E::NotFound { operation, message } => (
+                *operation,
+                ErrorClass::NotFound,
+                "HTTP 404".into(),
+                message.clone(),
+            ),
+            E::Conflict { operation, message } => (
+                *operation,
+                ErrorClass::Conflict,
+                "HTTP 409".into(),
+                message.clone(),
+            ),
+            E::BadCredentials {
+                operation,
+                username,
+                message,
+            } => (
+                *operation,
+                ErrorClass::Permanent,
+                "BadCredentials".into(),
+                format!("sign-in refused for user {username:?}: {message}"),
+            ),
             E::Rejected {
-                operation, status, ..
-            } => (*operation, ErrorClass::Permanent, format!("HTTP {status}")),
-            E::Unauthorized { operation, .. } => {
-                (*operation, ErrorClass::Transient, "HTTP 401".into())
-            }
+                operation,
+                status,
+                message,
+            } => (
+                *operation,
+                ErrorClass::Permanent,
+                format!("HTTP {status}"),
+                message.clone(),
+            ),
+            E::Unauthorized { operation, message } => (
+                *operation,
+                ErrorClass::Transient,
+                "HTTP 401".into(),
+                format!("refused even after signing in again: {message}"),
+            ),
             E::Server {
-                operation, status, ..
-            } => (*operation, ErrorClass::Transient, format!("HTTP {status}")),
-            E::Transport { operation, .. } => {
-                (*operation, ErrorClass::Transient, "Transport".into())
-            }
-            E::InvalidResponse { operation, .. } => {
-                (*operation, ErrorClass::Transient, "InvalidResponse".into())
-            }
+                operation,
+                status,
+                message,
+            } => (
+                *operation,
+                ErrorClass::Transient,
+                format!("HTTP {status}"),
+                message.clone(),
+            ),
+            E::Transport { operation, source } => (
+                *operation,
+                ErrorClass::Transient,
+                "Transport".into(),
+                source.to_string(),
+            ),
+            E::InvalidResponse { operation, message } => (
+                *operation,
+                ErrorClass::Transient,
+                "InvalidResponse".into(),
+                message.clone(),
+            ),
         };
         BackendError::new("storagegrid", operation, class, code, message)
     }

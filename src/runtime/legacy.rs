@@ -264,6 +264,9 @@ async fn observed<R: Reconciler>(
     obj: Arc<R::Resource>,
     ctx: Arc<Context<R>>,
 ) -> Result<Action, Error<R::Error>> {
+    if !ctx.shared.leadership.is_leader() {
+        return Ok(Action::await_change());
+    }
     let started = Instant::now();
     let span = tracing::info_span!(
         "reconcile",
@@ -322,8 +325,10 @@ pub async fn run<R: Reconciler>(
         }
     });
     tracing::info!(controller = R::NAME, "starting controller");
+    let acquired = ctx.shared.leadership.acquired();
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(4))
+        .reconcile_all_on(acquired)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(observed::<R>, error_policy::<R>, ctx)
         .for_each(|result| async move {

@@ -35,6 +35,7 @@ pub use outcome::{KeeperStatus, Next, Note, Outcome};
 use self::cluster::{Kube, Target};
 use crate::backends::error::{ErrorClass, Policy, policy};
 use crate::config::OperatorConfig;
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::server::Readiness;
@@ -51,6 +52,8 @@ pub struct Shared {
     pub kube: Arc<dyn Kube>,
     /// One set of clients per configured provider.
     pub providers: Arc<Providers>,
+    /// Whether this process leads (only the leader reconciles).
+    pub leadership: Leadership,
 }
 
 /// An error a reconciler can return, classified once.
@@ -274,6 +277,9 @@ async fn reconcile<R: Reconciler>(
                     obj.status().cloned().unwrap_or_default(),
                     Next::Requeue(after),
                 );
+                outcome
+                    .status
+                    .set_observed_generation(obj.meta().generation);
                 outcome.fail(
                     e.condition_reason(),
                     e.to_string(),
@@ -323,6 +329,11 @@ async fn observed<R: Reconciler>(
     obj: Arc<R::Resource>,
     cx: Arc<Context<R>>,
 ) -> Result<Action, Error<R::Error>> {
+    if !cx.shared.leadership.is_leader() {
+        // A standby keeps its caches warm but never acts; on taking over it reconciles every
+        // object (`Leadership::acquired`), so nothing seen meanwhile is lost.
+        return Ok(Action::await_change());
+    }
     let started = Instant::now();
     let span = tracing::info_span!(
         "reconcile",
@@ -400,8 +411,10 @@ pub async fn run<R: Reconciler>(
         }
     });
     tracing::info!(controller = R::NAME, "starting controller");
+    let acquired = cx.shared.leadership.acquired();
     controller
         .with_config(kube::runtime::controller::Config::default().concurrency(4))
+        .reconcile_all_on(acquired)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(observed::<R>, error_policy::<R>, cx)
         .for_each(|result| async move {

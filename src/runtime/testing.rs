@@ -9,6 +9,7 @@ use kube::runtime::controller::Action;
 use super::cluster::fake::FakeKube;
 use super::{Context, Error, Reconciler, Shared};
 use crate::config::OperatorConfig;
+use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 
@@ -29,6 +30,7 @@ pub fn shared(kube: Arc<FakeKube>, config: OperatorConfig) -> Shared {
         config: Arc::new(config),
         metrics,
         operator_namespace: "keeper-system".to_string(),
+        leadership: Leadership::always(),
         kube,
     }
 }

@@ -22,4 +22,6 @@ refused "/metrics/port" --set metrics.port=abc
 refused "/webhook/failurePolicy" --set webhook.failurePolicy=Sometimes
 refused "/controllers/0" --set 'controllers={tenant2}'
 refused "replicas" --set replicas=2
+refused "/replicaCount" --set replicaCount=two
+refused "/leaderElection/enabled" --set-string leaderElection.enabled=yes
 echo "values.schema.json: wrong values refused, chart value sets accepted"

@@ -277,6 +277,16 @@ pub fn builtins() -> Vec<Arc<ResDef>> {
     ];
     v.push(dep);
     v.push(builtin(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        true,
+        &["pdb"],
+        &[],
+        false,
+    ));
+    v.push(builtin(
         "rbac.authorization.k8s.io",
         "v1",
         "roles",

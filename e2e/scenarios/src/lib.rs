@@ -229,9 +229,15 @@ pub struct Keeper {
 }
 
 impl Keeper {
-    /// Starts keeper and waits until /readyz answers 200.
+    /// Starts keeper (leader election off: one process) and waits until /readyz answers 200.
     pub fn start(env: &Env) -> anyhow::Result<Keeper> {
-        Self::launch(env, false)
+        Self::launch(env, false, None)
+    }
+
+    /// Starts keeper taking part in leader election on Lease `lease` (as a replica of a
+    /// Deployment would) and waits until /readyz answers 200 (a standby is ready too).
+    pub fn start_elected(env: &Env, lease: &str) -> anyhow::Result<Keeper> {
+        Self::launch(env, false, Some(lease))
     }
 
     /// Starts keeper with its admission webhook registered (local control plane only: a real
@@ -241,10 +247,10 @@ impl Keeper {
             env.apiserver_url.is_some(),
             "the webhook scenario needs the local control plane"
         );
-        Self::launch(env, true)
+        Self::launch(env, true, None)
     }
 
-    fn launch(env: &Env, with_webhook: bool) -> anyhow::Result<Keeper> {
+    fn launch(env: &Env, with_webhook: bool, lease: Option<&str>) -> anyhow::Result<Keeper> {
         let port = free_port()?;
         let log =
             std::env::temp_dir().join(format!("keeper-e2e-{}-{port}.log", std::process::id()));
@@ -260,6 +266,8 @@ impl Keeper {
             .arg(format!("127.0.0.1:{port}"))
             .arg("--config")
             .arg(&env.keeper_config)
+            .arg(format!("--leader-election={}", lease.is_some()))
+            .args(lease.map(|l| format!("--leader-election-lease={l}")))
             .env("KUBECONFIG", &env.kubeconfig)
             .envs(env.keeper_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(file.try_clone()?)

@@ -59,8 +59,25 @@ fn the_chart_installs_renders_a_valid_configuration_and_uninstalls() {
         .get_json(&ns.name, "deployment/keeper")
         .unwrap()
         .unwrap();
-    assert_eq!(deployment["spec"]["replicas"], 1);
-    assert_eq!(deployment["spec"]["strategy"]["type"], "Recreate");
+    // Two replicas electing a leader, rolled one at a time, spread over nodes, kept by a PDB.
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(deployment["spec"]["strategy"]["type"], "RollingUpdate");
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(args.contains("--leader-election=true"), "{args}");
+    assert!(
+        deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"].is_object(),
+        "{deployment:#}"
+    );
+    let pdb = env
+        .get_json(&ns.name, "poddisruptionbudget/keeper")
+        .unwrap()
+        .expect("a PodDisruptionBudget with two replicas");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    let role = env
+        .get_json(&ns.name, "role/keeper-leader-election")
+        .unwrap()
+        .expect("a Role for the leader-election Lease");
+    assert_eq!(role["rules"][0]["resources"][0], "leases");
 
     let configmap = env
         .get_json(&ns.name, "configmap/keeper-config")
