@@ -40,8 +40,7 @@ impl<B: Backends> Reconciler for S3TenantReconciler<B> {
         let generation = tenant.metadata.generation;
         let mut status = tenant.status.clone().unwrap_or_default();
         status.observed_generation = generation;
-        // A deletion that was blocked and then cancelled (impossible today, but a live object
-        // is never blocked).
+        // A live object is never blocked from deletion.
         conditions::remove(&mut status.conditions, conditions::DELETION_BLOCKED);
         let provider = cx.shared.providers.get(&tenant.spec.provider)?;
         match &provider.config {
