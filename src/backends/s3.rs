@@ -567,6 +567,23 @@ impl S3Store {
             })
             .await
     }
+
+    /// The names of the buckets the credentials can see (ListBuckets); also proves that the
+    /// credentials work.
+    pub async fn list_buckets(&self, metrics: &Metrics) -> Result<Vec<String>, S3Error> {
+        metrics
+            .backend_call(BACKEND, "list_buckets", async {
+                match self.client.list_buckets().send().await {
+                    Ok(out) => Ok(out
+                        .buckets()
+                        .iter()
+                        .filter_map(|b| b.name().map(str::to_string))
+                        .collect()),
+                    Err(e) => Err(classify("list_buckets", e)),
+                }
+            })
+            .await
+    }
 }
 
 /// What a delete attempt found.

@@ -429,12 +429,6 @@ impl Client {
             .await
     }
 
-    pub async fn drain_state(&self, tenant: &Login, bucket: &str) -> Result<DrainState, Error> {
-        let path = format!("org/containers/{}/delete-objects", segment(bucket));
-        self.call::<(), _>(tenant, "drain_state", Method::GET, &path, None)
-            .await
-    }
-
     /// The tenant's usage with object count and bytes per bucket (can lag by minutes).
     pub async fn tenant_usage(&self, tenant: &Login) -> Result<Usage, Error> {
         self.call::<(), _>(tenant, "tenant_usage", Method::GET, "org/usage", None)

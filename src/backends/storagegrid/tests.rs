@@ -826,7 +826,9 @@ async fn drains_start_stop_and_report_their_state() {
     Mock::given(method("POST"))
         .and(path("/api/v4/org/containers/b1/delete-objects"))
         .and(body_json(json!({"deleteObjects": true})))
-        .respond_with(ok(json!({"isDeletingObjects": true})))
+        .respond_with(ok(
+            json!({"isDeletingObjects": true, "initialObjectCount": 7, "initialObjectBytes": "70"}),
+        ))
         .expect(1)
         .mount(&server)
         .await;
@@ -838,27 +840,14 @@ async fn drains_start_stop_and_report_their_state() {
         .mount(&server)
         .await;
     Mock::given(method("GET"))
-        .and(path("/api/v4/org/containers/b1/delete-objects"))
-        .respond_with(ok(
-            json!({"isDeletingObjects": true, "initialObjectCount": 7, "initialObjectBytes": "70"}),
-        ))
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
         .and(path("/api/v4/org/usage"))
         .respond_with(ok(json!({"objectCount": "4", "dataBytes": "40",
                                 "buckets": [{"name": "b1", "objectCount": 4, "dataBytes": 40}]})))
         .mount(&server)
         .await;
     let (client, _) = client(&server);
-    assert!(
-        client
-            .set_drain(&tenant(), "b1", true)
-            .await
-            .unwrap()
-            .is_deleting_objects
-    );
-    let state = client.drain_state(&tenant(), "b1").await.unwrap();
+    let state = client.set_drain(&tenant(), "b1", true).await.unwrap();
+    assert!(state.is_deleting_objects);
     assert_eq!(state.initial_object_count, Some(7));
     assert_eq!(state.initial_object_bytes, Some(70));
     let usage = client.tenant_usage(&tenant()).await.unwrap();

@@ -1,169 +1,142 @@
-//! The backends a tenant lives on, behind two small traits so that tests swap them:
+//! The backends a tenant lives on, behind small traits so that tests swap them:
 //! [`AccountBackend`] (StorageGRID: a real account with a root user and S3 keys) and
-//! [`CredentialScope`] (an S3-compatible store: the provider's keys, verified and published).
+//! [`Backends`] (how the reconciler reaches a provider: its grid signed in as the administrator,
+//! and the S3-compatible credential check). The real implementation goes through the provider
+//! registry, so the tenant shares its grid clients and S3 clients (with `tls.caBundleFile`) with
+//! the other controllers.
 
-use std::time::Duration;
-
-use futures::FutureExt;
-use futures::future::BoxFuture;
+use std::future::Future;
 
 use super::plan::{AccountSettings, ObservedAccount};
+pub use crate::backends::error::BackendError;
 use crate::backends::storagegrid::{
     self, Account, AccountPolicy, AccountSpec, KeyOwner, Login, description_has_marker,
 };
-use crate::metrics::{BackendOutcome, Metrics};
+use crate::metrics::Metrics;
+use crate::providers::{Keys, ProviderClients};
 
-/// A backend call failed.
-#[derive(Debug, thiserror::Error)]
-pub enum BackendError {
-    #[error(transparent)]
-    Grid(#[from] storagegrid::Error),
-    #[error("S3 endpoint refused the provider's credentials: {0}")]
-    S3Refused(String),
-    #[error("S3 endpoint unavailable: {0}")]
-    S3Unavailable(String),
-}
-
-impl BackendError {
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, BackendError::Grid(e) if e.is_not_found())
-    }
-
-    pub fn is_conflict(&self) -> bool {
-        matches!(self, BackendError::Grid(e) if e.is_conflict())
-    }
-
-    /// Errors retrying cannot fix; see [`storagegrid::Error::is_permanent`].
-    pub fn is_permanent(&self) -> bool {
-        match self {
-            BackendError::Grid(e) => e.is_permanent(),
-            BackendError::S3Refused(_) => true,
-            BackendError::S3Unavailable(_) => false,
-        }
-    }
-
-    /// A tenant sign-in refused: the stored root password does not match the account.
-    pub fn is_bad_credentials(&self) -> bool {
-        matches!(
-            self,
-            BackendError::Grid(storagegrid::Error::BadCredentials { .. })
-        )
-    }
-}
-
-impl BackendOutcome for BackendError {
-    fn outcome(&self) -> &'static str {
-        match self {
-            BackendError::Grid(e) => e.outcome(),
-            BackendError::S3Refused(_) => "permanent",
-            BackendError::S3Unavailable(_) => "transient",
-        }
-    }
-}
-
-/// S3 credentials as published to applications.
-#[derive(Clone, PartialEq, Eq)]
-pub struct S3Credentials {
-    pub access_key_id: String,
-    pub secret_access_key: String,
-}
-
-impl std::fmt::Debug for S3Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("S3Credentials")
-            .field("access_key_id", &self.access_key_id)
-            .field("secret_access_key", &"<redacted>")
-            .finish()
-    }
+/// A tenant sign-in refused: the stored root password does not match the account.
+pub fn is_bad_credentials(error: &BackendError) -> bool {
+    error.backend == "storagegrid" && error.code == "BadCredentials"
 }
 
 /// A newly issued key: its credential id (to revoke it) and its credentials (shown once).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IssuedKey {
     pub id: String,
-    pub credentials: S3Credentials,
+    pub credentials: Keys,
 }
 
 /// Tenant accounts with a root user and S3 keys (StorageGRID).
 pub trait AccountBackend: Send + Sync {
     /// The account with this id; `None` only when the backend says 404.
-    fn get_account<'a>(
-        &'a self,
-        id: &'a str,
-        marker: &'a str,
-    ) -> BoxFuture<'a, Result<Option<ObservedAccount>, BackendError>>;
+    fn get_account(
+        &self,
+        id: &str,
+        marker: &str,
+    ) -> impl Future<Output = Result<Option<ObservedAccount>, BackendError>> + Send;
     /// The account carrying keeper's ownership marker (after a create whose answer was lost).
-    fn find_account<'a>(
-        &'a self,
-        marker: &'a str,
-    ) -> BoxFuture<'a, Result<Option<ObservedAccount>, BackendError>>;
+    fn find_account(
+        &self,
+        marker: &str,
+    ) -> impl Future<Output = Result<Option<ObservedAccount>, BackendError>> + Send;
     /// Creates an account; returns its id.
-    fn create_account<'a>(
-        &'a self,
-        settings: &'a AccountSettings,
-        marker: &'a str,
-        root_password: &'a str,
-    ) -> BoxFuture<'a, Result<String, BackendError>>;
-    fn update_account<'a>(
-        &'a self,
-        id: &'a str,
-        settings: &'a AccountSettings,
-        marker: &'a str,
-    ) -> BoxFuture<'a, Result<(), BackendError>>;
-    fn set_root_password<'a>(
-        &'a self,
-        id: &'a str,
-        password: &'a str,
-    ) -> BoxFuture<'a, Result<(), BackendError>>;
+    fn create_account(
+        &self,
+        settings: &AccountSettings,
+        marker: &str,
+        root_password: &str,
+    ) -> impl Future<Output = Result<String, BackendError>> + Send;
+    fn update_account(
+        &self,
+        id: &str,
+        settings: &AccountSettings,
+        marker: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    fn set_root_password(
+        &self,
+        id: &str,
+        password: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
     /// Credential ids of the root user's keys.
-    fn list_keys<'a>(
-        &'a self,
-        id: &'a str,
-        root_password: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<String>, BackendError>>;
+    fn list_keys(
+        &self,
+        id: &str,
+        root_password: &str,
+    ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
     /// The credential id of the key with this access key id; `None` when it does not exist.
-    fn key_id<'a>(
-        &'a self,
-        id: &'a str,
-        root_password: &'a str,
-        access_key_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, BackendError>>;
-    fn issue_key<'a>(
-        &'a self,
-        id: &'a str,
-        root_password: &'a str,
-    ) -> BoxFuture<'a, Result<IssuedKey, BackendError>>;
-    /// Revokes a key; a key already gone counts as revoked.
-    fn revoke_key<'a>(
-        &'a self,
-        id: &'a str,
-        root_password: &'a str,
-        key_id: &'a str,
-    ) -> BoxFuture<'a, Result<(), BackendError>>;
-    /// Names of the account's buckets: from the tenant API (authoritative) when the root
+    fn key_id(
+        &self,
+        id: &str,
+        root_password: &str,
+        access_key_id: &str,
+    ) -> impl Future<Output = Result<Option<String>, BackendError>> + Send;
+    /// Issues a key for the root user.
+    fn issue_key(
+        &self,
+        id: &str,
+        root_password: &str,
+    ) -> impl Future<Output = Result<IssuedKey, BackendError>> + Send;
+    /// Revokes a key; one already gone counts as revoked.
+    fn revoke_key(
+        &self,
+        id: &str,
+        root_password: &str,
+        key_id: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// The account's bucket names: from the tenant's own bucket listing when the root
     /// password is known, else from the grid's usage report (which can lag by minutes).
-    fn list_buckets<'a>(
-        &'a self,
-        id: &'a str,
-        root_password: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<String>, BackendError>>;
-    /// Deletes the account; 404 comes back as an error the caller reads as "gone".
-    fn delete_account<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
+    fn list_buckets(
+        &self,
+        id: &str,
+        root_password: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+    /// Deletes the account; a 404 comes back as an error the caller reads as "gone".
+    fn delete_account(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
 }
 
-/// An S3-compatible store where a tenant is the provider's credential scope.
-pub trait CredentialScope: Send + Sync {
-    /// Checks that the credentials work (ListBuckets).
-    fn verify<'a>(
-        &'a self,
-        credentials: &'a S3Credentials,
-    ) -> BoxFuture<'a, Result<(), BackendError>>;
+/// How the reconciler reaches a provider's backend.
+pub trait Backends: Send + Sync + 'static {
+    type Accounts: AccountBackend;
+    /// The grid of a StorageGRID provider, signed in as `admin`; `None` for other providers.
+    fn accounts(&self, provider: &ProviderClients, admin: Login) -> Option<Self::Accounts>;
+    /// Checks that `keys` work on the provider's S3 endpoint (ListBuckets).
+    fn verify_keys(
+        &self,
+        provider: &ProviderClients,
+        keys: &Keys,
+        metrics: &Metrics,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// The real backends, through the provider registry.
+pub struct Live;
+
+impl Backends for Live {
+    type Accounts = GridAccounts;
+
+    fn accounts(&self, provider: &ProviderClients, admin: Login) -> Option<GridAccounts> {
+        provider.grid().map(|client| GridAccounts {
+            client: client.clone(),
+            admin,
+        })
+    }
+
+    async fn verify_keys(
+        &self,
+        provider: &ProviderClients,
+        keys: &Keys,
+        metrics: &Metrics,
+    ) -> Result<(), BackendError> {
+        provider.s3(keys).list_buckets(metrics).await?;
+        Ok(())
+    }
 }
 
 /// [`AccountBackend`] over the StorageGRID client, signed in as the grid administrator.
 pub struct GridAccounts {
-    pub client: storagegrid::Client,
-    pub admin: Login,
+    client: storagegrid::Client,
+    admin: Login,
 }
 
 impl GridAccounts {
@@ -203,292 +176,164 @@ fn tenant_login(id: &str, root_password: &str) -> Login {
 }
 
 impl AccountBackend for GridAccounts {
-    fn get_account<'a>(
-        &'a self,
-        id: &'a str,
-        marker: &'a str,
-    ) -> BoxFuture<'a, Result<Option<ObservedAccount>, BackendError>> {
-        async move {
-            match self.client.get_account(&self.admin, id).await {
-                Ok(account) => Ok(Some(observe(account, marker))),
-                Err(e) if e.is_not_found() => Ok(None),
-                Err(e) => Err(e.into()),
+    async fn get_account(
+        &self,
+        id: &str,
+        marker: &str,
+    ) -> Result<Option<ObservedAccount>, BackendError> {
+        match self.client.get_account(&self.admin, id).await {
+            Ok(account) => Ok(Some(observe(account, marker))),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn find_account(&self, marker: &str) -> Result<Option<ObservedAccount>, BackendError> {
+        Ok(self
+            .client
+            .find_account(&self.admin, marker)
+            .await?
+            .map(|a| observe(a, marker)))
+    }
+
+    async fn create_account(
+        &self,
+        settings: &AccountSettings,
+        marker: &str,
+        root_password: &str,
+    ) -> Result<String, BackendError> {
+        let spec = Self::spec(settings, marker, AccountPolicy::default());
+        Ok(self
+            .client
+            .create_account(&self.admin, &spec, root_password)
+            .await?
+            .id)
+    }
+
+    async fn update_account(
+        &self,
+        id: &str,
+        settings: &AccountSettings,
+        marker: &str,
+    ) -> Result<(), BackendError> {
+        // GET → modify → PUT keeps policy fields keeper does not manage.
+        let current = self.client.get_account(&self.admin, id).await?;
+        let mut spec = Self::spec(settings, marker, current.policy);
+        let mut capabilities = current.capabilities;
+        for c in AccountSpec::standard_capabilities() {
+            if !capabilities.contains(&c) {
+                capabilities.push(c);
             }
         }
-        .boxed()
-    }
-
-    fn find_account<'a>(
-        &'a self,
-        marker: &'a str,
-    ) -> BoxFuture<'a, Result<Option<ObservedAccount>, BackendError>> {
-        async move {
-            Ok(self
-                .client
-                .find_account(&self.admin, marker)
-                .await?
-                .map(|a| observe(a, marker)))
+        spec.capabilities = capabilities;
+        let description = current.description.unwrap_or_default();
+        if !description_has_marker(Some(&description), marker) {
+            spec.description = format!("{description} {marker}").trim().to_string();
+        } else {
+            spec.description = description;
         }
-        .boxed()
+        self.client.update_account(&self.admin, id, &spec).await?;
+        Ok(())
     }
 
-    fn create_account<'a>(
-        &'a self,
-        settings: &'a AccountSettings,
-        marker: &'a str,
-        root_password: &'a str,
-    ) -> BoxFuture<'a, Result<String, BackendError>> {
-        async move {
-            let spec = Self::spec(settings, marker, AccountPolicy::default());
-            Ok(self
-                .client
-                .create_account(&self.admin, &spec, root_password)
-                .await?
-                .id)
-        }
-        .boxed()
+    async fn set_root_password(&self, id: &str, password: &str) -> Result<(), BackendError> {
+        Ok(self
+            .client
+            .set_root_password(&self.admin, id, password)
+            .await?)
     }
 
-    fn update_account<'a>(
-        &'a self,
-        id: &'a str,
-        settings: &'a AccountSettings,
-        marker: &'a str,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        async move {
-            // GET → modify → PUT keeps policy fields keeper does not manage.
-            let current = self.client.get_account(&self.admin, id).await?;
-            let mut spec = Self::spec(settings, marker, current.policy);
-            let mut capabilities = current.capabilities;
-            for c in AccountSpec::standard_capabilities() {
-                if !capabilities.contains(&c) {
-                    capabilities.push(c);
-                }
-            }
-            spec.capabilities = capabilities;
-            let description = current.description.unwrap_or_default();
-            if !description_has_marker(Some(&description), marker) {
-                spec.description = format!("{description} {marker}").trim().to_string();
-            } else {
-                spec.description = description;
-            }
-            self.client.update_account(&self.admin, id, &spec).await?;
-            Ok(())
-        }
-        .boxed()
+    async fn list_keys(&self, id: &str, root_password: &str) -> Result<Vec<String>, BackendError> {
+        let keys = self
+            .client
+            .list_access_keys(&tenant_login(id, root_password), KeyOwner::CurrentUser)
+            .await?;
+        Ok(keys.into_iter().map(|k| k.id).collect())
     }
 
-    fn set_root_password<'a>(
-        &'a self,
-        id: &'a str,
-        password: &'a str,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        async move {
-            Ok(self
-                .client
-                .set_root_password(&self.admin, id, password)
-                .await?)
-        }
-        .boxed()
-    }
-
-    fn list_keys<'a>(
-        &'a self,
-        id: &'a str,
-        root_password: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<String>, BackendError>> {
-        async move {
-            let keys = self
-                .client
-                .list_access_keys(&tenant_login(id, root_password), KeyOwner::CurrentUser)
-                .await?;
-            Ok(keys.into_iter().map(|k| k.id).collect())
-        }
-        .boxed()
-    }
-
-    fn key_id<'a>(
-        &'a self,
-        id: &'a str,
-        root_password: &'a str,
-        access_key_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, BackendError>> {
-        async move {
-            match self
-                .client
-                .get_access_key(
-                    &tenant_login(id, root_password),
-                    KeyOwner::CurrentUser,
-                    access_key_id,
-                )
-                .await
-            {
-                Ok(key) => Ok(Some(key.id)),
-                Err(e) if e.is_not_found() => Ok(None),
-                Err(e) => Err(e.into()),
-            }
-        }
-        .boxed()
-    }
-
-    fn issue_key<'a>(
-        &'a self,
-        id: &'a str,
-        root_password: &'a str,
-    ) -> BoxFuture<'a, Result<IssuedKey, BackendError>> {
-        async move {
-            let key = self
-                .client
-                .create_access_key(&tenant_login(id, root_password), KeyOwner::CurrentUser)
-                .await?;
-            // create_access_key guarantees both halves are present.
-            Ok(IssuedKey {
-                credentials: S3Credentials {
-                    access_key_id: key.access_key.unwrap_or_default(),
-                    secret_access_key: key.secret_access_key.map(|s| s.0).unwrap_or_default(),
-                },
-                id: key.id,
-            })
-        }
-        .boxed()
-    }
-
-    fn revoke_key<'a>(
-        &'a self,
-        id: &'a str,
-        root_password: &'a str,
-        key_id: &'a str,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        async move {
-            match self
-                .client
-                .delete_access_key(
-                    &tenant_login(id, root_password),
-                    KeyOwner::CurrentUser,
-                    key_id,
-                )
-                .await
-            {
-                Err(e) if !e.is_not_found() => Err(e.into()),
-                _ => Ok(()),
-            }
-        }
-        .boxed()
-    }
-
-    fn list_buckets<'a>(
-        &'a self,
-        id: &'a str,
-        root_password: Option<&'a str>,
-    ) -> BoxFuture<'a, Result<Vec<String>, BackendError>> {
-        async move {
-            let names = match root_password {
-                Some(root) => self
-                    .client
-                    .list_containers(&tenant_login(id, root))
-                    .await?
-                    .into_iter()
-                    .map(|c| c.name)
-                    .collect(),
-                None => self
-                    .client
-                    .account_usage(&self.admin, id)
-                    .await?
-                    .buckets
-                    .into_iter()
-                    .map(|b| b.name)
-                    .collect(),
-            };
-            Ok(names)
-        }
-        .boxed()
-    }
-
-    fn delete_account<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
-        async move { Ok(self.client.delete_account(&self.admin, id).await?) }.boxed()
-    }
-}
-
-/// [`CredentialScope`] over aws-sdk-s3.
-pub struct S3Scope {
-    pub endpoint: String,
-    pub region: String,
-    pub force_path_style: bool,
-    pub metrics: std::sync::Arc<Metrics>,
-}
-
-/// The `backend` metrics label of S3-compatible stores.
-const S3_BACKEND: &str = "s3";
-
-impl S3Scope {
-    fn client(&self, credentials: &S3Credentials) -> aws_sdk_s3::Client {
-        use aws_sdk_s3::config::{
-            BehaviorVersion, Credentials, Region, RequestChecksumCalculation,
-            ResponseChecksumValidation, timeout::TimeoutConfig,
-        };
-        let config = aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(self.region.clone()))
-            .endpoint_url(self.endpoint.clone())
-            .force_path_style(self.force_path_style)
-            .credentials_provider(Credentials::new(
-                credentials.access_key_id.clone(),
-                credentials.secret_access_key.clone(),
-                None,
-                None,
-                "keeper-provider-secret",
-            ))
-            // S3-compatible stores reject or ignore the newer default checksums.
-            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .operation_timeout(Duration::from_secs(30))
-                    .build(),
+    async fn key_id(
+        &self,
+        id: &str,
+        root_password: &str,
+        access_key_id: &str,
+    ) -> Result<Option<String>, BackendError> {
+        match self
+            .client
+            .get_access_key(
+                &tenant_login(id, root_password),
+                KeyOwner::CurrentUser,
+                access_key_id,
             )
-            .build();
-        aws_sdk_s3::Client::from_conf(config)
-    }
-}
-
-impl CredentialScope for S3Scope {
-    fn verify<'a>(
-        &'a self,
-        credentials: &'a S3Credentials,
-    ) -> BoxFuture<'a, Result<(), BackendError>> {
-        async move {
-            let client = self.client(credentials);
-            self.metrics
-                .backend_call(S3_BACKEND, "list_buckets", async {
-                    client
-                        .list_buckets()
-                        .send()
-                        .await
-                        .map(|_| ())
-                        .map_err(classify_s3)
-                })
-                .await
+            .await
+        {
+            Ok(key) => Ok(Some(key.id)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e.into()),
         }
-        .boxed()
     }
-}
 
-fn classify_s3(
-    err: aws_sdk_s3::error::SdkError<aws_sdk_s3::operation::list_buckets::ListBucketsError>,
-) -> BackendError {
-    use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
-    let message = DisplayErrorContext(&err).to_string();
-    match &err {
-        SdkError::ServiceError(service) => {
-            let status = service.raw().status().as_u16();
-            if (400..500).contains(&status) && status != 408 && status != 429 {
-                BackendError::S3Refused(message)
-            } else {
-                BackendError::S3Unavailable(message)
-            }
+    async fn issue_key(&self, id: &str, root_password: &str) -> Result<IssuedKey, BackendError> {
+        let key = self
+            .client
+            .create_access_key(&tenant_login(id, root_password), KeyOwner::CurrentUser)
+            .await?;
+        // create_access_key guarantees both halves are present.
+        Ok(IssuedKey {
+            credentials: Keys {
+                access_key_id: key.access_key.unwrap_or_default(),
+                secret_access_key: key.secret_access_key.map(|s| s.0).unwrap_or_default(),
+            },
+            id: key.id,
+        })
+    }
+
+    async fn revoke_key(
+        &self,
+        id: &str,
+        root_password: &str,
+        key_id: &str,
+    ) -> Result<(), BackendError> {
+        match self
+            .client
+            .delete_access_key(
+                &tenant_login(id, root_password),
+                KeyOwner::CurrentUser,
+                key_id,
+            )
+            .await
+        {
+            Err(e) if !e.is_not_found() => Err(e.into()),
+            _ => Ok(()),
         }
-        SdkError::ConstructionFailure(_) => BackendError::S3Refused(message),
-        _ => BackendError::S3Unavailable(message),
+    }
+
+    async fn list_buckets(
+        &self,
+        id: &str,
+        root_password: Option<&str>,
+    ) -> Result<Vec<String>, BackendError> {
+        let names = match root_password {
+            Some(root) => self
+                .client
+                .list_containers(&tenant_login(id, root))
+                .await?
+                .into_iter()
+                .map(|c| c.name)
+                .collect(),
+            None => self
+                .client
+                .account_usage(&self.admin, id)
+                .await?
+                .buckets
+                .into_iter()
+                .map(|b| b.name)
+                .collect(),
+        };
+        Ok(names)
+    }
+
+    async fn delete_account(&self, id: &str) -> Result<(), BackendError> {
+        Ok(self.client.delete_account(&self.admin, id).await?)
     }
 }
 
@@ -500,23 +345,28 @@ mod tests {
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
     use super::*;
+    use crate::backends::error::ErrorClass;
+    use crate::config::OperatorConfig;
+    use crate::providers::Providers;
 
-    async fn scope() -> (MockServer, S3Scope) {
+    /// An S3-compatible provider whose endpoint is a mock server.
+    async fn provider() -> (MockServer, Arc<ProviderClients>, Metrics) {
         let server = MockServer::builder()
             .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
             .start()
             .await;
-        let scope = S3Scope {
-            endpoint: server.uri(),
-            region: "us-east-1".into(),
-            force_path_style: true,
-            metrics: Arc::new(Metrics::new()),
-        };
-        (server, scope)
+        let config = OperatorConfig::parse(&format!(
+            "providers:\n  s3:\n    s3Compatible:\n      endpoint: {}\n      region: us-east-1\n      forcePathStyle: true\n      credentialsSecret: {{name: s3-creds}}\n",
+            server.uri()
+        ))
+        .unwrap();
+        let metrics = Metrics::new();
+        let providers = Providers::build(&config, Arc::new(Metrics::new())).unwrap();
+        (server, providers.get("s3").unwrap(), metrics)
     }
 
-    fn credentials() -> S3Credentials {
-        S3Credentials {
+    fn keys() -> Keys {
+        Keys {
             access_key_id: "AKIAEXAMPLE".into(),
             secret_access_key: "secret".into(),
         }
@@ -524,7 +374,7 @@ mod tests {
 
     #[tokio::test]
     async fn working_credentials_are_verified_with_list_buckets() {
-        let (server, scope) = scope().await;
+        let (server, provider, metrics) = provider().await;
         Mock::given(method("GET"))
             .respond_with(ResponseTemplate::new(200).set_body_string(
                 r#"<?xml version="1.0" encoding="UTF-8"?><ListAllMyBucketsResult><Owner><ID>o</ID></Owner><Buckets></Buckets></ListAllMyBucketsResult>"#,
@@ -532,22 +382,27 @@ mod tests {
             .expect(1)
             .mount(&server)
             .await;
-        scope.verify(&credentials()).await.unwrap();
-        assert!(scope.metrics.encode().contains(
+        Live.verify_keys(&provider, &keys(), &metrics)
+            .await
+            .unwrap();
+        assert!(metrics.encode().contains(
             r#"keeper_backend_requests_total{backend="s3",operation="list_buckets",outcome="success"} 1"#
         ));
     }
 
     #[tokio::test]
     async fn refused_credentials_are_permanent() {
-        let (server, scope) = scope().await;
+        let (server, provider, metrics) = provider().await;
         Mock::given(method("GET"))
             .respond_with(ResponseTemplate::new(403).set_body_string(
                 r#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyId</Code><Message>The key does not exist.</Message></Error>"#,
             ))
             .mount(&server)
             .await;
-        let err = scope.verify(&credentials()).await.unwrap_err();
+        let err = Live
+            .verify_keys(&provider, &keys(), &metrics)
+            .await
+            .unwrap_err();
         assert!(err.is_permanent(), "{err:?}");
         assert!(err.to_string().contains("InvalidAccessKeyId"), "{err}");
         assert!(!err.to_string().contains("secret"), "{err}");
@@ -555,7 +410,7 @@ mod tests {
 
     #[tokio::test]
     async fn server_errors_are_transient() {
-        let (server, scope) = scope().await;
+        let (server, provider, metrics) = provider().await;
         Mock::given(method("GET"))
             .respond_with(
                 ResponseTemplate::new(503).set_body_string(
@@ -564,8 +419,12 @@ mod tests {
             )
             .mount(&server)
             .await;
-        let err = scope.verify(&credentials()).await.unwrap_err();
+        let err = Live
+            .verify_keys(&provider, &keys(), &metrics)
+            .await
+            .unwrap_err();
         assert!(!err.is_permanent(), "{err:?}");
+        assert_eq!(err.class, ErrorClass::Transient);
     }
 
     #[test]
@@ -583,5 +442,23 @@ mod tests {
         let mut no_s3 = account;
         no_s3.capabilities = vec!["management".into()];
         assert!(!observe(no_s3, "keeper.dev/owner-uid=u").managed_fields_ok);
+    }
+
+    #[test]
+    fn only_a_refused_grid_sign_in_is_bad_credentials() {
+        let refused: BackendError = storagegrid::Error::BadCredentials {
+            operation: "list_access_keys",
+            username: "root".into(),
+            message: "m".into(),
+        }
+        .into();
+        assert!(is_bad_credentials(&refused));
+        let rejected: BackendError = storagegrid::Error::Rejected {
+            operation: "list_access_keys",
+            status: 403,
+            message: "m".into(),
+        }
+        .into();
+        assert!(!is_bad_credentials(&rejected));
     }
 }

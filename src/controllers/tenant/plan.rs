@@ -1,7 +1,10 @@
 //! The tenant's decisions as pure functions of the object and what was observed on the backend:
-//! the thin layer in the parent module observes, asks here what to do next, and does it.
+//! [`super::reconcile`] observes, asks here what to do next, and does it.
 
-use crate::api::{DeletionPolicy, S3TenantSpec};
+use kube::ResourceExt;
+
+use crate::api::names::default_bucket_name;
+use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
 
 /// Most bucket names a message lists before "and N more".
 const MAX_NAMED_BUCKETS: usize = 10;
@@ -147,6 +150,32 @@ impl RemainingBuckets {
     pub fn is_empty(&self) -> bool {
         self.count() == 0
     }
+}
+
+/// The S3Bucket resources among `buckets` (of `namespace`) that reference `tenant`, sorted:
+/// (resource name, bucket name on the backend). The controller (from its cache) and the
+/// admission webhook (from the API) both ask this.
+pub fn tenant_buckets<'a>(
+    buckets: impl IntoIterator<Item = &'a S3Bucket>,
+    namespace: &str,
+    tenant: &str,
+) -> Vec<(String, String)> {
+    let mut found: Vec<(String, String)> = buckets
+        .into_iter()
+        .filter(|b| b.spec.tenant_ref.name == tenant)
+        .map(|b| {
+            let name = b.name_any();
+            let bucket = b
+                .status
+                .as_ref()
+                .and_then(|s| s.bucket_name.clone())
+                .or_else(|| b.spec.bucket_name.clone())
+                .unwrap_or_else(|| default_bucket_name(namespace, &name));
+            (name, bucket)
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// What the spec alone decides about a deletion, before the backend is asked.
@@ -439,6 +468,34 @@ mod tests {
             deletion_protection_message("t"),
             "S3Tenant t has deletionProtection enabled. To allow its deletion, run \
              `kubectl patch s3tenant t --type merge -p '{\"spec\":{\"deletionProtection\":false}}'`."
+        );
+    }
+
+    #[test]
+    fn a_tenants_buckets_are_its_own_resources_with_their_backend_names() {
+        let bucket = |name: &str, tenant: &str, bucket_name: Option<&str>| {
+            let mut b = S3Bucket::new(
+                name,
+                serde_json::from_value(serde_json::json!({
+                    "tenantRef": {"name": tenant},
+                    "bucketName": bucket_name,
+                }))
+                .unwrap(),
+            );
+            b.metadata.namespace = Some("ns".into());
+            b
+        };
+        let buckets = [
+            bucket("media", "t", None),
+            bucket("logs", "t", Some("custom-logs")),
+            bucket("other", "u", None),
+        ];
+        assert_eq!(
+            tenant_buckets(&buckets, "ns", "t"),
+            [
+                ("logs".to_string(), "custom-logs".to_string()),
+                ("media".to_string(), default_bucket_name("ns", "media")),
+            ]
         );
     }
 

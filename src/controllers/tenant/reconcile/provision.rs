@@ -6,11 +6,15 @@
 //! key's secret right after it is issued. A crash between any two steps therefore leaves state
 //! from which the next reconcile converges to exactly one account and one published key.
 
-use futures::future::BoxFuture;
+use std::future::Future;
+
 use rand::distr::{Alphanumeric, SampleString};
 
-use super::backend::{AccountBackend, BackendError, S3Credentials};
-use super::plan::{self, AccountSettings, AccountStep, KeyStep, ObservedAccount};
+use crate::controllers::tenant::backend::{AccountBackend, BackendError, is_bad_credentials};
+use crate::controllers::tenant::plan::{
+    self, AccountSettings, AccountStep, KeyStep, ObservedAccount,
+};
+use crate::providers::Keys;
 
 /// Length of generated root passwords: the longest StorageGRID accepts (32), ~190 bits.
 pub const ROOT_PASSWORD_LENGTH: usize = 32;
@@ -24,26 +28,24 @@ pub fn generate_password() -> String {
 pub trait TenantStore: Send + Sync {
     type Error: From<BackendError> + Send;
     /// The stored root password, if any.
-    fn root_password(&self) -> BoxFuture<'_, Result<Option<String>, Self::Error>>;
-    fn store_root_password<'a>(
-        &'a self,
-        password: &'a str,
-    ) -> BoxFuture<'a, Result<(), Self::Error>>;
+    fn root_password(&self) -> impl Future<Output = Result<Option<String>, Self::Error>> + Send;
+    fn store_root_password(
+        &self,
+        password: &str,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
     /// The account id recorded in status.
     fn recorded_account(&self) -> Option<String>;
-    fn record_account<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), Self::Error>>;
+    /// Records the account id in status now (a checkpoint: the id must survive a crash).
+    fn record_account(&self, id: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
     /// The credentials currently published, if the Secret holds a complete set.
-    fn published(&self) -> BoxFuture<'_, Result<Option<S3Credentials>, Self::Error>>;
-    fn publish<'a>(
-        &'a self,
-        credentials: &'a S3Credentials,
-    ) -> BoxFuture<'a, Result<(), Self::Error>>;
+    fn published(&self) -> impl Future<Output = Result<Option<Keys>, Self::Error>> + Send;
+    fn publish(&self, credentials: &Keys) -> impl Future<Output = Result<(), Self::Error>> + Send;
 }
 
 /// The tenant's account on the grid: by the id in status, else by the ownership marker
 /// (a create whose answer was lost). `None` means the backend has no such account.
-pub async fn locate_account<S: TenantStore>(
-    backend: &dyn AccountBackend,
+pub async fn locate_account<B: AccountBackend, S: TenantStore>(
+    backend: &B,
     store: &S,
     marker: &str,
 ) -> Result<Option<ObservedAccount>, S::Error> {
@@ -57,8 +59,8 @@ pub async fn locate_account<S: TenantStore>(
 }
 
 /// Brings the account and its key in line with `desired`; returns the account id.
-pub async fn ensure<S: TenantStore>(
-    backend: &dyn AccountBackend,
+pub async fn ensure<B: AccountBackend, S: TenantStore>(
+    backend: &B,
     store: &S,
     marker: &str,
     desired: &AccountSettings,
@@ -109,17 +111,19 @@ pub async fn ensure<S: TenantStore>(
 /// Calls `call` with the root password; when the tenant sign-in is refused (the stored password
 /// is not the account's, say after a crash between storing and setting it), sets the stored
 /// password through the grid API once and tries again.
-async fn with_root<'a, T, F>(
-    backend: &'a dyn AccountBackend,
-    id: &'a str,
-    root: &'a str,
+async fn with_root<B, T, F, Fut>(
+    backend: &B,
+    id: &str,
+    root: &str,
     call: F,
 ) -> Result<T, BackendError>
 where
-    F: Fn() -> BoxFuture<'a, Result<T, BackendError>>,
+    B: AccountBackend,
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, BackendError>>,
 {
     match call().await {
-        Err(e) if e.is_bad_credentials() => {
+        Err(e) if is_bad_credentials(&e) => {
             tracing::warn!(account = %id, "tenant root sign-in refused; setting the stored root password");
             backend.set_root_password(id, root).await?;
             call().await
@@ -129,8 +133,8 @@ where
 }
 
 /// Exactly one key for the root user, published.
-async fn ensure_key<S: TenantStore>(
-    backend: &dyn AccountBackend,
+async fn ensure_key<B: AccountBackend, S: TenantStore>(
+    backend: &B,
     store: &S,
     id: &str,
     root: &str,
@@ -175,8 +179,8 @@ async fn ensure_key<S: TenantStore>(
 
 /// The account's buckets, read as the tenant's root user when its password is known (see
 /// [`AccountBackend::list_buckets`]).
-pub async fn account_buckets(
-    backend: &dyn AccountBackend,
+pub async fn account_buckets<B: AccountBackend>(
+    backend: &B,
     id: &str,
     root: Option<&str>,
 ) -> Result<Vec<String>, BackendError> {
@@ -189,8 +193,8 @@ pub async fn account_buckets(
 /// Revokes the root user's keys (best done before the account goes, so no key outlives it even
 /// if the grid deletes accounts lazily). Without a stored password there is no sign-in; the
 /// keys then go with the account.
-pub async fn revoke_keys(
-    backend: &dyn AccountBackend,
+pub async fn revoke_keys<B: AccountBackend>(
+    backend: &B,
     id: &str,
     root: Option<&str>,
 ) -> Result<(), BackendError> {
@@ -205,382 +209,11 @@ pub async fn revoke_keys(
 }
 
 #[cfg(test)]
-pub(super) mod fake {
-    //! An in-memory grid and store that can "crash" before any chosen backend or store step.
-
-    use std::collections::BTreeMap;
-    use std::sync::Mutex;
-
-    use futures::FutureExt;
-
-    use super::*;
-    use crate::backends::storagegrid;
-    use crate::controllers::tenant::backend::IssuedKey;
-
-    #[derive(Default)]
-    pub struct Grid {
-        pub state: Mutex<GridState>,
-        /// Step counter shared with the store: the step numbered `crash_at` fails.
-        pub steps: Mutex<(usize, Option<usize>)>,
-    }
-
-    #[derive(Default, Debug)]
-    pub struct GridState {
-        pub next_id: u64,
-        /// id → (settings, marker, root password, key ids, bucket names)
-        pub accounts: BTreeMap<String, FakeAccount>,
-        pub fail_lookups_with: Option<u16>,
-    }
-
-    #[derive(Debug, Clone)]
-    pub struct FakeAccount {
-        pub settings: AccountSettings,
-        pub marker: String,
-        pub password: String,
-        pub keys: BTreeMap<String, String>,
-        pub buckets: Vec<String>,
-    }
-
-    impl Grid {
-        pub fn step(&self) -> Result<(), BackendError> {
-            let mut steps = self.steps.lock().unwrap();
-            steps.0 += 1;
-            if Some(steps.0) == steps.1 {
-                return Err(BackendError::Grid(storagegrid::Error::InvalidResponse {
-                    operation: "crash",
-                    message: "simulated crash".into(),
-                }));
-            }
-            Ok(())
-        }
-
-        pub fn crash_at(&self, step: Option<usize>) {
-            *self.steps.lock().unwrap() = (0, step);
-        }
-
-        pub fn steps_taken(&self) -> usize {
-            self.steps.lock().unwrap().0
-        }
-
-        fn not_found(op: &'static str) -> BackendError {
-            BackendError::Grid(storagegrid::Error::NotFound {
-                operation: op,
-                message: "no such account".into(),
-            })
-        }
-
-        fn login(&self, id: &str, root: &str) -> Result<(), BackendError> {
-            let state = self.state.lock().unwrap();
-            match state.accounts.get(id) {
-                Some(a) if a.password == root => Ok(()),
-                Some(_) => Err(BackendError::Grid(storagegrid::Error::BadCredentials {
-                    operation: "sign_in",
-                    username: "root".into(),
-                    message: "bad password".into(),
-                })),
-                None => Err(Self::not_found("sign_in")),
-            }
-        }
-
-        fn lookup_failure(&self) -> Result<(), BackendError> {
-            match self.state.lock().unwrap().fail_lookups_with {
-                Some(status) => Err(BackendError::Grid(storagegrid::Error::Server {
-                    operation: "get_account",
-                    status,
-                    message: "unavailable".into(),
-                })),
-                None => Ok(()),
-            }
-        }
-
-        fn observe(id: &str, a: &FakeAccount, marker: &str) -> ObservedAccount {
-            ObservedAccount {
-                id: id.to_string(),
-                settings: a.settings.clone(),
-                managed_fields_ok: a.marker == marker,
-            }
-        }
-    }
-
-    impl AccountBackend for Grid {
-        fn get_account<'a>(
-            &'a self,
-            id: &'a str,
-            marker: &'a str,
-        ) -> BoxFuture<'a, Result<Option<ObservedAccount>, BackendError>> {
-            async move {
-                self.lookup_failure()?;
-                let state = self.state.lock().unwrap();
-                Ok(state.accounts.get(id).map(|a| Self::observe(id, a, marker)))
-            }
-            .boxed()
-        }
-
-        fn find_account<'a>(
-            &'a self,
-            marker: &'a str,
-        ) -> BoxFuture<'a, Result<Option<ObservedAccount>, BackendError>> {
-            async move {
-                self.lookup_failure()?;
-                let state = self.state.lock().unwrap();
-                Ok(state
-                    .accounts
-                    .iter()
-                    .find(|(_, a)| a.marker == marker)
-                    .map(|(id, a)| Self::observe(id, a, marker)))
-            }
-            .boxed()
-        }
-
-        fn create_account<'a>(
-            &'a self,
-            settings: &'a AccountSettings,
-            marker: &'a str,
-            root_password: &'a str,
-        ) -> BoxFuture<'a, Result<String, BackendError>> {
-            async move {
-                self.step()?;
-                let mut state = self.state.lock().unwrap();
-                state.next_id += 1;
-                let id = format!("{:020}", state.next_id);
-                state.accounts.insert(
-                    id.clone(),
-                    FakeAccount {
-                        settings: settings.clone(),
-                        marker: marker.to_string(),
-                        password: root_password.to_string(),
-                        keys: BTreeMap::new(),
-                        buckets: Vec::new(),
-                    },
-                );
-                Ok(id)
-            }
-            .boxed()
-        }
-
-        fn update_account<'a>(
-            &'a self,
-            id: &'a str,
-            settings: &'a AccountSettings,
-            marker: &'a str,
-        ) -> BoxFuture<'a, Result<(), BackendError>> {
-            async move {
-                self.step()?;
-                let mut state = self.state.lock().unwrap();
-                let account = state
-                    .accounts
-                    .get_mut(id)
-                    .ok_or_else(|| Self::not_found("update_account"))?;
-                account.settings = settings.clone();
-                account.marker = marker.to_string();
-                Ok(())
-            }
-            .boxed()
-        }
-
-        fn set_root_password<'a>(
-            &'a self,
-            id: &'a str,
-            password: &'a str,
-        ) -> BoxFuture<'a, Result<(), BackendError>> {
-            async move {
-                self.step()?;
-                let mut state = self.state.lock().unwrap();
-                let account = state
-                    .accounts
-                    .get_mut(id)
-                    .ok_or_else(|| Self::not_found("set_root_password"))?;
-                account.password = password.to_string();
-                Ok(())
-            }
-            .boxed()
-        }
-
-        fn list_keys<'a>(
-            &'a self,
-            id: &'a str,
-            root_password: &'a str,
-        ) -> BoxFuture<'a, Result<Vec<String>, BackendError>> {
-            async move {
-                self.login(id, root_password)?;
-                let state = self.state.lock().unwrap();
-                Ok(state.accounts[id].keys.keys().cloned().collect())
-            }
-            .boxed()
-        }
-
-        fn key_id<'a>(
-            &'a self,
-            id: &'a str,
-            root_password: &'a str,
-            access_key_id: &'a str,
-        ) -> BoxFuture<'a, Result<Option<String>, BackendError>> {
-            async move {
-                self.login(id, root_password)?;
-                let state = self.state.lock().unwrap();
-                Ok(state.accounts[id]
-                    .keys
-                    .iter()
-                    .find(|(_, access)| *access == access_key_id)
-                    .map(|(key, _)| key.clone()))
-            }
-            .boxed()
-        }
-
-        fn issue_key<'a>(
-            &'a self,
-            id: &'a str,
-            root_password: &'a str,
-        ) -> BoxFuture<'a, Result<IssuedKey, BackendError>> {
-            async move {
-                self.step()?;
-                self.login(id, root_password)?;
-                let mut state = self.state.lock().unwrap();
-                state.next_id += 1;
-                let n = state.next_id;
-                let account = state.accounts.get_mut(id).unwrap();
-                account.keys.insert(format!("cred-{n}"), format!("AK{n}"));
-                Ok(IssuedKey {
-                    id: format!("cred-{n}"),
-                    credentials: S3Credentials {
-                        access_key_id: format!("AK{n}"),
-                        secret_access_key: format!("secret-{n}"),
-                    },
-                })
-            }
-            .boxed()
-        }
-
-        fn revoke_key<'a>(
-            &'a self,
-            id: &'a str,
-            root_password: &'a str,
-            key_id: &'a str,
-        ) -> BoxFuture<'a, Result<(), BackendError>> {
-            async move {
-                self.step()?;
-                self.login(id, root_password)?;
-                let mut state = self.state.lock().unwrap();
-                state.accounts.get_mut(id).unwrap().keys.remove(key_id);
-                Ok(())
-            }
-            .boxed()
-        }
-
-        fn list_buckets<'a>(
-            &'a self,
-            id: &'a str,
-            root_password: Option<&'a str>,
-        ) -> BoxFuture<'a, Result<Vec<String>, BackendError>> {
-            async move {
-                self.lookup_failure()?;
-                if let Some(root) = root_password {
-                    self.login(id, root)?;
-                }
-                let state = self.state.lock().unwrap();
-                state
-                    .accounts
-                    .get(id)
-                    .map(|a| a.buckets.clone())
-                    .ok_or_else(|| Self::not_found("list_buckets"))
-            }
-            .boxed()
-        }
-
-        fn delete_account<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
-            async move {
-                self.step()?;
-                let mut state = self.state.lock().unwrap();
-                match state.accounts.get(id) {
-                    None => Err(Self::not_found("delete_account")),
-                    Some(a) if !a.buckets.is_empty() => {
-                        Err(BackendError::Grid(storagegrid::Error::Conflict {
-                            operation: "delete_account",
-                            message: "account has buckets".into(),
-                        }))
-                    }
-                    Some(_) => {
-                        state.accounts.remove(id);
-                        Ok(())
-                    }
-                }
-            }
-            .boxed()
-        }
-    }
-
-    /// The tenant's persisted state; its writes are crash points too.
-    pub struct Store<'g> {
-        pub grid: &'g Grid,
-        pub state: Mutex<StoreState>,
-    }
-
-    #[derive(Default, Debug, Clone)]
-    pub struct StoreState {
-        pub password: Option<String>,
-        pub account: Option<String>,
-        pub published: Option<S3Credentials>,
-    }
-
-    impl TenantStore for Store<'_> {
-        type Error = BackendError;
-
-        fn root_password(&self) -> BoxFuture<'_, Result<Option<String>, BackendError>> {
-            async move { Ok(self.state.lock().unwrap().password.clone()) }.boxed()
-        }
-
-        fn store_root_password<'a>(
-            &'a self,
-            password: &'a str,
-        ) -> BoxFuture<'a, Result<(), BackendError>> {
-            async move {
-                self.grid.step()?;
-                self.state.lock().unwrap().password = Some(password.to_string());
-                Ok(())
-            }
-            .boxed()
-        }
-
-        fn recorded_account(&self) -> Option<String> {
-            self.state.lock().unwrap().account.clone()
-        }
-
-        fn record_account<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
-            async move {
-                self.grid.step()?;
-                self.state.lock().unwrap().account = Some(id.to_string());
-                Ok(())
-            }
-            .boxed()
-        }
-
-        fn published(&self) -> BoxFuture<'_, Result<Option<S3Credentials>, BackendError>> {
-            async move { Ok(self.state.lock().unwrap().published.clone()) }.boxed()
-        }
-
-        fn publish<'a>(
-            &'a self,
-            credentials: &'a S3Credentials,
-        ) -> BoxFuture<'a, Result<(), BackendError>> {
-            async move {
-                let mut state = self.state.lock().unwrap();
-                if state.published.as_ref() != Some(credentials) {
-                    self.grid.step()?;
-                    state.published = Some(credentials.clone());
-                }
-                Ok(())
-            }
-            .boxed()
-        }
-    }
-}
-
-#[cfg(test)]
 mod tests {
     use std::sync::Mutex;
 
-    use super::fake::{Grid, Store, StoreState};
     use super::*;
+    use crate::controllers::tenant::tests::fake::{Grid, Store, StoreState};
 
     const MARKER: &str = "keeper.dev/owner-uid=u1";
 
@@ -701,7 +334,7 @@ mod tests {
         ensure(&grid, &store, MARKER, &desired()).await.unwrap();
         grid.state.lock().unwrap().fail_lookups_with = Some(500);
         let err = ensure(&grid, &store, MARKER, &desired()).await.unwrap_err();
-        assert!(!err.is_permanent() && !err.is_not_found());
+        assert!(err.is_transient(), "{err:?}");
         assert_eq!(grid.state.lock().unwrap().accounts.len(), 1);
     }
 

@@ -1,0 +1,163 @@
+//! S3Tenant controller: a tenant account on StorageGRID (or a credential scope on an
+//! S3-compatible store), its S3 credentials published in Secret `<name>-s3-credentials`, and a
+//! deletion that is refused, loudly and helpfully, while buckets remain (keeper does not drain
+//! tenants: see the bucket drain annotation).
+//!
+//! Wiring only: the decisions live in [`plan`] (pure), the backends behind small traits in
+//! [`backend`], and [`reconcile`] observes, decides and acts (its crash-safe StorageGRID
+//! sequences in `reconcile::provision`).
+
+pub mod backend;
+pub mod plan;
+pub mod reconcile;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::ListParams;
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use tokio_util::sync::CancellationToken;
+
+use self::backend::{BackendError, Backends, Live, is_bad_credentials};
+use crate::api::{S3Bucket, S3Tenant};
+use crate::backends::error::{ErrorClass, classify_kube};
+use crate::providers::ProviderError;
+use crate::runtime::{self, Context, ReconcileError, Shared};
+use crate::server::Readiness;
+
+/// How often a blocked deletion looks again for buckets that live only on the backend (deleted
+/// S3Bucket resources trigger a look at once).
+const BLOCKED_RECHECK: Duration = Duration::from_secs(60);
+/// How soon to confirm that a deleted account is gone (the grid may delete asynchronously).
+const DELETE_CONFIRM: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    #[error("provider {0:?} is not in keeper's configuration")]
+    UnknownProvider(String),
+    #[error("invalid spec: {0}")]
+    InvalidSpec(String),
+    /// The provider's Secret is missing or incomplete.
+    #[error("{0}")]
+    ProviderSecret(String),
+    /// The provider's Secret could not be read (transient).
+    #[error("cannot read provider Secret {secret}: {message}")]
+    ProviderUnavailable { secret: String, message: String },
+    #[error("cannot use provider {provider:?}: {message}")]
+    ProviderClient { provider: String, message: String },
+}
+
+impl From<ProviderError> for Error {
+    fn from(e: ProviderError) -> Self {
+        match e {
+            ProviderError::Unknown(name) => Error::UnknownProvider(name),
+            ProviderError::Secret(message) => Error::ProviderSecret(message),
+            ProviderError::Unavailable { secret, message } => {
+                Error::ProviderUnavailable { secret, message }
+            }
+        }
+    }
+}
+
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Backend(_) => "backend",
+            Error::UnknownProvider(_) | Error::ProviderClient { .. } => "config",
+            Error::InvalidSpec(_) => "spec",
+            Error::ProviderSecret(_) | Error::ProviderUnavailable { .. } => "secret",
+        }
+    }
+
+    fn class(&self) -> ErrorClass {
+        match self {
+            Error::Kube(e) => classify_kube(e),
+            Error::Backend(e) => e.class,
+            Error::ProviderUnavailable { .. } => ErrorClass::Transient,
+            Error::UnknownProvider(_)
+            | Error::InvalidSpec(_)
+            | Error::ProviderSecret(_)
+            | Error::ProviderClient { .. } => ErrorClass::Permanent,
+        }
+    }
+
+    fn condition_reason(&self) -> &'static str {
+        match self {
+            Error::Backend(e) if is_bad_credentials(e) => "BackendCredentialsRefused",
+            Error::Backend(_) => "BackendRejected",
+            Error::UnknownProvider(_) => "UnknownProvider",
+            Error::InvalidSpec(_) => "InvalidSpec",
+            Error::ProviderSecret(_) => "ProviderSecretInvalid",
+            Error::ProviderUnavailable { .. } => "ProviderSecretUnavailable",
+            Error::ProviderClient { .. } => "ProviderConfigInvalid",
+            Error::Kube(_) => "KubernetesError",
+        }
+    }
+}
+
+/// The name of the Secret with the tenant's S3 credentials.
+pub fn credentials_secret_name(tenant: &str) -> String {
+    format!("{tenant}-s3-credentials")
+}
+
+/// The name of the Secret with the tenant account's root password (StorageGRID only).
+pub fn root_secret_name(tenant: &str) -> String {
+    format!("{tenant}-root-credentials")
+}
+
+/// The S3Tenant reconciler over its backends ([`Live`] in production, fakes in tests).
+pub struct S3TenantReconciler<B: Backends = Live> {
+    backends: B,
+}
+
+impl<B: Backends> S3TenantReconciler<B> {
+    pub fn new(backends: B) -> Self {
+        S3TenantReconciler { backends }
+    }
+}
+
+/// S3Bucket resources in `namespace` that reference `tenant`, sorted: (resource name, bucket
+/// name on the backend). For the admission webhook, which is not a controller and has no
+/// cache: it lists from the API. The controller asks its cache ([`plan::tenant_buckets`]).
+pub async fn bucket_resources(
+    client: &kube::Client,
+    namespace: &str,
+    tenant: &str,
+) -> Result<Vec<(String, String)>, kube::Error> {
+    let api: Api<S3Bucket> = Api::namespaced(client.clone(), namespace);
+    let buckets = api.list(&ListParams::default()).await?.items;
+    Ok(plan::tenant_buckets(&buckets, namespace, tenant))
+}
+
+/// The tenant an S3Bucket belongs to: a bucket's change (above all its deletion) re-checks it.
+fn bucket_to_tenant(bucket: S3Bucket) -> Option<ObjectRef<S3Tenant>> {
+    let namespace = bucket.namespace()?;
+    Some(ObjectRef::new(&bucket.spec.tenant_ref.name).within(&namespace))
+}
+
+pub async fn run(
+    shared: Shared,
+    readiness: Arc<Readiness>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let api = Api::<S3Tenant>::all(shared.client.clone());
+    let controller = Controller::new(api, watcher::Config::default()).watches(
+        Api::<S3Bucket>::all(shared.client.clone()),
+        watcher::Config::default(),
+        bucket_to_tenant,
+    );
+    let cx = Arc::new(Context::new(shared, S3TenantReconciler::new(Live)));
+    runtime::run(controller, cx, readiness, shutdown).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

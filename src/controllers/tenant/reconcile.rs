@@ -1,0 +1,331 @@
+//! Performs the tenant's plan: observe (the provider, the tenant's Secrets, its buckets from the
+//! cache, the account on the grid), decide ([`super::plan`]), act, and report as an [`Outcome`].
+
+pub mod provision;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use kube::ResourceExt;
+
+use self::provision::TenantStore;
+use super::backend::{AccountBackend, Backends};
+use super::plan::{self, DeletionGate, DeletionStep, RemainingBuckets};
+use super::{
+    BLOCKED_RECHECK, DELETE_CONFIRM, Error, S3TenantReconciler, credentials_secret_name,
+    root_secret_name,
+};
+use crate::api::{S3Tenant, S3TenantStatus, TenantPhase};
+use crate::backends::storagegrid::Login;
+use crate::config::Provider;
+use crate::providers::{Keys, ProviderClients};
+use crate::runtime::cluster::{Target, secret_data};
+use crate::runtime::{self, Context, Next, Note, Outcome, Reconciler, conditions};
+
+type Cx<B> = Context<S3TenantReconciler<B>>;
+
+impl<B: Backends> Reconciler for S3TenantReconciler<B> {
+    type Resource = S3Tenant;
+    type Error = Error;
+    const NAME: &'static str = "s3tenant";
+    const FINALIZER: &'static str = "keeper.dev/tenant-cleanup";
+
+    /// Brings the backend to the spec and publishes the credentials; Ready when done.
+    async fn apply(
+        &self,
+        tenant: Arc<S3Tenant>,
+        cx: &Cx<B>,
+    ) -> Result<Outcome<S3TenantStatus>, Error> {
+        let name = tenant.name_any();
+        let generation = tenant.metadata.generation;
+        let mut status = tenant.status.clone().unwrap_or_default();
+        status.observed_generation = generation;
+        // A live object is never blocked from deletion.
+        conditions::remove(&mut status.conditions, conditions::DELETION_BLOCKED);
+        let provider = cx.shared.providers.get(&tenant.spec.provider)?;
+        match &provider.config {
+            Provider::StorageGrid(_) => {
+                let desired =
+                    plan::desired_settings(&name, &tenant.spec).map_err(Error::InvalidSpec)?;
+                let grid = grid(cx, &provider).await?;
+                let store = KubeStore::new(cx, &tenant, &status, &provider);
+                let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
+                let id = provision::ensure(&grid, &store, &marker, &desired).await?;
+                status = store.status.into_inner().expect("status lock");
+                status.account_id = Some(id);
+            }
+            Provider::S3Compatible(_) => {
+                let keys = provider
+                    .s3_keys(cx.kube(), &cx.shared.operator_namespace)
+                    .await?;
+                self.backends
+                    .verify_keys(&provider, &keys, &cx.shared.metrics)
+                    .await?;
+                publish_credentials(cx, &tenant, &keys, &provider).await?;
+                status.account_id = None;
+            }
+        }
+        status.s3_endpoint = Some(provider.s3_endpoint());
+        status.credentials_secret = Some(credentials_secret_name(&name));
+        status.bucket_count = Some(bucket_resources(cx, &tenant).await?.len() as i64);
+        status.phase = Some(TenantPhase::Ready);
+        let mut outcome = Outcome::new(status, Next::Requeue(runtime::RESYNC));
+        let message = format!(
+            "credentials are in Secret {}",
+            credentials_secret_name(&name)
+        );
+        // The condition says what was done, the event that the tenant is ready.
+        if outcome.condition(
+            conditions::READY,
+            true,
+            "Provisioned",
+            message.clone(),
+            generation,
+        ) {
+            outcome.note(Note::normal("Ready", message));
+        }
+        Ok(outcome)
+    }
+
+    /// Deletes the account once no bucket remains; holds the tenant, saying why, until then.
+    async fn cleanup(
+        &self,
+        tenant: Arc<S3Tenant>,
+        cx: &Cx<B>,
+    ) -> Result<Outcome<S3TenantStatus>, Error> {
+        let name = tenant.name_any();
+        let generation = tenant.metadata.generation;
+        let status = tenant.status.clone().unwrap_or_default();
+        let resources = bucket_resources(cx, &tenant).await?;
+        match plan::deletion_gate(&tenant.spec) {
+            DeletionGate::Protected => {
+                let message = plan::deletion_protection_message(&name);
+                // Turning protection off changes the spec, which triggers the next look.
+                let mut outcome = Outcome::new(status, Next::AwaitChange);
+                outcome.status.bucket_count = Some(resources.len() as i64);
+                outcome.deletion_blocked("DeletionProtection", message, generation);
+                return Ok(outcome);
+            }
+            DeletionGate::Retain => return Ok(Outcome::new(status, Next::Release)),
+            DeletionGate::Proceed => {}
+        }
+        let provider = match cx.shared.providers.get(&tenant.spec.provider) {
+            Ok(provider) => provider,
+            // Nothing was ever created on a provider keeper does not know.
+            Err(_) if status.account_id.is_none() => {
+                return Ok(Outcome::new(status, Next::Release));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
+        let (grid, account, backend_buckets) = match &provider.config {
+            Provider::StorageGrid(_) => {
+                let grid = grid(cx, &provider).await?;
+                let store = KubeStore::new(cx, &tenant, &status, &provider);
+                let password = store.root_password().await?;
+                let account = provision::locate_account(&grid, &store, &marker).await?;
+                let buckets = match &account {
+                    Some(a) => {
+                        provision::account_buckets(&grid, &a.id, password.as_deref()).await?
+                    }
+                    None => Vec::new(),
+                };
+                (Some(grid), account.map(|a| (a.id, password)), buckets)
+            }
+            // A credential scope holds nothing of its own to delete.
+            Provider::S3Compatible(_) => (None, None, Vec::new()),
+        };
+        let remaining = RemainingBuckets::new(resources, backend_buckets);
+        let account_id = account.as_ref().map(|(id, _)| id.as_str());
+        let next = match plan::deletion_step(account_id, remaining) {
+            DeletionStep::Release => Next::Release,
+            DeletionStep::Blocked(buckets) => {
+                let message = plan::buckets_remain_message(&name, &buckets);
+                let mut outcome = Outcome::new(status, Next::Requeue(BLOCKED_RECHECK));
+                outcome.status.bucket_count = Some(buckets.count() as i64);
+                outcome.deletion_blocked("BucketsRemain", message, generation);
+                return Ok(outcome);
+            }
+            DeletionStep::DeleteAccount { id } => {
+                let grid = grid.expect("only grid tenants have accounts");
+                let password = account.and_then(|(_, password)| password);
+                delete_account(&grid, &id, password.as_deref(), &marker).await?
+            }
+        };
+        Ok(Outcome::new(status, next))
+    }
+}
+
+/// Revokes the account's keys and deletes it; releases only once the grid says it is gone.
+async fn delete_account<A: AccountBackend>(
+    grid: &A,
+    id: &str,
+    password: Option<&str>,
+    marker: &str,
+) -> Result<Next, Error> {
+    provision::revoke_keys(grid, id, password).await?;
+    match grid.delete_account(id).await {
+        // Only a 404 confirms; a grid that deletes asynchronously is asked again soon.
+        Ok(()) => match grid.get_account(id, marker).await? {
+            None => {
+                tracing::info!(account = %id, "deleted StorageGRID account");
+                Ok(Next::Release)
+            }
+            Some(_) => Ok(Next::Requeue(DELETE_CONFIRM)),
+        },
+        Err(e) if e.is_gone() => Ok(Next::Release),
+        // A bucket appeared since the check: look again, which names it.
+        Err(e) if e.is_conflict() => {
+            tracing::info!(account = %id, error = %e, "account not deletable yet");
+            Ok(Next::Requeue(DELETE_CONFIRM))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The provider's grid, signed in as the administrator named by the provider's Secret.
+async fn grid<B: Backends>(cx: &Cx<B>, provider: &ProviderClients) -> Result<B::Accounts, Error> {
+    let [username, password] = provider
+        .credentials(
+            cx.kube(),
+            &cx.shared.operator_namespace,
+            ["username", "password"],
+        )
+        .await?;
+    cx.reconciler
+        .backends
+        .accounts(provider, Login::grid(username, password))
+        .ok_or_else(|| Error::ProviderClient {
+            provider: provider.name.clone(),
+            message: "not a StorageGRID provider".to_string(),
+        })
+}
+
+/// The tenant's S3Bucket resources, from the cache.
+async fn bucket_resources<B: Backends>(
+    cx: &Cx<B>,
+    tenant: &S3Tenant,
+) -> Result<Vec<(String, String)>, Error> {
+    let namespace = tenant.namespace().unwrap_or_default();
+    let buckets = cx.kube().buckets(&namespace).await?;
+    Ok(plan::tenant_buckets(
+        buckets.iter().map(|b| b.as_ref()),
+        &namespace,
+        &tenant.name_any(),
+    ))
+}
+
+/// Writes the credentials Secret (only when something changed).
+async fn publish_credentials<B: Backends>(
+    cx: &Cx<B>,
+    tenant: &S3Tenant,
+    keys: &Keys,
+    provider: &ProviderClients,
+) -> Result<(), Error> {
+    let data = BTreeMap::from([
+        ("accessKeyId".to_string(), keys.access_key_id.clone()),
+        (
+            "secretAccessKey".to_string(),
+            keys.secret_access_key.clone(),
+        ),
+        ("endpoint".to_string(), provider.s3_endpoint()),
+        ("region".to_string(), provider.region().to_string()),
+    ]);
+    cx.kube()
+        .apply_secret(
+            &Target::of(tenant),
+            &credentials_secret_name(&tenant.name_any()),
+            data,
+        )
+        .await?;
+    Ok(())
+}
+
+/// The tenant's Secrets and status on Kubernetes, as a [`TenantStore`].
+struct KubeStore<'a, B: Backends> {
+    cx: &'a Cx<B>,
+    tenant: &'a S3Tenant,
+    provider: &'a ProviderClients,
+    status: Mutex<S3TenantStatus>,
+}
+
+impl<'a, B: Backends> KubeStore<'a, B> {
+    fn new(
+        cx: &'a Cx<B>,
+        tenant: &'a S3Tenant,
+        status: &S3TenantStatus,
+        provider: &'a ProviderClients,
+    ) -> Self {
+        KubeStore {
+            cx,
+            tenant,
+            provider,
+            status: Mutex::new(status.clone()),
+        }
+    }
+
+    /// A Secret of the tenant's namespace, decoded.
+    async fn read(&self, name: &str) -> Result<Option<BTreeMap<String, String>>, Error> {
+        let namespace = self.tenant.namespace().unwrap_or_default();
+        let secret = self.cx.kube().secret(&namespace, name).await?;
+        Ok(secret.as_ref().map(secret_data))
+    }
+}
+
+impl<B: Backends> TenantStore for KubeStore<'_, B> {
+    type Error = Error;
+
+    async fn root_password(&self) -> Result<Option<String>, Error> {
+        let data = self
+            .read(&root_secret_name(&self.tenant.name_any()))
+            .await?;
+        Ok(data
+            .and_then(|d| d.get("password").cloned())
+            .filter(|p| !p.is_empty()))
+    }
+
+    async fn store_root_password(&self, password: &str) -> Result<(), Error> {
+        let data = BTreeMap::from([("password".to_string(), password.to_string())]);
+        self.cx
+            .kube()
+            .apply_secret(
+                &Target::of(self.tenant),
+                &root_secret_name(&self.tenant.name_any()),
+                data,
+            )
+            .await?;
+        Ok(())
+    }
+
+    fn recorded_account(&self) -> Option<String> {
+        self.status.lock().expect("status lock").account_id.clone()
+    }
+
+    async fn record_account(&self, id: &str) -> Result<(), Error> {
+        let status = {
+            let mut status = self.status.lock().expect("status lock");
+            status.account_id = Some(id.to_string());
+            status.clone()
+        };
+        self.cx.checkpoint(self.tenant, &status).await?;
+        Ok(())
+    }
+
+    async fn published(&self) -> Result<Option<Keys>, Error> {
+        let data = self
+            .read(&credentials_secret_name(&self.tenant.name_any()))
+            .await?;
+        Ok(data.and_then(|d| {
+            let access = d.get("accessKeyId").filter(|v| !v.is_empty())?;
+            let secret = d.get("secretAccessKey").filter(|v| !v.is_empty())?;
+            Some(Keys {
+                access_key_id: access.clone(),
+                secret_access_key: secret.clone(),
+            })
+        }))
+    }
+
+    async fn publish(&self, credentials: &Keys) -> Result<(), Error> {
+        publish_credentials(self.cx, self.tenant, credentials, self.provider).await
+    }
+}

@@ -1,0 +1,652 @@
+//! Reconcile tests: one reconcile at a time through the whole shared flow
+//! ([`runtime::testing::reconcile`]) over the in-memory Kubernetes seam and a fake grid.
+
+pub mod fake;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ObjectMeta;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use serde_json::Value;
+
+use self::fake::FakeBackends;
+use super::*;
+use crate::api::{S3TenantSpec, S3TenantStatus, TenantPhase};
+use crate::backends::error::{CONFLICT_RETRY, PERMANENT_RETRY};
+use crate::backends::{s3, storagegrid};
+use crate::config::OperatorConfig;
+use crate::runtime::cluster::fake::{Call, FakeKube};
+use crate::runtime::{Keeper, Note, conditions, testing};
+
+const CONFIG: &str = "providers:
+  default:
+    storageGrid:
+      adminEndpoint: https://grid.example.com
+      adminCredentialsSecret: {name: grid-admin}
+      s3Endpoint: https://s3.example.com/
+      region: eu-1
+  store:
+    s3Compatible:
+      endpoint: https://store.example.com
+      region: us-east-1
+      credentialsSecret: {name: store-creds}
+";
+
+type Cx = Context<S3TenantReconciler<FakeBackends>>;
+
+struct Harness {
+    kube: Arc<FakeKube>,
+    backends: FakeBackends,
+    cx: Arc<Cx>,
+}
+
+fn data(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn harness() -> Harness {
+    let kube = Arc::new(FakeKube::default());
+    kube.put_secret(
+        "keeper-system",
+        "grid-admin",
+        data(&[("username", "admin"), ("password", "pw")]),
+    );
+    kube.put_secret(
+        "keeper-system",
+        "store-creds",
+        data(&[
+            ("accessKeyId", "STOREKEY"),
+            ("secretAccessKey", "storesecret"),
+        ]),
+    );
+    let backends = FakeBackends::default();
+    let shared = testing::shared(kube.clone(), OperatorConfig::parse(CONFIG).unwrap());
+    let cx = Arc::new(Context::new(
+        shared,
+        S3TenantReconciler::new(backends.clone()),
+    ));
+    Harness { kube, backends, cx }
+}
+
+fn tenant(provider: &str, extra: Value) -> S3Tenant {
+    let mut spec = serde_json::json!({"provider": provider});
+    if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
+        spec.extend(extra);
+    }
+    S3Tenant {
+        metadata: ObjectMeta {
+            name: Some("t".into()),
+            namespace: Some("ns".into()),
+            uid: Some("u1".into()),
+            generation: Some(1),
+            finalizers: Some(vec!["keeper.dev/tenant-cleanup".into()]),
+            ..ObjectMeta::default()
+        },
+        spec: serde_json::from_value::<S3TenantSpec>(spec).unwrap(),
+        status: None,
+    }
+}
+
+fn grid_tenant() -> S3Tenant {
+    tenant("default", Value::Null)
+}
+
+fn deleting(mut tenant: S3Tenant) -> S3Tenant {
+    tenant.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    tenant
+}
+
+fn bucket(name: &str, tenant: &str) -> Arc<S3Bucket> {
+    let mut b = S3Bucket::new(
+        name,
+        serde_json::from_value(serde_json::json!({"tenantRef": {"name": tenant}})).unwrap(),
+    );
+    b.metadata.namespace = Some("ns".into());
+    Arc::new(b)
+}
+
+impl Harness {
+    async fn reconcile(&self, tenant: &S3Tenant) -> Result<Action, runtime::Error<Error>> {
+        testing::reconcile(&self.cx, tenant.clone()).await
+    }
+
+    /// `tenant` with the status the status patches so far wrote.
+    fn written(&self, tenant: &S3Tenant) -> S3Tenant {
+        let mut status = serde_json::to_value(&tenant.status).unwrap();
+        for call in self.kube.calls() {
+            if let Call::PatchStatus { patch, .. } = call {
+                json_patch::merge(&mut status, &patch["status"]);
+            }
+        }
+        let mut out = tenant.clone();
+        out.status = serde_json::from_value(status).unwrap();
+        out
+    }
+
+    fn status_writes(&self) -> usize {
+        self.kube
+            .calls()
+            .iter()
+            .filter(|c| matches!(c, Call::PatchStatus { .. }))
+            .count()
+    }
+
+    fn forget_calls(&self) {
+        self.kube.calls.lock().unwrap().clear();
+    }
+
+    /// A grid tenant brought to Ready, with the calls of getting there forgotten.
+    async fn ready(&self, tenant: S3Tenant) -> S3Tenant {
+        self.reconcile(&tenant).await.unwrap();
+        let ready = self.written(&tenant);
+        self.forget_calls();
+        ready
+    }
+
+    fn accounts(&self) -> usize {
+        self.backends.grid.state.lock().unwrap().accounts.len()
+    }
+
+    fn released(&self) -> bool {
+        self.kube.calls().iter().any(|c| {
+            matches!(c, Call::PatchJson { patch, .. }
+                if patch.to_string().contains("\"remove\"") && patch.to_string().contains("finalizers"))
+        })
+    }
+}
+
+fn status(tenant: &S3Tenant) -> &S3TenantStatus {
+    tenant.status.as_ref().expect("a status was written")
+}
+
+fn condition<'a>(
+    tenant: &'a S3Tenant,
+    type_: &str,
+) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    status(tenant)
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition"))
+}
+
+fn transient(result: Result<Action, runtime::Error<Error>>) -> bool {
+    matches!(result, Err(runtime::Error::Reconciler(e)) if e.class() == ErrorClass::Transient)
+}
+
+#[tokio::test]
+async fn a_new_grid_tenant_gets_one_account_published_keys_and_a_ready_event() {
+    let h = harness();
+    let t = grid_tenant();
+    let action = h.reconcile(&t).await.unwrap();
+    assert_eq!(action, Action::requeue(runtime::RESYNC));
+    let t = h.written(&t);
+    let status = status(&t);
+    assert_eq!(status.phase, Some(TenantPhase::Ready));
+    assert_eq!(status.observed_generation, Some(1));
+    assert_eq!(
+        status.s3_endpoint.as_deref(),
+        Some("https://s3.example.com")
+    );
+    assert_eq!(
+        status.credentials_secret.as_deref(),
+        Some("t-s3-credentials")
+    );
+    assert_eq!(status.bucket_count, Some(0));
+    let grid = h.backends.grid.state.lock().unwrap();
+    assert_eq!(grid.admin.as_deref(), Some("admin"));
+    assert_eq!(grid.accounts.len(), 1);
+    let (id, account) = grid.accounts.iter().next().unwrap();
+    assert_eq!(status.account_id.as_deref(), Some(id.as_str()));
+    assert_eq!(account.marker, "keeper.dev/owner-uid=u1");
+    assert_eq!(account.settings.name, "t");
+    let ready = condition(&t, conditions::READY);
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", "Provisioned")
+    );
+
+    let root = h.kube.secret_data("ns", "t-root-credentials").unwrap();
+    assert_eq!(root["password"], account.password);
+    let creds = h.kube.secret_data("ns", "t-s3-credentials").unwrap();
+    assert_eq!(creds["accessKeyId"], *account.keys.values().next().unwrap());
+    assert_eq!(creds["endpoint"], "https://s3.example.com");
+    assert_eq!(creds["region"], "eu-1");
+    assert!(!creds["secretAccessKey"].is_empty());
+    assert_eq!(
+        h.kube.notes(),
+        [Note::normal(
+            "Ready",
+            "credentials are in Secret t-s3-credentials"
+        )]
+    );
+    // The account id is checkpointed before the key is issued and published.
+    let calls = h.kube.calls();
+    let checkpoint = calls
+        .iter()
+        .position(|c| matches!(c, Call::PatchStatus { patch, .. } if patch["status"]["accountId"].is_string()))
+        .expect("the account id is written");
+    let published = calls
+        .iter()
+        .position(|c| matches!(c, Call::ApplySecret { name, .. } if name == "t-s3-credentials"))
+        .unwrap();
+    assert!(checkpoint < published, "{calls:#?}");
+}
+
+#[tokio::test]
+async fn a_ready_tenant_writes_nothing_on_the_next_look() {
+    let h = harness();
+    let t = h.ready(grid_tenant()).await;
+    let action = h.reconcile(&t).await.unwrap();
+    assert_eq!(action, Action::requeue(runtime::RESYNC));
+    assert_eq!(h.kube.calls(), [], "steady state writes nothing");
+    assert_eq!(h.accounts(), 1);
+}
+
+#[tokio::test]
+async fn a_503_from_the_grid_backs_off_and_writes_nothing() {
+    let h = harness();
+    h.backends.grid.state.lock().unwrap().fail_lookups_with = Some(503);
+    assert!(transient(h.reconcile(&grid_tenant()).await));
+    assert_eq!(h.kube.calls(), []);
+    assert_eq!(h.accounts(), 0);
+}
+
+#[tokio::test]
+async fn a_409_from_the_grid_looks_again_soon_without_reporting_a_failure() {
+    let h = harness();
+    h.backends.grid.state.lock().unwrap().fail_lookups_with = Some(409);
+    let action = h.reconcile(&grid_tenant()).await.unwrap();
+    assert_eq!(action, Action::requeue(CONFLICT_RETRY));
+    assert_eq!(h.status_writes(), 0);
+    assert!(h.kube.notes().is_empty());
+}
+
+#[tokio::test]
+async fn a_rejected_create_fails_the_tenant_with_one_warning() {
+    let h = harness();
+    h.backends.grid.state.lock().unwrap().reject_create_with = Some(400);
+    let t = grid_tenant();
+    let action = h.reconcile(&t).await.unwrap();
+    assert_eq!(action, Action::requeue(PERMANENT_RETRY));
+    let t = h.written(&t);
+    assert_eq!(status(&t).phase, Some(TenantPhase::Failed));
+    let ready = condition(&t, conditions::READY);
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "BackendRejected")
+    );
+    assert!(
+        ready.message.contains("quota too large"),
+        "{}",
+        ready.message
+    );
+    let notes = h.kube.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(
+        (notes[0].type_, notes[0].reason),
+        (EventType::Warning, "BackendRejected")
+    );
+    assert_eq!(h.accounts(), 0);
+}
+
+/// Runs one apply of `tenant` and returns its Ready condition's reason and message.
+async fn failure(h: &Harness, tenant: S3Tenant) -> (String, String) {
+    let action = h.reconcile(&tenant).await.unwrap();
+    assert_eq!(action, Action::requeue(PERMANENT_RETRY));
+    let t = h.written(&tenant);
+    assert_eq!(status(&t).phase, Some(TenantPhase::Failed));
+    let ready = condition(&t, conditions::READY);
+    assert_eq!(ready.status, "False");
+    (ready.reason.clone(), ready.message.clone())
+}
+
+#[tokio::test]
+async fn spec_and_configuration_errors_fail_the_tenant_with_their_reason() {
+    let h = harness();
+    let (reason, message) = failure(&h, tenant("default", serde_json::json!({"quota": "0"}))).await;
+    assert_eq!(reason, "InvalidSpec");
+    assert!(message.contains("at least one byte"), "{message}");
+
+    let (reason, message) = failure(&h, tenant("nowhere", Value::Null)).await;
+    assert_eq!(reason, "UnknownProvider");
+    assert!(message.contains("nowhere"), "{message}");
+
+    h.kube.secrets.lock().unwrap().clear();
+    let (reason, message) = failure(&h, grid_tenant()).await;
+    assert_eq!(reason, "ProviderSecretInvalid");
+    assert_eq!(
+        message,
+        "provider Secret keeper-system/grid-admin does not exist"
+    );
+    assert_eq!(h.accounts(), 0);
+}
+
+#[test]
+fn a_refused_root_sign_in_is_reported_as_refused_credentials() {
+    let refused = Error::Backend(
+        storagegrid::Error::BadCredentials {
+            operation: "list_access_keys",
+            username: "root".into(),
+            message: "m".into(),
+        }
+        .into(),
+    );
+    assert_eq!(refused.class(), ErrorClass::Permanent);
+    assert_eq!(refused.condition_reason(), "BackendCredentialsRefused");
+}
+
+#[test]
+fn error_classes() {
+    assert_eq!(
+        Error::InvalidSpec("x".into()).class(),
+        ErrorClass::Permanent
+    );
+    assert_eq!(
+        Error::UnknownProvider("x".into()).class(),
+        ErrorClass::Permanent
+    );
+    assert_eq!(
+        Error::ProviderSecret("x".into()).class(),
+        ErrorClass::Permanent
+    );
+    let unavailable = Error::from(crate::providers::ProviderError::Unavailable {
+        secret: "s".into(),
+        message: "m".into(),
+    });
+    assert_eq!(unavailable.class(), ErrorClass::Transient);
+    let transient = Error::Backend(
+        storagegrid::Error::Server {
+            operation: "get_account",
+            status: 503,
+            message: "m".into(),
+        }
+        .into(),
+    );
+    assert_eq!(transient.class(), ErrorClass::Transient);
+    let kube = Error::Kube(kube::Error::Api(
+        kube::core::Status::failure("m", "r").with_code(409).boxed(),
+    ));
+    assert_eq!(kube.class(), ErrorClass::Conflict);
+}
+
+#[tokio::test]
+async fn an_s3_compatible_tenant_publishes_the_verified_provider_keys() {
+    let h = harness();
+    let t = tenant("store", Value::Null);
+    let action = h.reconcile(&t).await.unwrap();
+    assert_eq!(action, Action::requeue(runtime::RESYNC));
+    let t = h.written(&t);
+    let status = status(&t);
+    assert_eq!(status.phase, Some(TenantPhase::Ready));
+    assert_eq!(status.account_id, None);
+    assert_eq!(
+        status.s3_endpoint.as_deref(),
+        Some("https://store.example.com")
+    );
+    assert_eq!(
+        h.backends.verified.lock().unwrap()[0].access_key_id,
+        "STOREKEY"
+    );
+    let creds = h.kube.secret_data("ns", "t-s3-credentials").unwrap();
+    assert_eq!(
+        creds,
+        data(&[
+            ("accessKeyId", "STOREKEY"),
+            ("secretAccessKey", "storesecret"),
+            ("endpoint", "https://store.example.com"),
+            ("region", "us-east-1"),
+        ])
+    );
+    assert_eq!(h.kube.notes()[0].reason, "Ready");
+}
+
+fn s3_error(class: s3::ErrorClass, code: &str) -> BackendError {
+    s3::S3Error {
+        operation: "list_buckets",
+        class,
+        code: code.into(),
+        message: "m".into(),
+    }
+    .into()
+}
+
+#[tokio::test]
+async fn refused_s3_keys_fail_the_tenant_and_an_unavailable_store_backs_off() {
+    let h = harness();
+    *h.backends.verify.lock().unwrap() =
+        Some(s3_error(s3::ErrorClass::Permanent, "InvalidAccessKeyId"));
+    let (reason, message) = failure(&h, tenant("store", Value::Null)).await;
+    assert_eq!(reason, "BackendRejected");
+    assert!(message.contains("InvalidAccessKeyId"), "{message}");
+    assert!(h.kube.secret_data("ns", "t-s3-credentials").is_none());
+
+    let h = harness();
+    *h.backends.verify.lock().unwrap() = Some(s3_error(s3::ErrorClass::Transient, "SlowDown"));
+    assert!(transient(h.reconcile(&tenant("store", Value::Null)).await));
+    assert_eq!(h.kube.calls(), []);
+}
+
+#[tokio::test]
+async fn buckets_block_the_deletion_with_one_warning_naming_them() {
+    let h = harness();
+    let t = deleting(h.ready(grid_tenant()).await);
+    h.kube.buckets.lock().unwrap().extend([
+        bucket("alpha", "t"),
+        bucket("beta", "t"),
+        bucket("other", "u"),
+    ]);
+    let action = h.reconcile(&t).await.unwrap();
+    assert_eq!(action, Action::requeue(BLOCKED_RECHECK));
+    let blocked = h.written(&t);
+    assert_eq!(status(&blocked).phase, Some(TenantPhase::Deleting));
+    assert_eq!(status(&blocked).bucket_count, Some(2));
+    let condition = condition(&blocked, conditions::DELETION_BLOCKED);
+    assert_eq!(
+        (condition.status.as_str(), condition.reason.as_str()),
+        ("True", "BucketsRemain")
+    );
+    let notes = h.kube.notes();
+    assert_eq!(notes.len(), 1);
+    assert_eq!(
+        (notes[0].type_, notes[0].reason),
+        (EventType::Warning, "DeletionBlocked")
+    );
+    assert!(
+        notes[0].message.contains("alpha, beta"),
+        "{}",
+        notes[0].message
+    );
+    assert!(notes[0].message.contains("keeper.dev/drain=true"));
+    assert!(!h.released());
+    assert_eq!(h.accounts(), 1, "the account is intact");
+
+    // Looking again while still blocked is no news.
+    h.forget_calls();
+    h.reconcile(&blocked).await.unwrap();
+    assert!(h.kube.notes().is_empty());
+    assert_eq!(h.status_writes(), 0);
+}
+
+#[tokio::test]
+async fn a_bucket_only_on_the_backend_blocks_the_deletion_too() {
+    let h = harness();
+    let t = deleting(h.ready(grid_tenant()).await);
+    for account in h.backends.grid.state.lock().unwrap().accounts.values_mut() {
+        account.buckets = vec!["legacy".into()];
+    }
+    h.reconcile(&t).await.unwrap();
+    let message = &h.kube.notes()[0].message;
+    assert!(
+        message.contains("legacy (on the backend, not managed by keeper)"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn protection_holds_the_deletion_until_the_spec_changes() {
+    let h = harness();
+    let t = h
+        .ready(tenant(
+            "default",
+            serde_json::json!({"deletionProtection": true}),
+        ))
+        .await;
+    let action = h.reconcile(&deleting(t.clone())).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    let blocked = h.written(&t);
+    assert_eq!(status(&blocked).phase, Some(TenantPhase::Deleting));
+    let condition = condition(&blocked, conditions::DELETION_BLOCKED);
+    assert_eq!(condition.reason, "DeletionProtection");
+    assert!(condition.message.contains("deletionProtection\":false"));
+    assert_eq!(h.kube.notes()[0].reason, "DeletionBlocked");
+    assert_eq!(h.accounts(), 1);
+}
+
+#[tokio::test]
+async fn retain_releases_the_tenant_and_keeps_the_account() {
+    let h = harness();
+    let t = h
+        .ready(tenant(
+            "default",
+            serde_json::json!({"deletionPolicy": "Retain"}),
+        ))
+        .await;
+    h.reconcile(&deleting(t)).await.unwrap();
+    assert!(h.released());
+    assert_eq!(h.accounts(), 1);
+}
+
+#[tokio::test]
+async fn without_buckets_the_keys_and_the_account_go_then_the_tenant() {
+    let h = harness();
+    let t = deleting(h.ready(grid_tenant()).await);
+    let action = h.reconcile(&t).await.unwrap();
+    assert_eq!(action, Action::await_change());
+    assert!(h.released());
+    assert_eq!(h.accounts(), 0);
+    assert_eq!(h.status_writes(), 0);
+}
+
+#[tokio::test]
+async fn a_404_from_the_account_delete_counts_as_gone() {
+    let h = harness();
+    let t = deleting(h.ready(grid_tenant()).await);
+    h.backends.grid.state.lock().unwrap().delete_answers = Some(404);
+    h.reconcile(&t).await.unwrap();
+    assert!(h.released());
+}
+
+#[tokio::test]
+async fn a_409_from_the_account_delete_looks_again_soon() {
+    let h = harness();
+    let t = deleting(h.ready(grid_tenant()).await);
+    h.backends.grid.state.lock().unwrap().delete_answers = Some(409);
+    let action = h.reconcile(&t).await.unwrap();
+    assert_eq!(action, Action::requeue(DELETE_CONFIRM));
+    assert!(!h.released());
+    assert_eq!(h.accounts(), 1);
+}
+
+#[tokio::test]
+async fn a_503_during_cleanup_backs_off_and_never_reads_as_gone() {
+    let h = harness();
+    let t = deleting(h.ready(grid_tenant()).await);
+    h.backends.grid.state.lock().unwrap().fail_lookups_with = Some(503);
+    assert!(transient(h.reconcile(&t).await));
+    assert!(!h.released());
+    assert_eq!(h.kube.calls(), []);
+}
+
+#[tokio::test]
+async fn a_permanent_error_during_cleanup_shows_deleting_not_failed() {
+    let h = harness();
+    let t = deleting(h.ready(grid_tenant()).await);
+    h.kube
+        .secrets
+        .lock()
+        .unwrap()
+        .remove(&("keeper-system".to_string(), "grid-admin".to_string()));
+    let action = h.reconcile(&t).await.unwrap();
+    assert_eq!(action, Action::requeue(PERMANENT_RETRY));
+    let t = h.written(&t);
+    assert_eq!(status(&t).phase, Some(TenantPhase::Deleting));
+    assert_eq!(
+        condition(&t, conditions::READY).reason,
+        "ProviderSecretInvalid"
+    );
+    assert!(!h.released());
+}
+
+#[tokio::test]
+async fn a_tenant_of_an_unknown_provider_without_an_account_is_released() {
+    let h = harness();
+    h.reconcile(&deleting(tenant("nowhere", Value::Null)))
+        .await
+        .unwrap();
+    assert!(h.released());
+}
+
+#[tokio::test]
+async fn an_s3_compatible_tenant_is_released_once_its_buckets_are_gone() {
+    let h = harness();
+    let t = deleting(h.ready(tenant("store", Value::Null)).await);
+    h.kube.buckets.lock().unwrap().push(bucket("alpha", "t"));
+    assert_eq!(
+        h.reconcile(&t).await.unwrap(),
+        Action::requeue(BLOCKED_RECHECK)
+    );
+    assert!(!h.released());
+    h.kube.buckets.lock().unwrap().clear();
+    h.reconcile(&t).await.unwrap();
+    assert!(h.released());
+}
+
+#[test]
+fn buckets_map_to_their_tenant_in_their_namespace() {
+    let bucket = bucket("b", "team-a");
+    let target = bucket_to_tenant((*bucket).clone()).unwrap();
+    assert_eq!(target, ObjectRef::new("team-a").within("ns"));
+}
+
+#[test]
+fn gauges_classify_by_phase_and_blocked_condition() {
+    let mut t = grid_tenant();
+    assert_eq!(t.phase(), "Pending");
+    let mut status = S3TenantStatus {
+        phase: Some(TenantPhase::Deleting),
+        ..Default::default()
+    };
+    t.status = Some(status.clone());
+    assert_eq!(t.phase(), "Deleting");
+    assert!(!conditions::is_true(
+        &status.conditions,
+        conditions::DELETION_BLOCKED
+    ));
+    conditions::set(
+        &mut status.conditions,
+        conditions::DELETION_BLOCKED,
+        true,
+        "BucketsRemain",
+        "m",
+        None,
+    );
+    assert!(conditions::is_true(
+        &status.conditions,
+        conditions::DELETION_BLOCKED
+    ));
+}
+
+#[test]
+fn the_requeue_intervals_are_unchanged() {
+    assert_eq!(BLOCKED_RECHECK, Duration::from_secs(60));
+    assert_eq!(DELETE_CONFIRM, Duration::from_secs(5));
+}

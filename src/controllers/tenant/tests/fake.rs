@@ -1,0 +1,375 @@
+//! An in-memory grid and tenant store that can "crash" before any chosen backend or store step,
+//! and [`Backends`] over them for reconcile tests.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use crate::backends::storagegrid::{self, Login};
+use crate::controllers::tenant::backend::{AccountBackend, BackendError, Backends, IssuedKey};
+use crate::controllers::tenant::plan::{AccountSettings, ObservedAccount};
+use crate::controllers::tenant::reconcile::provision::TenantStore;
+use crate::metrics::Metrics;
+use crate::providers::{Keys, ProviderClients};
+
+/// A grid; clones share their state (the reconciler gets a clone, the test keeps one).
+#[derive(Clone, Default)]
+pub struct Grid {
+    pub state: Arc<Mutex<GridState>>,
+    /// Step counter shared with the store: the step numbered `crash_at` fails.
+    pub steps: Arc<Mutex<(usize, Option<usize>)>>,
+}
+
+#[derive(Default, Debug)]
+pub struct GridState {
+    pub next_id: u64,
+    pub accounts: BTreeMap<String, FakeAccount>,
+    /// Account lookups and bucket listings fail with this HTTP status (409 is a conflict,
+    /// anything else a server error).
+    pub fail_lookups_with: Option<u16>,
+    /// The next account create fails with this HTTP status (a 4xx rejection).
+    pub reject_create_with: Option<u16>,
+    /// The next account delete answers this HTTP status (404 or 409) without deleting.
+    pub delete_answers: Option<u16>,
+    /// The admin login the reconciler signed in with.
+    pub admin: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct FakeAccount {
+    pub settings: AccountSettings,
+    pub marker: String,
+    pub password: String,
+    /// credential id → access key id
+    pub keys: BTreeMap<String, String>,
+    pub buckets: Vec<String>,
+}
+
+impl Grid {
+    pub fn step(&self) -> Result<(), BackendError> {
+        let mut steps = self.steps.lock().unwrap();
+        steps.0 += 1;
+        if Some(steps.0) == steps.1 {
+            return Err(storagegrid::Error::InvalidResponse {
+                operation: "crash",
+                message: "simulated crash".into(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    pub fn crash_at(&self, step: Option<usize>) {
+        *self.steps.lock().unwrap() = (0, step);
+    }
+
+    pub fn steps_taken(&self) -> usize {
+        self.steps.lock().unwrap().0
+    }
+
+    fn not_found(operation: &'static str) -> BackendError {
+        storagegrid::Error::NotFound {
+            operation,
+            message: "no such account".into(),
+        }
+        .into()
+    }
+
+    fn login(&self, id: &str, root: &str) -> Result<(), BackendError> {
+        let state = self.state.lock().unwrap();
+        match state.accounts.get(id) {
+            Some(a) if a.password == root => Ok(()),
+            Some(_) => Err(storagegrid::Error::BadCredentials {
+                operation: "sign_in",
+                username: "root".into(),
+                message: "bad password".into(),
+            }
+            .into()),
+            None => Err(Self::not_found("sign_in")),
+        }
+    }
+
+    fn lookup_failure(&self) -> Result<(), BackendError> {
+        match self.state.lock().unwrap().fail_lookups_with {
+            Some(409) => Err(storagegrid::Error::Conflict {
+                operation: "get_account",
+                message: "busy".into(),
+            }
+            .into()),
+            Some(status) => Err(storagegrid::Error::Server {
+                operation: "get_account",
+                status,
+                message: "unavailable".into(),
+            }
+            .into()),
+            None => Ok(()),
+        }
+    }
+
+    fn observe(id: &str, a: &FakeAccount, marker: &str) -> ObservedAccount {
+        ObservedAccount {
+            id: id.to_string(),
+            settings: a.settings.clone(),
+            managed_fields_ok: a.marker == marker,
+        }
+    }
+}
+
+impl AccountBackend for Grid {
+    async fn get_account(
+        &self,
+        id: &str,
+        marker: &str,
+    ) -> Result<Option<ObservedAccount>, BackendError> {
+        self.lookup_failure()?;
+        let state = self.state.lock().unwrap();
+        Ok(state.accounts.get(id).map(|a| Self::observe(id, a, marker)))
+    }
+
+    async fn find_account(&self, marker: &str) -> Result<Option<ObservedAccount>, BackendError> {
+        self.lookup_failure()?;
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .accounts
+            .iter()
+            .find(|(_, a)| a.marker == marker)
+            .map(|(id, a)| Self::observe(id, a, marker)))
+    }
+
+    async fn create_account(
+        &self,
+        settings: &AccountSettings,
+        marker: &str,
+        root_password: &str,
+    ) -> Result<String, BackendError> {
+        self.step()?;
+        let mut state = self.state.lock().unwrap();
+        if let Some(status) = state.reject_create_with.take() {
+            return Err(storagegrid::Error::Rejected {
+                operation: "create_account",
+                status,
+                message: "quota too large".into(),
+            }
+            .into());
+        }
+        state.next_id += 1;
+        let id = format!("{:020}", state.next_id);
+        state.accounts.insert(
+            id.clone(),
+            FakeAccount {
+                settings: settings.clone(),
+                marker: marker.to_string(),
+                password: root_password.to_string(),
+                keys: BTreeMap::new(),
+                buckets: Vec::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    async fn update_account(
+        &self,
+        id: &str,
+        settings: &AccountSettings,
+        marker: &str,
+    ) -> Result<(), BackendError> {
+        self.step()?;
+        let mut state = self.state.lock().unwrap();
+        let account = state
+            .accounts
+            .get_mut(id)
+            .ok_or_else(|| Self::not_found("update_account"))?;
+        account.settings = settings.clone();
+        account.marker = marker.to_string();
+        Ok(())
+    }
+
+    async fn set_root_password(&self, id: &str, password: &str) -> Result<(), BackendError> {
+        self.step()?;
+        let mut state = self.state.lock().unwrap();
+        let account = state
+            .accounts
+            .get_mut(id)
+            .ok_or_else(|| Self::not_found("set_root_password"))?;
+        account.password = password.to_string();
+        Ok(())
+    }
+
+    async fn list_keys(&self, id: &str, root_password: &str) -> Result<Vec<String>, BackendError> {
+        self.login(id, root_password)?;
+        let state = self.state.lock().unwrap();
+        Ok(state.accounts[id].keys.keys().cloned().collect())
+    }
+
+    async fn key_id(
+        &self,
+        id: &str,
+        root_password: &str,
+        access_key_id: &str,
+    ) -> Result<Option<String>, BackendError> {
+        self.login(id, root_password)?;
+        let state = self.state.lock().unwrap();
+        Ok(state.accounts[id]
+            .keys
+            .iter()
+            .find(|(_, access)| *access == access_key_id)
+            .map(|(key, _)| key.clone()))
+    }
+
+    async fn issue_key(&self, id: &str, root_password: &str) -> Result<IssuedKey, BackendError> {
+        self.step()?;
+        self.login(id, root_password)?;
+        let mut state = self.state.lock().unwrap();
+        state.next_id += 1;
+        let n = state.next_id;
+        let account = state.accounts.get_mut(id).unwrap();
+        account.keys.insert(format!("cred-{n}"), format!("AK{n}"));
+        Ok(IssuedKey {
+            id: format!("cred-{n}"),
+            credentials: Keys {
+                access_key_id: format!("AK{n}"),
+                secret_access_key: format!("secret-{n}"),
+            },
+        })
+    }
+
+    async fn revoke_key(
+        &self,
+        id: &str,
+        root_password: &str,
+        key_id: &str,
+    ) -> Result<(), BackendError> {
+        self.step()?;
+        self.login(id, root_password)?;
+        let mut state = self.state.lock().unwrap();
+        state.accounts.get_mut(id).unwrap().keys.remove(key_id);
+        Ok(())
+    }
+
+    async fn list_buckets(
+        &self,
+        id: &str,
+        root_password: Option<&str>,
+    ) -> Result<Vec<String>, BackendError> {
+        self.lookup_failure()?;
+        if let Some(root) = root_password {
+            self.login(id, root)?;
+        }
+        let state = self.state.lock().unwrap();
+        state
+            .accounts
+            .get(id)
+            .map(|a| a.buckets.clone())
+            .ok_or_else(|| Self::not_found("list_buckets"))
+    }
+
+    async fn delete_account(&self, id: &str) -> Result<(), BackendError> {
+        self.step()?;
+        let mut state = self.state.lock().unwrap();
+        match state.delete_answers.take() {
+            Some(404) => return Err(Self::not_found("delete_account")),
+            Some(409) => {
+                return Err(storagegrid::Error::Conflict {
+                    operation: "delete_account",
+                    message: "account has buckets".into(),
+                }
+                .into());
+            }
+            _ => {}
+        }
+        match state.accounts.get(id) {
+            None => Err(Self::not_found("delete_account")),
+            Some(a) if !a.buckets.is_empty() => Err(storagegrid::Error::Conflict {
+                operation: "delete_account",
+                message: "account has buckets".into(),
+            }
+            .into()),
+            Some(_) => {
+                state.accounts.remove(id);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The tenant's persisted state; its writes are crash points too.
+pub struct Store<'g> {
+    pub grid: &'g Grid,
+    pub state: Mutex<StoreState>,
+}
+
+#[derive(Default, Debug, Clone)]
+pub struct StoreState {
+    pub password: Option<String>,
+    pub account: Option<String>,
+    pub published: Option<Keys>,
+}
+
+impl TenantStore for Store<'_> {
+    type Error = BackendError;
+
+    async fn root_password(&self) -> Result<Option<String>, BackendError> {
+        Ok(self.state.lock().unwrap().password.clone())
+    }
+
+    async fn store_root_password(&self, password: &str) -> Result<(), BackendError> {
+        self.grid.step()?;
+        self.state.lock().unwrap().password = Some(password.to_string());
+        Ok(())
+    }
+
+    fn recorded_account(&self) -> Option<String> {
+        self.state.lock().unwrap().account.clone()
+    }
+
+    async fn record_account(&self, id: &str) -> Result<(), BackendError> {
+        self.grid.step()?;
+        self.state.lock().unwrap().account = Some(id.to_string());
+        Ok(())
+    }
+
+    async fn published(&self) -> Result<Option<Keys>, BackendError> {
+        Ok(self.state.lock().unwrap().published.clone())
+    }
+
+    async fn publish(&self, credentials: &Keys) -> Result<(), BackendError> {
+        let mut state = self.state.lock().unwrap();
+        if state.published.as_ref() != Some(credentials) {
+            self.grid.step()?;
+            state.published = Some(credentials.clone());
+        }
+        Ok(())
+    }
+}
+
+/// [`Backends`] over the fake grid and a scripted S3 credential check.
+#[derive(Clone, Default)]
+pub struct FakeBackends {
+    pub grid: Grid,
+    /// What the next S3 credential checks answer (`None`: the keys work).
+    pub verify: Arc<Mutex<Option<BackendError>>>,
+    /// The keys the S3 credential check was asked about.
+    pub verified: Arc<Mutex<Vec<Keys>>>,
+}
+
+impl Backends for FakeBackends {
+    type Accounts = Grid;
+
+    fn accounts(&self, provider: &ProviderClients, admin: Login) -> Option<Grid> {
+        provider.grid()?;
+        self.grid.state.lock().unwrap().admin = Some(admin.username.clone());
+        Some(self.grid.clone())
+    }
+
+    async fn verify_keys(
+        &self,
+        _provider: &ProviderClients,
+        keys: &Keys,
+        _metrics: &Metrics,
+    ) -> Result<(), BackendError> {
+        self.verified.lock().unwrap().push(keys.clone());
+        match self.verify.lock().unwrap().clone() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
