@@ -1,213 +1,24 @@
 //! Controller logic against an in-memory backend: lifecycle, drain and deletion end to end,
-//! without Kubernetes (the reconciler only writes the returned `Outcome` back).
+//! without Kubernetes (the state machine returns a `Report`; `write_back` applies it the way the
+//! runtime does). `flow` runs whole reconciles through the shared runtime and the fake Kube seam.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+mod fake;
+mod flow;
+
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::events::EventType;
 
-use super::backend::{BucketBackend, DesiredBucket, DrainProgress, KeyPlan, Observed, Owner};
+use super::backend::DesiredBucket;
 use super::plan::drain;
 use super::reconcile::{Cache, Report, View, annotated, apply_bucket, cleanup_bucket};
 use super::*;
 use crate::api::{BucketPhase, DrainMode, S3BucketSpec, TenantRef};
-use crate::backends::error::{BackendError, ErrorClass};
-use crate::backends::s3::DeleteOutcome;
 use crate::config::DrainDefaults;
-use crate::providers::Keys;
 use crate::runtime::{Next, conditions};
-
-#[derive(Debug, Clone, Default)]
-struct FakeBucket {
-    owner: Option<String>,
-    objects: i64,
-    versioning: bool,
-    draining: bool,
-    /// Objects protected by a legal hold (client-side rounds stop on them).
-    held: bool,
-    /// Entries the usage does not count but that keep the bucket from being deleted.
-    uncounted: bool,
-}
-
-/// An in-memory storage: server-side drains delete `server_rate` objects per observation.
-struct Fake {
-    mode: DrainMode,
-    buckets: Mutex<HashMap<String, FakeBucket>>,
-    calls: Mutex<Vec<String>>,
-    round_size: u64,
-    server_rate: i64,
-    fail_permanently: Mutex<Option<String>>,
-    /// Removes this bucket right after the next ownership check (a concurrent manual delete).
-    vanish_after_owner: Mutex<Option<String>>,
-}
-
-impl Fake {
-    fn new(mode: DrainMode) -> Self {
-        Fake {
-            mode,
-            buckets: Mutex::default(),
-            calls: Mutex::default(),
-            round_size: 1000,
-            server_rate: 0,
-            fail_permanently: Mutex::default(),
-            vanish_after_owner: Mutex::default(),
-        }
-    }
-
-    fn with(self, name: &str, bucket: FakeBucket) -> Self {
-        self.buckets.lock().unwrap().insert(name.into(), bucket);
-        self
-    }
-
-    fn bucket(&self, name: &str) -> Option<FakeBucket> {
-        self.buckets.lock().unwrap().get(name).cloned()
-    }
-
-    fn call(&self, what: &str) -> Result<(), BackendError> {
-        self.calls.lock().unwrap().push(what.to_string());
-        match self.fail_permanently.lock().unwrap().clone() {
-            Some(message) => Err(BackendError::new(
-                "fake",
-                "call",
-                ErrorClass::Permanent,
-                "Rejected",
-                message,
-            )),
-            None => Ok(()),
-        }
-    }
-
-    fn take_calls(&self) -> Vec<String> {
-        std::mem::take(&mut *self.calls.lock().unwrap())
-    }
-}
-
-impl BucketBackend for Fake {
-    fn drain_mode(&self) -> DrainMode {
-        self.mode
-    }
-
-    async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
-        self.call("owner")?;
-        let owner = match self.bucket(&desired.name) {
-            None => Owner::Missing,
-            Some(b) if b.owner.as_deref() == Some(desired.owner_uid.as_str()) => Owner::Us,
-            Some(_) => Owner::Someone(format!("bucket {:?} belongs to someone else", desired.name)),
-        };
-        if let Some(name) = self.vanish_after_owner.lock().unwrap().take() {
-            self.buckets.lock().unwrap().remove(&name);
-        }
-        Ok(owner)
-    }
-
-    async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
-        self.call("ensure")?;
-        let mut buckets = self.buckets.lock().unwrap();
-        let bucket = buckets
-            .entry(desired.name.clone())
-            .or_insert_with(|| FakeBucket {
-                owner: Some(desired.owner_uid.clone()),
-                ..Default::default()
-            });
-        if bucket.owner.as_deref() != Some(desired.owner_uid.as_str()) {
-            if !desired.adopt {
-                return Ok(Owner::Someone("not ours".into()));
-            }
-            bucket.owner = Some(desired.owner_uid.clone());
-        }
-        bucket.versioning = desired.versioning;
-        Ok(Owner::Us)
-    }
-
-    async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
-        self.call("observe")?;
-        let mut buckets = self.buckets.lock().unwrap();
-        Ok(buckets.get_mut(bucket).map(|b| {
-            if b.draining {
-                b.objects = (b.objects - self.server_rate).max(0);
-            }
-            Observed {
-                objects: b.objects,
-                bytes: b.objects * 10,
-                backend_draining: b.draining,
-            }
-        }))
-    }
-
-    async fn start_drain(&self, bucket: &str) -> Result<(), BackendError> {
-        self.call("start_drain")?;
-        if self.mode == DrainMode::ServerSide {
-            self.buckets
-                .lock()
-                .unwrap()
-                .get_mut(bucket)
-                .unwrap()
-                .draining = true;
-        }
-        Ok(())
-    }
-
-    async fn stop_drain(&self, bucket: &str) -> Result<(), BackendError> {
-        self.call("stop_drain")?;
-        if let Some(b) = self.buckets.lock().unwrap().get_mut(bucket) {
-            b.draining = false;
-        }
-        Ok(())
-    }
-
-    async fn drain_round(&self, bucket: &str) -> Result<DrainProgress, BackendError> {
-        self.call("drain_round")?;
-        let mut buckets = self.buckets.lock().unwrap();
-        let b = buckets.get_mut(bucket).unwrap();
-        if b.held {
-            return Ok(DrainProgress {
-                deleted: 0,
-                empty: false,
-                blocked: Some("object \"x\" is under a legal hold".into()),
-            });
-        }
-        let deleted = (self.round_size as i64).min(b.objects);
-        b.objects -= deleted;
-        Ok(DrainProgress {
-            deleted: deleted as u64,
-            empty: b.objects == 0 && deleted < self.round_size as i64,
-            blocked: None,
-        })
-    }
-
-    async fn delete(&self, bucket: &str) -> Result<DeleteOutcome, BackendError> {
-        self.call("delete")?;
-        let mut buckets = self.buckets.lock().unwrap();
-        match buckets.get(bucket) {
-            Some(b) if b.objects > 0 || b.uncounted => Ok(DeleteOutcome::NotEmpty),
-            _ => {
-                buckets.remove(bucket);
-                Ok(DeleteOutcome::Deleted)
-            }
-        }
-    }
-
-    async fn keys(
-        &self,
-        _bucket: &str,
-        _published: Option<&Keys>,
-        _rotate: bool,
-    ) -> Result<KeyPlan, BackendError> {
-        self.call("keys")?;
-        Ok(KeyPlan::Keep)
-    }
-
-    async fn retire_key(&self, _bucket: &str, _access_key_id: &str) -> Result<(), BackendError> {
-        self.call("retire_key")
-    }
-
-    async fn delete_credentials(&self, _bucket: &str) -> Result<(), BackendError> {
-        self.call("delete_credentials")
-    }
-}
+use fake::{Fake, FakeBucket};
 
 /// The requeue an outcome asks for (a release or an await fails the test).
 trait Requeue {
