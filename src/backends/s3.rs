@@ -65,6 +65,7 @@ pub enum ErrorClass {
 #[derive(Debug, thiserror::Error)]
 #[error("S3 {operation} failed: {code}: {message}")]
 pub struct S3Error {
+    /// The operation in snake_case, as in the metrics (`create_bucket`).
     pub operation: &'static str,
     pub class: ErrorClass,
     pub code: String,
@@ -257,7 +258,7 @@ impl S3Store {
                 match self.client.head_bucket().bucket(bucket).send().await {
                     Ok(_) => Ok(true),
                     Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
-                    Err(e) => Err(classify("HeadBucket", e)),
+                    Err(e) => Err(classify("head_bucket", e)),
                 }
             })
             .await?;
@@ -273,7 +274,7 @@ impl S3Store {
                         .find(|t| t.key() == OWNER_TAG)
                         .map(|t| t.value().to_string())),
                     Err(e) if e.code() == Some("NoSuchTagSet") => Ok(None),
-                    Err(e) => Err(classify("GetBucketTagging", e)),
+                    Err(e) => Err(classify("get_bucket_tagging", e)),
                 }
             })
             .await?;
@@ -312,7 +313,7 @@ impl S3Store {
                     {
                         Ok(CreateOutcome::AlreadyExists)
                     }
-                    Err(e) => Err(classify("CreateBucket", e)),
+                    Err(e) => Err(classify("create_bucket", e)),
                 }
             })
             .await
@@ -330,7 +331,7 @@ impl S3Store {
                 match self.client.get_bucket_tagging().bucket(bucket).send().await {
                     Ok(out) => Ok(out.tag_set().to_vec()),
                     Err(e) if e.code() == Some("NoSuchTagSet") => Ok(Vec::new()),
-                    Err(e) => Err(classify("GetBucketTagging", e)),
+                    Err(e) => Err(classify("get_bucket_tagging", e)),
                 }
             })
             .await?;
@@ -354,7 +355,7 @@ impl S3Store {
                     .tagging(tagging)
                     .send()
                     .await
-                    .map_err(|e| classify("PutBucketTagging", e))
+                    .map_err(|e| classify("put_bucket_tagging", e))
             })
             .await?;
         Ok(())
@@ -384,7 +385,7 @@ impl S3Store {
                     )
                     .send()
                     .await
-                    .map_err(|e| classify("PutBucketVersioning", e))
+                    .map_err(|e| classify("put_bucket_versioning", e))
             })
             .await?;
         Ok(())
@@ -417,7 +418,7 @@ impl S3Store {
                     {
                         Ok(page) => Ok(Some(page)),
                         Err(e) if e.code() == Some("NoSuchBucket") => Ok(None),
-                        Err(e) => Err(classify("ListObjectVersions", e)),
+                        Err(e) => Err(classify("list_object_versions", e)),
                     }
                 })
                 .await?;
@@ -464,7 +465,7 @@ impl S3Store {
                         .max_keys(batch_size as i32)
                         .send()
                         .await
-                        .map_err(|e| classify("ListObjectVersions", e))
+                        .map_err(|e| classify("list_object_versions", e))
                 })
                 .await?;
             let ids: Vec<ObjectIdentifier> = page
@@ -508,7 +509,7 @@ impl S3Store {
                         .delete(delete)
                         .send()
                         .await
-                        .map_err(|e| classify("DeleteObjects", e))
+                        .map_err(|e| classify("delete_objects", e))
                 })
                 .await?;
             // Quiet mode reports only failures; everything else was deleted.
@@ -562,7 +563,7 @@ impl S3Store {
                     // DeleteBucket has no modeled errors: match the wire codes.
                     Err(e) if e.code() == Some("NoSuchBucket") => Ok(DeleteOutcome::Deleted),
                     Err(e) if e.code() == Some("BucketNotEmpty") => Ok(DeleteOutcome::NotEmpty),
-                    Err(e) => Err(classify("DeleteBucket", e)),
+                    Err(e) => Err(classify("delete_bucket", e)),
                 }
             })
             .await

@@ -1,202 +1,38 @@
 //! Controller logic against an in-memory backend: lifecycle, drain and deletion end to end,
-//! without Kubernetes (the reconciler only writes the returned `Outcome` back).
+//! without Kubernetes (the state machine returns a `Report`; `write_back` applies it the way the
+//! runtime does). `flow` runs whole reconciles through the shared runtime and the fake Kube seam.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+mod fake;
+mod flow;
+
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::events::EventType;
 
+use super::backend::DesiredBucket;
+use super::plan::drain;
+use super::reconcile::{Cache, Report, View, annotated, apply_bucket, cleanup_bucket};
 use super::*;
-use crate::api::{DrainMode, S3BucketSpec, TenantRef};
+use crate::api::{BucketPhase, DrainMode, S3BucketSpec, TenantRef};
 use crate::config::DrainDefaults;
+use crate::runtime::{Next, conditions};
+use fake::{Fake, FakeBucket};
 
-#[derive(Debug, Clone, Default)]
-struct FakeBucket {
-    owner: Option<String>,
-    objects: i64,
-    versioning: bool,
-    draining: bool,
-    /// Objects protected by a legal hold (client-side rounds stop on them).
-    held: bool,
-    /// Entries the usage does not count but that keep the bucket from being deleted.
-    uncounted: bool,
+/// The requeue an outcome asks for (a release or an await fails the test).
+trait Requeue {
+    fn next_requeue(&self) -> Duration;
 }
 
-/// An in-memory storage: server-side drains delete `server_rate` objects per observation.
-struct Fake {
-    mode: DrainMode,
-    buckets: Mutex<HashMap<String, FakeBucket>>,
-    calls: Mutex<Vec<String>>,
-    round_size: u64,
-    server_rate: i64,
-    fail_permanently: Mutex<Option<String>>,
-    /// Removes this bucket right after the next ownership check (a concurrent manual delete).
-    vanish_after_owner: Mutex<Option<String>>,
-}
-
-impl Fake {
-    fn new(mode: DrainMode) -> Self {
-        Fake {
-            mode,
-            buckets: Mutex::default(),
-            calls: Mutex::default(),
-            round_size: 1000,
-            server_rate: 0,
-            fail_permanently: Mutex::default(),
-            vanish_after_owner: Mutex::default(),
+impl Requeue for Report {
+    fn next_requeue(&self) -> Duration {
+        match self.next {
+            Next::Requeue(after) => after,
+            other => panic!("no requeue: {other:?}"),
         }
-    }
-
-    fn with(self, name: &str, bucket: FakeBucket) -> Self {
-        self.buckets.lock().unwrap().insert(name.into(), bucket);
-        self
-    }
-
-    fn bucket(&self, name: &str) -> Option<FakeBucket> {
-        self.buckets.lock().unwrap().get(name).cloned()
-    }
-
-    fn call(&self, what: &str) -> Result<(), BackendError> {
-        self.calls.lock().unwrap().push(what.to_string());
-        match self.fail_permanently.lock().unwrap().clone() {
-            Some(message) => Err(BackendError {
-                transient: false,
-                message,
-            }),
-            None => Ok(()),
-        }
-    }
-
-    fn take_calls(&self) -> Vec<String> {
-        std::mem::take(&mut *self.calls.lock().unwrap())
     }
 }
-
-impl BucketBackend for Fake {
-    fn drain_mode(&self) -> DrainMode {
-        self.mode
-    }
-
-    async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
-        self.call("owner")?;
-        let owner = match self.bucket(&desired.name) {
-            None => Owner::Missing,
-            Some(b) if b.owner.as_deref() == Some(desired.owner_uid.as_str()) => Owner::Us,
-            Some(_) => Owner::Someone(format!("bucket {:?} belongs to someone else", desired.name)),
-        };
-        if let Some(name) = self.vanish_after_owner.lock().unwrap().take() {
-            self.buckets.lock().unwrap().remove(&name);
-        }
-        Ok(owner)
-    }
-
-    async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
-        self.call("ensure")?;
-        let mut buckets = self.buckets.lock().unwrap();
-        let bucket = buckets
-            .entry(desired.name.clone())
-            .or_insert_with(|| FakeBucket {
-                owner: Some(desired.owner_uid.clone()),
-                ..Default::default()
-            });
-        if bucket.owner.as_deref() != Some(desired.owner_uid.as_str()) {
-            if !desired.adopt {
-                return Ok(Owner::Someone("not ours".into()));
-            }
-            bucket.owner = Some(desired.owner_uid.clone());
-        }
-        bucket.versioning = desired.versioning;
-        Ok(Owner::Us)
-    }
-
-    async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
-        self.call("observe")?;
-        let mut buckets = self.buckets.lock().unwrap();
-        Ok(buckets.get_mut(bucket).map(|b| {
-            if b.draining {
-                b.objects = (b.objects - self.server_rate).max(0);
-            }
-            Observed {
-                objects: b.objects,
-                bytes: b.objects * 10,
-                backend_draining: b.draining,
-            }
-        }))
-    }
-
-    async fn start_drain(&self, bucket: &str) -> Result<(), BackendError> {
-        self.call("start_drain")?;
-        if self.mode == DrainMode::ServerSide {
-            self.buckets
-                .lock()
-                .unwrap()
-                .get_mut(bucket)
-                .unwrap()
-                .draining = true;
-        }
-        Ok(())
-    }
-
-    async fn stop_drain(&self, bucket: &str) -> Result<(), BackendError> {
-        self.call("stop_drain")?;
-        if let Some(b) = self.buckets.lock().unwrap().get_mut(bucket) {
-            b.draining = false;
-        }
-        Ok(())
-    }
-
-    async fn drain_round(&self, bucket: &str) -> Result<DrainProgress, BackendError> {
-        self.call("drain_round")?;
-        let mut buckets = self.buckets.lock().unwrap();
-        let b = buckets.get_mut(bucket).unwrap();
-        if b.held {
-            return Ok(DrainProgress {
-                deleted: 0,
-                empty: false,
-                blocked: Some("object \"x\" is under a legal hold".into()),
-            });
-        }
-        let deleted = (self.round_size as i64).min(b.objects);
-        b.objects -= deleted;
-        Ok(DrainProgress {
-            deleted: deleted as u64,
-            empty: b.objects == 0 && deleted < self.round_size as i64,
-            blocked: None,
-        })
-    }
-
-    async fn delete(&self, bucket: &str) -> Result<DeleteOutcome, BackendError> {
-        self.call("delete")?;
-        let mut buckets = self.buckets.lock().unwrap();
-        match buckets.get(bucket) {
-            Some(b) if b.objects > 0 || b.uncounted => Ok(DeleteOutcome::NotEmpty),
-            _ => {
-                buckets.remove(bucket);
-                Ok(DeleteOutcome::Deleted)
-            }
-        }
-    }
-
-    async fn keys(
-        &self,
-        _bucket: &str,
-        _published: Option<&Keys>,
-        _rotate: bool,
-    ) -> Result<KeyPlan, BackendError> {
-        self.call("keys")?;
-        Ok(KeyPlan::Keep)
-    }
-
-    async fn retire_key(&self, _bucket: &str, _access_key_id: &str) -> Result<(), BackendError> {
-        self.call("retire_key")
-    }
-
-    async fn delete_credentials(&self, _bucket: &str) -> Result<(), BackendError> {
-        self.call("delete_credentials")
-    }
-}
-
-use backend::{DrainProgress, Keys};
 
 const UID: &str = "uid-1";
 const NAME: &str = "ns-b";
@@ -259,13 +95,13 @@ fn view<'a>(obj: &'a S3Bucket, now: Timestamp, cached: Option<Observed>) -> View
 
 /// Applies an outcome the way the reconciler does (status and annotations) and returns the
 /// event reasons.
-fn write_back(obj: &mut S3Bucket, out: &Outcome) -> Vec<&'static str> {
+fn write_back(obj: &mut S3Bucket, out: &Report) -> Vec<&'static str> {
     obj.status = Some(out.status.clone());
     unannotate(obj, &out.remove_annotations);
     out.notes.iter().map(|n| n.reason).collect()
 }
 
-fn cache_of(out: &Outcome, before: Option<Observed>) -> Option<Observed> {
+fn cache_of(out: &Report, before: Option<Observed>) -> Option<Observed> {
     match out.observed {
         Cache::Keep => before,
         Cache::Store(o) => Some(o),
@@ -285,7 +121,7 @@ async fn creates_the_bucket_then_makes_no_backend_call_until_usage_is_due() {
         &out.status.conditions,
         conditions::READY
     ));
-    assert_eq!(out.requeue, USAGE_REFRESH);
+    assert_eq!(out.next_requeue(), USAGE_REFRESH);
     assert_eq!(fake.take_calls(), ["ensure", "observe"]);
     let bucket = fake.bucket(NAME).unwrap();
     assert_eq!(bucket.owner.as_deref(), Some(UID));
@@ -353,7 +189,7 @@ async fn deleting_a_foreign_bucket_releases_without_touching_it() {
     let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
         .await
         .unwrap();
-    assert!(out.released);
+    assert_eq!(out.next, Next::Release);
     assert_eq!(out.notes[0].reason, "BucketRetained");
     assert_eq!(fake.take_calls(), ["owner"]);
     assert_eq!(fake.bucket(NAME).unwrap().objects, 3);
@@ -374,7 +210,7 @@ async fn deletion_with_objects_blocks_once_then_drains_and_deletes_on_request() 
     let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
         .await
         .unwrap();
-    assert!(!out.released);
+    assert_ne!(out.next, Next::Release);
     assert_eq!(out.status.phase, Some(BucketPhase::Deleting));
     let blocked = out
         .status
@@ -392,7 +228,7 @@ async fn deletion_with_objects_blocks_once_then_drains_and_deletes_on_request() 
             .message
             .contains("kubectl annotate s3bucket b keeper.dev/drain=true")
     );
-    assert_eq!(write_back(&mut obj, &out), ["BucketNotEmpty"]);
+    assert_eq!(write_back(&mut obj, &out), ["DeletionBlocked"]);
     // Someone adds objects meanwhile: the message follows the count, the warning is not repeated.
     fake.buckets.lock().unwrap().get_mut(NAME).unwrap().objects = 2600;
     let out = cleanup_bucket(&fake, &view(&obj, at(30), None))
@@ -422,7 +258,7 @@ async fn deletion_with_objects_blocks_once_then_drains_and_deletes_on_request() 
             .unwrap();
         deleted += out.deleted;
         reasons.extend(write_back(&mut obj, &out));
-        if out.released {
+        if out.next == Next::Release {
             break;
         }
         assert_eq!(out.status.phase, Some(BucketPhase::Draining));
@@ -457,12 +293,12 @@ async fn deleting_an_empty_bucket_deletes_it_and_a_missing_one_is_done() {
     let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
         .await
         .unwrap();
-    assert!(out.released);
+    assert_eq!(out.next, Next::Release);
     assert!(fake.bucket(NAME).is_none());
     let out = cleanup_bucket(&fake, &view(&obj, at(1), None))
         .await
         .unwrap();
-    assert!(out.released);
+    assert_eq!(out.next, Next::Release);
     assert_eq!(
         fake.take_calls(),
         [
@@ -498,7 +334,7 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
     let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::STARTED]);
     assert_eq!(out.status.phase, Some(BucketPhase::Draining));
-    assert_eq!(out.requeue, Duration::from_secs(180));
+    assert_eq!(out.next_requeue(), Duration::from_secs(180));
     let ds = out.status.drain_status.clone().unwrap();
     assert_eq!(ds.initial_object_count, 900);
     assert_eq!(ds.mode, Some(DrainMode::ServerSide));
@@ -510,7 +346,7 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
         .await
         .unwrap();
     assert_eq!(early.status, obj.status.clone().unwrap());
-    assert_eq!(early.requeue, Duration::from_secs(120));
+    assert_eq!(early.next_requeue(), Duration::from_secs(120));
     assert!(fake.take_calls().is_empty());
     let out = apply_bucket(&fake, &view(&obj, at(180), cached))
         .await
@@ -658,7 +494,7 @@ async fn a_legal_hold_stops_a_client_side_drain_with_a_condition() {
     assert!(ready.message.contains("legal hold"));
     assert_eq!(write_back(&mut obj, &out), ["DrainBlocked"]);
     assert_eq!(
-        out.requeue,
+        out.next_requeue(),
         Duration::from_secs(180),
         "retried at the poll interval"
     );
@@ -682,7 +518,7 @@ async fn a_vanished_bucket_goes_back_to_pending_and_is_recreated() {
     });
     let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Pending));
-    assert_eq!(out.requeue, SHORT_RETRY);
+    assert_eq!(out.next_requeue(), SHORT_RETRY);
     write_back(&mut obj, &out);
     let out = apply_bucket(&fake, &view(&obj, at(10), None))
         .await
@@ -698,7 +534,10 @@ async fn permanent_backend_errors_surface_to_the_caller() {
     let err = apply_bucket(&fake, &view(&s3bucket(), at(0), None))
         .await
         .unwrap_err();
-    assert!(!err.transient);
+    let Error::Backend(err) = err else {
+        panic!("{err:?}")
+    };
+    assert!(err.is_permanent());
     assert_eq!(err.message, "InvalidAccessKeyId");
 }
 
@@ -728,7 +567,7 @@ async fn a_bucket_that_vanishes_during_a_deletion_drain_releases_the_resource() 
     let out = cleanup_bucket(&fake, &view(&obj, at(200), None))
         .await
         .unwrap();
-    assert!(out.released, "{out:?}");
+    assert_eq!(out.next, Next::Release, "{out:?}");
     assert!(
         fake.take_calls()
             .ends_with(&["delete_credentials".to_string()])
@@ -756,7 +595,7 @@ async fn a_blocked_drain_keeps_the_deletion_blocked_with_the_reason() {
     let out = cleanup_bucket(&fake, &view(&obj, at(1), None))
         .await
         .unwrap();
-    assert!(!out.released);
+    assert_ne!(out.next, Next::Release);
     let blocked = out
         .status
         .conditions
@@ -802,7 +641,7 @@ async fn client_side_rounds_do_not_list_usage_between_polls() {
         let out = apply_bucket(&fake, &view(&obj, at(second), cached))
             .await
             .unwrap();
-        assert_eq!(out.requeue, CLIENT_DRAIN_CONTINUE);
+        assert_eq!(out.next_requeue(), CLIENT_DRAIN_CONTINUE);
         assert!(out.notes.is_empty());
         assert_eq!(
             out.status,
@@ -839,9 +678,9 @@ async fn a_refused_delete_of_a_seemingly_empty_bucket_is_shown_and_retried() {
     let out = cleanup_bucket(&fake, &view(&obj, at(0), None))
         .await
         .unwrap();
-    assert!(!out.released);
-    assert_eq!(out.requeue, SHORT_RETRY);
-    assert_eq!(write_back(&mut obj, &out), ["BucketNotEmpty"]);
+    assert_ne!(out.next, Next::Release);
+    assert_eq!(out.next_requeue(), SHORT_RETRY);
+    assert_eq!(write_back(&mut obj, &out), ["DeletionBlocked"]);
     assert!(conditions::is_true(
         &out.status.conditions,
         conditions::DELETION_BLOCKED
@@ -859,5 +698,5 @@ async fn a_refused_delete_of_a_seemingly_empty_bucket_is_shown_and_retried() {
     let out = cleanup_bucket(&fake, &view(&obj, at(20), None))
         .await
         .unwrap();
-    assert!(out.released);
+    assert_eq!(out.next, Next::Release);
 }

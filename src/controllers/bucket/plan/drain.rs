@@ -4,13 +4,12 @@
 
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use k8s_openapi::jiff::Timestamp;
-use kube::runtime::events::EventType;
-
 use crate::api::names::{InvalidDuration, format_duration, parse_duration};
 use crate::api::{BucketDrainSpec, DrainMode, DrainStatus};
 use crate::config::DrainDefaults;
+use crate::runtime::Note;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
 
 pub const STARTED: &str = "BucketDrainingStarted";
 pub const PROGRESS: &str = "BucketDrainingProgress";
@@ -25,32 +24,6 @@ const DEFAULT_LONG_RUNNING_POLL: Duration = Duration::from_secs(15 * 60);
 const DEFAULT_STUCK_THRESHOLD: Duration = Duration::from_secs(3 * 60 * 60);
 /// Drains are polled at the initial interval for this long, then at the long-running one.
 const FIRST_PHASE: Duration = Duration::from_secs(60 * 60);
-
-/// An event to publish about the bucket.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Note {
-    pub type_: EventType,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Note {
-    pub fn normal(reason: &'static str, message: impl Into<String>) -> Self {
-        Note {
-            type_: EventType::Normal,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    pub fn warning(reason: &'static str, message: impl Into<String>) -> Self {
-        Note {
-            type_: EventType::Warning,
-            reason,
-            message: message.into(),
-        }
-    }
-}
 
 /// Effective drain timing for one bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,7 +243,7 @@ pub fn cancel(current: &DrainStatus, objects_left: Option<i64>) -> Note {
         CANCELED,
         format!(
             "Drain canceled because the {} annotation was removed (it started with {} objects){left}",
-            super::DRAIN_ANNOTATION,
+            crate::controllers::bucket::DRAIN_ANNOTATION,
             current.initial_object_count
         ),
     )
@@ -282,7 +255,7 @@ pub fn cancel_orphan() -> Note {
         ORPHANED,
         format!(
             "The backend was deleting objects from this bucket without a drain requested here; stopped it (annotate with {}=true to drain)",
-            super::DRAIN_ANNOTATION
+            crate::controllers::bucket::DRAIN_ANNOTATION
         ),
     )
 }
@@ -297,6 +270,8 @@ pub fn already_empty() -> Note {
 
 #[cfg(test)]
 mod tests {
+    use kube::runtime::events::EventType;
+
     use super::*;
 
     fn at(secs: i64) -> Timestamp {

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 
-use super::DRAIN_ANNOTATION;
-use super::backend::Keys;
 use crate::api::{BucketPhase, S3Bucket, S3BucketStatus, S3Tenant, TenantPhase};
+use crate::controllers::bucket::DRAIN_ANNOTATION;
+use crate::providers::Keys;
 
 /// Whether the bucket's tenant can be used.
 #[derive(Debug, Clone, PartialEq, Eq)]

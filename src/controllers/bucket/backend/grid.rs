@@ -1,0 +1,320 @@
+//! A tenant on StorageGRID, through the grid's management API.
+
+use super::{BucketBackend, DesiredBucket, DrainProgress, KeyPlan, Observed, Owner};
+use crate::api::DrainMode;
+use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::s3::DeleteOutcome;
+use crate::backends::storagegrid;
+use crate::providers::Keys;
+
+/// A tenant on StorageGRID, managed as the tenant's root user: the grid drains server-side,
+/// and each bucket gets its own group (S3 policy on this bucket only), user and access keys.
+///
+/// Ownership: the container API has no tags, so the bucket's group is created *before* the
+/// bucket and carries the S3Bucket's uid in its display name; a bucket counts as ours when its
+/// group carries our uid (or `status.bucketName` records that we created it).
+pub struct StorageGrid {
+    pub client: storagegrid::Client,
+    pub tenant: storagegrid::Login,
+}
+
+/// Short name of the group and the user of a bucket (`group/keeper-<bucket>`, `user/keeper-<bucket>`).
+fn principal_name(bucket: &str) -> String {
+    format!("keeper-{bucket}")
+}
+
+fn owner_marker(uid: &str) -> String {
+    format!("owner-uid={uid}")
+}
+
+/// `Ok(None)` for a 404, so callers can treat "not there" as a state.
+fn found<T>(result: Result<T, storagegrid::Error>) -> Result<Option<T>, storagegrid::Error> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.is_not_found() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The group of a bucket: access to this bucket and its objects only, no management rights.
+fn bucket_group(bucket: &str, owner_uid: &str) -> storagegrid::NewGroup {
+    storagegrid::NewGroup {
+        unique_name: format!("group/{}", principal_name(bucket)),
+        display_name: format!("keeper bucket {bucket} {}", owner_marker(owner_uid)),
+        management_read_only: false,
+        policies: storagegrid::GroupPolicies {
+            management: storagegrid::ManagementPolicy::default(),
+            s3: Some(serde_json::json!({
+                "Statement": [{
+                    "Effect": "Allow",
+                    "Action": ["s3:*"],
+                    "Resource": [format!("arn:aws:s3:::{bucket}"), format!("arn:aws:s3:::{bucket}/*")],
+                }]
+            })),
+        },
+    }
+}
+
+impl StorageGrid {
+    async fn container(
+        &self,
+        bucket: &str,
+    ) -> Result<Option<storagegrid::Container>, BackendError> {
+        Ok(self
+            .client
+            .list_containers(&self.tenant)
+            .await?
+            .into_iter()
+            .find(|c| c.name == bucket))
+    }
+
+    async fn group(&self, bucket: &str) -> Result<Option<storagegrid::Group>, BackendError> {
+        Ok(found(
+            self.client
+                .get_group_by_name(&self.tenant, &principal_name(bucket))
+                .await,
+        )?)
+    }
+
+    /// Creates the bucket's group, or points an existing one at this owner.
+    async fn mark(&self, desired: &DesiredBucket) -> Result<storagegrid::Group, BackendError> {
+        let wanted = bucket_group(&desired.name, &desired.owner_uid);
+        Ok(match self.group(&desired.name).await? {
+            Some(group)
+                if group.display_name.as_deref() == Some(wanted.display_name.as_str())
+                    && group.policies.as_ref() == Some(&wanted.policies) =>
+            {
+                group
+            }
+            Some(group) => {
+                self.client
+                    .update_group(&self.tenant, &group.id, &wanted)
+                    .await?
+            }
+            None => self.client.create_group(&self.tenant, &wanted).await?,
+        })
+    }
+
+    fn marked_by(group: Option<&storagegrid::Group>, uid: &str) -> bool {
+        group
+            .and_then(|g| g.display_name.as_deref())
+            .is_some_and(|name| name.ends_with(&owner_marker(uid)))
+    }
+
+    /// The bucket's user, created in its group when missing.
+    async fn user(
+        &self,
+        bucket: &str,
+        group: &storagegrid::Group,
+    ) -> Result<storagegrid::User, BackendError> {
+        let name = principal_name(bucket);
+        if let Some(user) = found(self.client.get_user_by_name(&self.tenant, &name).await)? {
+            return Ok(user);
+        }
+        Ok(self
+            .client
+            .create_user(
+                &self.tenant,
+                &storagegrid::NewUser {
+                    unique_name: format!("user/{name}"),
+                    full_name: format!("keeper bucket {bucket}"),
+                    member_of: vec![group.id.clone()],
+                    disable: false,
+                },
+            )
+            .await?)
+    }
+}
+
+impl BucketBackend for StorageGrid {
+    fn drain_mode(&self) -> DrainMode {
+        DrainMode::ServerSide
+    }
+
+    async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+        if self.container(&desired.name).await?.is_none() {
+            return Ok(Owner::Missing);
+        }
+        let group = self.group(&desired.name).await?;
+        Ok(
+            if desired.recorded || Self::marked_by(group.as_ref(), &desired.owner_uid) {
+                Owner::Us
+            } else {
+                Owner::Someone(format!(
+                    "bucket {:?} exists in the tenant and was not created by this resource",
+                    desired.name
+                ))
+            },
+        )
+    }
+
+    async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+        let mut owner = self.owner(desired).await?;
+        if owner == Owner::Missing {
+            // The mark goes first, so a crash right after the create still finds the bucket ours.
+            self.mark(desired).await?;
+            let created = self
+                .client
+                .create_container(
+                    &self.tenant,
+                    &storagegrid::NewContainer {
+                        name: desired.name.clone(),
+                        region: Some(desired.region.clone()),
+                        versioning: desired.versioning || desired.object_lock,
+                        object_lock: desired.object_lock,
+                    },
+                )
+                .await;
+            match created {
+                Ok(()) => return Ok(Owner::Us),
+                // Bucket names are unique across the grid: another tenant may hold it.
+                Err(e) if e.is_conflict() => {
+                    if self.container(&desired.name).await?.is_none() {
+                        return Ok(Owner::Someone(format!(
+                            "bucket name {:?} is taken by another tenant of the grid",
+                            desired.name
+                        )));
+                    }
+                    owner = self.owner(desired).await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if let Owner::Someone(_) = &owner
+            && !desired.adopt
+        {
+            return Ok(owner);
+        }
+        // Ours (or adopted on request): keep the mark and the policy current.
+        self.mark(desired).await?;
+        self.client
+            .set_versioning(
+                &self.tenant,
+                &desired.name,
+                desired.versioning || desired.object_lock,
+            )
+            .await?;
+        Ok(Owner::Us)
+    }
+
+    async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
+        let Some(container) = self.container(bucket).await? else {
+            return Ok(None);
+        };
+        let usage = self.client.tenant_usage(&self.tenant).await?;
+        // A new bucket may be missing from usage for a while: it holds nothing yet.
+        let (objects, bytes) = usage
+            .buckets
+            .iter()
+            .find(|b| b.name == bucket)
+            .map_or((0, 0), |b| (b.object_count, b.data_bytes));
+        Ok(Some(Observed {
+            objects: i64::try_from(objects).unwrap_or(i64::MAX),
+            bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
+            backend_draining: container
+                .delete_object_status
+                .is_some_and(|s| s.is_deleting_objects),
+        }))
+    }
+
+    async fn start_drain(&self, bucket: &str) -> Result<(), BackendError> {
+        self.client.set_drain(&self.tenant, bucket, true).await?;
+        Ok(())
+    }
+
+    async fn stop_drain(&self, bucket: &str) -> Result<(), BackendError> {
+        match self.client.set_drain(&self.tenant, bucket, false).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The grid deletes the objects itself: keeper has nothing to delete between polls.
+    async fn drain_round(&self, _bucket: &str) -> Result<DrainProgress, BackendError> {
+        Ok(DrainProgress::default())
+    }
+
+    async fn delete(&self, bucket: &str) -> Result<DeleteOutcome, BackendError> {
+        match self.client.delete_container(&self.tenant, bucket).await {
+            Ok(()) => Ok(DeleteOutcome::Deleted),
+            Err(e) if e.is_not_found() => Ok(DeleteOutcome::Deleted),
+            Err(e) if e.is_conflict() => Ok(DeleteOutcome::NotEmpty),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn keys(
+        &self,
+        bucket: &str,
+        published: Option<&Keys>,
+        rotate: bool,
+    ) -> Result<KeyPlan, BackendError> {
+        if published.is_some() && !rotate {
+            return Ok(KeyPlan::Keep);
+        }
+        let Some(group) = self.group(bucket).await? else {
+            return Err(BackendError::new(
+                "storagegrid",
+                "get_group",
+                ErrorClass::Transient,
+                "GroupMissing",
+                format!(
+                    "the group of bucket {bucket:?} is missing; it is recreated on the next convergence"
+                ),
+            ));
+        };
+        let user = self.user(bucket, &group).await?;
+        let key = self
+            .client
+            .create_access_key(&self.tenant, storagegrid::KeyOwner::User(&user.id))
+            .await?;
+        let keys = Keys {
+            access_key_id: key.access_key.unwrap_or_default(),
+            secret_access_key: key.secret_access_key.map(|s| s.0).unwrap_or_default(),
+        };
+        Ok(KeyPlan::Publish {
+            keys,
+            retire: published.map(|p| p.access_key_id.clone()),
+        })
+    }
+
+    async fn retire_key(&self, bucket: &str, access_key_id: &str) -> Result<(), BackendError> {
+        let name = principal_name(bucket);
+        let Some(user) = found(self.client.get_user_by_name(&self.tenant, &name).await)? else {
+            return Ok(());
+        };
+        found(
+            self.client
+                .delete_access_key(
+                    &self.tenant,
+                    storagegrid::KeyOwner::User(&user.id),
+                    access_key_id,
+                )
+                .await,
+        )?;
+        Ok(())
+    }
+
+    async fn delete_credentials(&self, bucket: &str) -> Result<(), BackendError> {
+        let name = principal_name(bucket);
+        if let Some(user) = found(self.client.get_user_by_name(&self.tenant, &name).await)? {
+            let owner = storagegrid::KeyOwner::User(&user.id);
+            for key in self.client.list_access_keys(&self.tenant, owner).await? {
+                found(
+                    self.client
+                        .delete_access_key(&self.tenant, owner, &key.id)
+                        .await,
+                )?;
+            }
+            found(self.client.delete_user(&self.tenant, &user.id).await)?;
+        }
+        if let Some(group) = self.group(bucket).await? {
+            found(self.client.delete_group(&self.tenant, &group.id).await)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,403 @@
+//! The StorageGRID side against a local HTTP mock of the management API (127.0.0.1).
+
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+use std::sync::Arc;
+
+use super::*;
+use crate::config::TlsConfig;
+use crate::metrics::Metrics;
+
+const ACCOUNT: &str = "40327589106748163542";
+const UID: &str = "uid-1";
+
+fn ok(status: u16, data: Value) -> ResponseTemplate {
+    ResponseTemplate::new(status).set_body_json(json!({
+        "responseTime": "2025-01-15T10:00:00.000Z", "status": "success", "apiVersion": "4.0", "data": data
+    }))
+}
+
+fn error(code: u16) -> ResponseTemplate {
+    ResponseTemplate::new(code).set_body_json(json!({
+        "responseTime": "2025-01-15T10:00:00.000Z", "status": "error", "apiVersion": "4.0", "code": code,
+        "message": {"text": "no", "key": "some.key"}
+    }))
+}
+
+async fn mock_grid() -> (MockServer, StorageGrid) {
+    let server = MockServer::builder()
+        .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .start()
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/api/v4/authorize"))
+        .respond_with(ok(200, json!("token")).insert_header("Cache-Control", "max-age=57599"))
+        .mount(&server)
+        .await;
+    let url = reqwest::Url::parse(&server.uri()).unwrap();
+    let client =
+        storagegrid::Client::new(&url, &TlsConfig::default(), Arc::new(Metrics::new())).unwrap();
+    let backend = StorageGrid {
+        client,
+        tenant: storagegrid::Login::tenant_root(ACCOUNT, "root-pass"),
+    };
+    (server, backend)
+}
+
+async fn on(server: &MockServer, verb: &str, at: &str, response: ResponseTemplate) {
+    Mock::given(method(verb))
+        .and(path(format!("/api/v4/{at}")))
+        .respond_with(response)
+        .mount(server)
+        .await;
+}
+
+fn desired(recorded: bool, adopt: bool) -> DesiredBucket {
+    DesiredBucket {
+        name: "ns-b".into(),
+        region: "us-east-1".into(),
+        versioning: true,
+        object_lock: false,
+        owner_uid: UID.into(),
+        recorded,
+        adopt,
+    }
+}
+
+fn group_json(owner: &str) -> Value {
+    json!({"id": "g-1", "uniqueName": "group/keeper-ns-b",
+           "displayName": format!("keeper bucket ns-b owner-uid={owner}")})
+}
+
+/// (method, path, body) of every request but the logins.
+async fn calls(server: &MockServer) -> Vec<(String, String, Value)> {
+    server
+        .received_requests()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.url.path() != "/api/v4/authorize")
+        .map(|r| {
+            (
+                r.method.to_string(),
+                r.url.path().trim_start_matches("/api/v4/").to_string(),
+                serde_json::from_slice(&r.body).unwrap_or(Value::Null),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_new_bucket_gets_its_marked_group_before_the_bucket_is_created() {
+    let (server, grid) = mock_grid().await;
+    on(&server, "GET", "org/containers", ok(200, json!([]))).await;
+    on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    on(&server, "POST", "org/groups", ok(201, group_json(UID))).await;
+    on(
+        &server,
+        "POST",
+        "org/containers",
+        ok(201, json!({"name": "ns-b"})),
+    )
+    .await;
+    on(
+        &server,
+        "PUT",
+        "org/containers/ns-b/versioning",
+        ok(200, json!({})),
+    )
+    .await;
+    assert_eq!(
+        grid.ensure(&desired(false, false)).await.unwrap(),
+        Owner::Us
+    );
+    let calls = calls(&server).await;
+    let group = calls
+        .iter()
+        .position(|c| c.0 == "POST" && c.1 == "org/groups")
+        .unwrap();
+    let bucket = calls
+        .iter()
+        .position(|c| c.0 == "POST" && c.1 == "org/containers")
+        .unwrap();
+    assert!(group < bucket, "the mark comes first: {calls:?}");
+    let body = &calls[group].2;
+    assert_eq!(body["displayName"], "keeper bucket ns-b owner-uid=uid-1");
+    assert_eq!(
+        body["policies"]["s3"]["Statement"][0]["Resource"],
+        json!(["arn:aws:s3:::ns-b", "arn:aws:s3:::ns-b/*"])
+    );
+    assert_eq!(body["policies"]["management"]["rootAccess"], false);
+    assert_eq!(calls[bucket].2["name"], "ns-b");
+}
+
+#[tokio::test]
+async fn an_unmarked_existing_bucket_is_someone_elses_unless_recorded_or_adopted() {
+    let (server, grid) = mock_grid().await;
+    on(
+        &server,
+        "GET",
+        "org/containers",
+        ok(200, json!([{"name": "ns-b"}])),
+    )
+    .await;
+    on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    assert!(matches!(
+        grid.ensure(&desired(false, false)).await.unwrap(),
+        Owner::Someone(m) if m.contains("not created by this resource")
+    ));
+    assert_eq!(grid.owner(&desired(true, false)).await.unwrap(), Owner::Us);
+    // Nothing was written for the refused bucket.
+    assert!(calls(&server).await.iter().all(|c| c.0 == "GET"));
+    on(&server, "POST", "org/groups", ok(201, group_json(UID))).await;
+    on(
+        &server,
+        "PUT",
+        "org/containers/ns-b/versioning",
+        ok(200, json!({})),
+    )
+    .await;
+    assert_eq!(grid.ensure(&desired(false, true)).await.unwrap(), Owner::Us);
+}
+
+#[tokio::test]
+async fn a_bucket_marked_by_another_resource_is_not_ours() {
+    let (server, grid) = mock_grid().await;
+    on(
+        &server,
+        "GET",
+        "org/containers",
+        ok(200, json!([{"name": "ns-b"}])),
+    )
+    .await;
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group_json("uid-2")),
+    )
+    .await;
+    assert!(matches!(
+        grid.owner(&desired(false, false)).await.unwrap(),
+        Owner::Someone(_)
+    ));
+}
+
+#[tokio::test]
+async fn a_name_taken_by_another_tenant_is_a_conflict_not_ours() {
+    let (server, grid) = mock_grid().await;
+    on(&server, "GET", "org/containers", ok(200, json!([]))).await;
+    on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    on(&server, "POST", "org/groups", ok(201, group_json(UID))).await;
+    on(&server, "POST", "org/containers", error(409)).await;
+    assert!(matches!(
+        grid.ensure(&desired(false, false)).await.unwrap(),
+        Owner::Someone(m) if m.contains("another tenant")
+    ));
+}
+
+#[tokio::test]
+async fn observe_reads_the_drain_flag_and_the_usage_of_the_bucket() {
+    let (server, grid) = mock_grid().await;
+    on(
+        &server,
+        "GET",
+        "org/containers",
+        ok(200, json!([{"name": "ns-b", "deleteObjectStatus": {"isDeletingObjects": true, "initialObjectCount": "1500"}}])),
+    )
+    .await;
+    on(
+        &server,
+        "GET",
+        "org/usage",
+        ok(
+            200,
+            json!({"calculationTime": "2025-01-15T09:58:00.000Z", "objectCount": 9, "dataBytes": 90,
+                        "buckets": [{"name": "other", "objectCount": 1, "dataBytes": 1},
+                                    {"name": "ns-b", "objectCount": "700", "dataBytes": 7000}]}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        grid.observe("ns-b").await.unwrap(),
+        Some(Observed {
+            objects: 700,
+            bytes: 7000,
+            backend_draining: true
+        })
+    );
+    assert_eq!(grid.observe("gone").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn drain_toggles_and_deletion_outcomes() {
+    let (server, grid) = mock_grid().await;
+    on(
+        &server,
+        "POST",
+        "org/containers/ns-b/delete-objects",
+        ok(200, json!({"isDeletingObjects": true})),
+    )
+    .await;
+    grid.start_drain("ns-b").await.unwrap();
+    assert_eq!(calls(&server).await[0].2, json!({"deleteObjects": true}));
+    on(
+        &server,
+        "POST",
+        "org/containers/gone/delete-objects",
+        error(404),
+    )
+    .await;
+    grid.stop_drain("gone").await.unwrap();
+    on(&server, "DELETE", "org/containers/full", error(409)).await;
+    on(&server, "DELETE", "org/containers/gone", error(404)).await;
+    on(
+        &server,
+        "DELETE",
+        "org/containers/ns-b",
+        ResponseTemplate::new(204),
+    )
+    .await;
+    assert_eq!(grid.delete("full").await.unwrap(), DeleteOutcome::NotEmpty);
+    assert_eq!(grid.delete("gone").await.unwrap(), DeleteOutcome::Deleted);
+    assert_eq!(grid.delete("ns-b").await.unwrap(), DeleteOutcome::Deleted);
+    on(&server, "DELETE", "org/containers/broken", error(500)).await;
+    assert!(grid.delete("broken").await.unwrap_err().is_transient());
+}
+
+#[tokio::test]
+async fn keys_are_kept_issued_for_the_bucket_user_and_rotated() {
+    let (server, grid) = mock_grid().await;
+    let old = Keys {
+        access_key_id: "OLD".into(),
+        secret_access_key: "old-secret".into(),
+    };
+    assert_eq!(
+        grid.keys("ns-b", Some(&old), false).await.unwrap(),
+        KeyPlan::Keep
+    );
+    assert!(calls(&server).await.is_empty(), "keeping costs no call");
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group_json(UID)),
+    )
+    .await;
+    on(&server, "GET", "org/users/user/keeper-ns-b", error(404)).await;
+    on(
+        &server,
+        "POST",
+        "org/users",
+        ok(201, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
+    )
+    .await;
+    on(
+        &server,
+        "POST",
+        "org/users/u-1/s3-access-keys",
+        ok(
+            201,
+            json!({"id": "k-2", "accessKey": "NEW", "secretAccessKey": "new-secret"}),
+        ),
+    )
+    .await;
+    let plan = grid.keys("ns-b", Some(&old), true).await.unwrap();
+    assert_eq!(
+        plan,
+        KeyPlan::Publish {
+            keys: Keys {
+                access_key_id: "NEW".into(),
+                secret_access_key: "new-secret".into()
+            },
+            retire: Some("OLD".into()),
+        }
+    );
+    let user = calls(&server)
+        .await
+        .into_iter()
+        .find(|c| c.1 == "org/users")
+        .unwrap();
+    assert_eq!(user.2["memberOf"], json!(["g-1"]));
+    assert!(
+        !format!("{plan:?}").contains("new-secret"),
+        "secrets stay out of Debug"
+    );
+}
+
+#[tokio::test]
+async fn bucket_credentials_go_with_the_bucket() {
+    let (server, grid) = mock_grid().await;
+    on(
+        &server,
+        "GET",
+        "org/users/user/keeper-ns-b",
+        ok(200, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
+    )
+    .await;
+    on(
+        &server,
+        "GET",
+        "org/users/u-1/s3-access-keys",
+        ok(200, json!([{"id": "k-1"}, {"id": "k-2"}])),
+    )
+    .await;
+    on(
+        &server,
+        "DELETE",
+        "org/users/u-1/s3-access-keys/k-1",
+        ResponseTemplate::new(204),
+    )
+    .await;
+    on(
+        &server,
+        "DELETE",
+        "org/users/u-1/s3-access-keys/k-2",
+        error(404),
+    )
+    .await;
+    on(
+        &server,
+        "DELETE",
+        "org/users/u-1",
+        ResponseTemplate::new(204),
+    )
+    .await;
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group_json(UID)),
+    )
+    .await;
+    on(
+        &server,
+        "DELETE",
+        "org/groups/g-1",
+        ResponseTemplate::new(204),
+    )
+    .await;
+    grid.delete_credentials("ns-b").await.unwrap();
+    let deleted: Vec<String> = calls(&server)
+        .await
+        .into_iter()
+        .filter(|c| c.0 == "DELETE")
+        .map(|c| c.1)
+        .collect();
+    assert_eq!(
+        deleted,
+        [
+            "org/users/u-1/s3-access-keys/k-1",
+            "org/users/u-1/s3-access-keys/k-2",
+            "org/users/u-1",
+            "org/groups/g-1"
+        ]
+    );
+    // Already gone: nothing to do, no error.
+    let (server, grid) = mock_grid().await;
+    on(&server, "GET", "org/users/user/keeper-ns-b", error(404)).await;
+    on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    grid.delete_credentials("ns-b").await.unwrap();
+}

@@ -1,0 +1,311 @@
+//! What the bucket state machines need from a storage backend, behind one small trait so that
+//! the controller logic is tested against an in-memory fake; its two implementations
+//! ([`s3::S3Compatible`], [`grid::StorageGrid`]); and [`Connector`], which signs in to the
+//! tenant's provider with the tenant's credentials.
+
+mod grid;
+mod s3;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+
+use super::Error;
+use super::plan::lifecycle;
+use crate::api::{DrainMode, S3Tenant};
+use crate::backends::error::BackendError;
+use crate::backends::s3::DeleteOutcome;
+use crate::backends::storagegrid;
+use crate::config::Provider;
+use crate::controllers::tenant::{credentials_secret_name, root_secret_name};
+use crate::metrics::Metrics;
+use crate::providers::{Keys, ProviderClients};
+use crate::runtime::cluster::{Kube, secret_data};
+
+pub use grid::StorageGrid;
+pub use s3::S3Compatible;
+
+/// The bucket a resource asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DesiredBucket {
+    pub name: String,
+    pub region: String,
+    pub versioning: bool,
+    pub object_lock: bool,
+    /// uid of the S3Bucket: the ownership mark.
+    pub owner_uid: String,
+    /// `status.bucketName` records that keeper created this bucket (for backends without tags).
+    pub recorded: bool,
+    /// Annotation `keeper.dev/adopt=true`: take over an existing bucket not created by keeper.
+    pub adopt: bool,
+}
+
+/// Whose bucket it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    Missing,
+    Us,
+    /// Exists and was not created by this resource; the message says what was found.
+    Someone(String),
+}
+
+/// Objects in a bucket and whether the backend itself is deleting them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Observed {
+    pub objects: i64,
+    pub bytes: i64,
+    /// A server-side drain is running on the backend.
+    pub backend_draining: bool,
+}
+
+/// What one round of a client-side drain did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DrainProgress {
+    pub deleted: u64,
+    pub empty: bool,
+    /// Object lock or a legal hold stops the drain; the message names the object.
+    pub blocked: Option<String>,
+}
+
+/// What to publish after a credentials check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPlan {
+    /// The published keys stay.
+    Keep,
+    /// Publish these; once published, retire the old access key (if any).
+    Publish { keys: Keys, retire: Option<String> },
+}
+
+/// Operations on one tenant's buckets.
+pub trait BucketBackend: Send + Sync {
+    /// Who deletes objects during a drain.
+    fn drain_mode(&self) -> DrainMode;
+
+    /// Whose bucket `desired.name` is.
+    fn owner(
+        &self,
+        desired: &DesiredBucket,
+    ) -> impl Future<Output = Result<Owner, BackendError>> + Send;
+
+    /// Creates the bucket (or converges an existing one of ours, or adopts one when asked):
+    /// versioning, object lock and the ownership mark. Returns who owns it afterwards: `Someone`
+    /// means it exists, is not ours and was left alone.
+    fn ensure(
+        &self,
+        desired: &DesiredBucket,
+    ) -> impl Future<Output = Result<Owner, BackendError>> + Send;
+
+    /// Usage and drain state; `None` when the bucket does not exist.
+    fn observe(
+        &self,
+        bucket: &str,
+    ) -> impl Future<Output = Result<Option<Observed>, BackendError>> + Send;
+
+    /// Tells the backend to start deleting every object (server-side drains).
+    fn start_drain(&self, bucket: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Tells the backend to stop deleting objects (server-side drains).
+    fn stop_drain(&self, bucket: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Deletes objects for a while (client-side drains).
+    fn drain_round(
+        &self,
+        bucket: &str,
+    ) -> impl Future<Output = Result<DrainProgress, BackendError>> + Send;
+
+    /// Deletes the bucket; already gone counts as deleted.
+    fn delete(
+        &self,
+        bucket: &str,
+    ) -> impl Future<Output = Result<DeleteOutcome, BackendError>> + Send;
+
+    /// Decides which keys the bucket's Secret carries. `published` are the keys in it now.
+    fn keys(
+        &self,
+        bucket: &str,
+        published: Option<&Keys>,
+        rotate: bool,
+    ) -> impl Future<Output = Result<KeyPlan, BackendError>> + Send;
+
+    /// Deletes an access key once its replacement is published.
+    fn retire_key(
+        &self,
+        bucket: &str,
+        access_key_id: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Deletes the bucket's own credentials (user, group, keys) when the bucket goes.
+    fn delete_credentials(
+        &self,
+        bucket: &str,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// Signs in to a tenant's storage. The reconciler is generic over it so that its tests run the
+/// whole reconcile against an in-memory backend.
+pub trait Connect: Send + Sync + 'static {
+    type Backend: BucketBackend;
+
+    /// The backend of `tenant` on its provider, or what is still missing (not an error: the
+    /// tenant is being set up).
+    fn connect(
+        &self,
+        kube: &dyn Kube,
+        metrics: &Arc<Metrics>,
+        tenant: &S3Tenant,
+        clients: &ProviderClients,
+    ) -> impl Future<Output = Result<Result<Self::Backend, Wait>, Error>> + Send;
+}
+
+/// Something outside the bucket that is not there yet: the `Ready=False` reason and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wait {
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The real backends, signed in with the tenant's credentials from its Secrets.
+pub struct Connector;
+
+impl Connect for Connector {
+    type Backend = AnyBackend;
+
+    async fn connect(
+        &self,
+        kube: &dyn Kube,
+        metrics: &Arc<Metrics>,
+        tenant: &S3Tenant,
+        clients: &ProviderClients,
+    ) -> Result<Result<AnyBackend, Wait>, Error> {
+        let namespace = tenant.namespace().unwrap_or_default();
+        let tenant_name = tenant.name_any();
+        match &clients.config {
+            Provider::S3Compatible(p) => {
+                let secret_name = tenant
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.credentials_secret.clone())
+                    .unwrap_or_else(|| credentials_secret_name(&tenant_name));
+                let secret = kube.secret(&namespace, &secret_name).await?;
+                let Some(tenant_keys) = secret
+                    .as_ref()
+                    .and_then(|s| lifecycle::keys_from(&secret_data(s)))
+                else {
+                    return Ok(Err(Wait {
+                        reason: "TenantCredentialsMissing",
+                        message: format!(
+                            "the tenant's credentials Secret {secret_name:?} does not exist yet or lacks accessKeyId/secretAccessKey"
+                        ),
+                    }));
+                };
+                Ok(Ok(AnyBackend::S3(S3Compatible {
+                    store: clients.s3(&tenant_keys),
+                    metrics: metrics.clone(),
+                    tenant_keys,
+                    max_deletes_per_second: p.drain.max_deletes_per_second,
+                })))
+            }
+            Provider::StorageGrid(_) => {
+                let client = clients
+                    .grid()
+                    .cloned()
+                    .expect("a StorageGRID provider has a grid client");
+                let Some(account_id) = tenant.status.as_ref().and_then(|s| s.account_id.clone())
+                else {
+                    return Ok(Err(Wait {
+                        reason: "TenantAccountMissing",
+                        message: format!(
+                            "S3Tenant {tenant_name:?} has no StorageGRID account id yet"
+                        ),
+                    }));
+                };
+                let secret_name = root_secret_name(&tenant_name);
+                let password = kube
+                    .secret(&namespace, &secret_name)
+                    .await?
+                    .and_then(|s| secret_data(&s).get("password").cloned())
+                    .filter(|p| !p.is_empty());
+                let Some(password) = password else {
+                    return Ok(Err(Wait {
+                        reason: "TenantCredentialsMissing",
+                        message: format!(
+                            "the tenant's root credentials Secret {secret_name:?} does not exist yet or lacks a password"
+                        ),
+                    }));
+                };
+                Ok(Ok(AnyBackend::Grid(StorageGrid {
+                    client,
+                    tenant: storagegrid::Login::tenant_root(account_id, password),
+                })))
+            }
+        }
+    }
+}
+
+/// The storage behind a tenant: one of the two implementations, chosen by its provider.
+pub enum AnyBackend {
+    S3(S3Compatible),
+    Grid(StorageGrid),
+}
+
+/// Forwards a call to whichever backend the tenant has.
+macro_rules! either {
+    ($self:ident, $b:ident => $call:expr) => {
+        match $self {
+            AnyBackend::S3($b) => $call,
+            AnyBackend::Grid($b) => $call,
+        }
+    };
+}
+
+impl BucketBackend for AnyBackend {
+    fn drain_mode(&self) -> DrainMode {
+        either!(self, b => b.drain_mode())
+    }
+
+    async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+        either!(self, b => b.owner(desired).await)
+    }
+
+    async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+        either!(self, b => b.ensure(desired).await)
+    }
+
+    async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
+        either!(self, b => b.observe(bucket).await)
+    }
+
+    async fn start_drain(&self, bucket: &str) -> Result<(), BackendError> {
+        either!(self, b => b.start_drain(bucket).await)
+    }
+
+    async fn stop_drain(&self, bucket: &str) -> Result<(), BackendError> {
+        either!(self, b => b.stop_drain(bucket).await)
+    }
+
+    async fn drain_round(&self, bucket: &str) -> Result<DrainProgress, BackendError> {
+        either!(self, b => b.drain_round(bucket).await)
+    }
+
+    async fn delete(&self, bucket: &str) -> Result<DeleteOutcome, BackendError> {
+        either!(self, b => b.delete(bucket).await)
+    }
+
+    async fn keys(
+        &self,
+        bucket: &str,
+        published: Option<&Keys>,
+        rotate: bool,
+    ) -> Result<KeyPlan, BackendError> {
+        either!(self, b => b.keys(bucket, published, rotate).await)
+    }
+
+    async fn retire_key(&self, bucket: &str, access_key_id: &str) -> Result<(), BackendError> {
+        either!(self, b => b.retire_key(bucket, access_key_id).await)
+    }
+
+    async fn delete_credentials(&self, bucket: &str) -> Result<(), BackendError> {
+        either!(self, b => b.delete_credentials(bucket).await)
+    }
+}

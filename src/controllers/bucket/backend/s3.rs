@@ -1,0 +1,183 @@
+//! A tenant on an S3-compatible store (AWS S3, MinIO, Ceph RGW, moto).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{BucketBackend, DesiredBucket, DrainProgress, KeyPlan, Observed, Owner};
+use crate::api::DrainMode;
+use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::s3::{self, CreateOutcome, DeleteOutcome, S3Store};
+use crate::metrics::Metrics;
+use crate::providers::Keys;
+
+/// Listing more than this many versions to compute usage is left for the next refresh.
+const USAGE_LISTING_BOUND: i64 = 100_000;
+/// How long one reconcile deletes objects before it yields its worker. Short, because removing
+/// the annotation takes effect only between rounds.
+const DRAIN_ROUND_BUDGET: Duration = Duration::from_secs(5);
+const DEFAULT_MAX_DELETES_PER_SECOND: u32 = 1000;
+
+/// A tenant on an S3-compatible store: keeper drains client-side and, lacking a portable user
+/// API, publishes the tenant's own keys for each bucket.
+pub struct S3Compatible {
+    pub store: S3Store,
+    pub metrics: Arc<Metrics>,
+    pub tenant_keys: Keys,
+    pub max_deletes_per_second: Option<u32>,
+}
+
+impl BucketBackend for S3Compatible {
+    fn drain_mode(&self) -> DrainMode {
+        DrainMode::ClientSide
+    }
+
+    async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+        Ok(
+            match self.store.ownership(&self.metrics, &desired.name).await? {
+                s3::Ownership::Missing => Owner::Missing,
+                s3::Ownership::Exists {
+                    owner_uid: Some(uid),
+                } if uid == desired.owner_uid => Owner::Us,
+                s3::Ownership::Exists {
+                    owner_uid: Some(uid),
+                } => Owner::Someone(format!(
+                    "bucket {:?} exists and is tagged {}={uid}, another resource",
+                    desired.name,
+                    s3::OWNER_TAG
+                )),
+                s3::Ownership::Exists { owner_uid: None } => Owner::Someone(format!(
+                    "bucket {:?} exists and was not created by keeper (no {} tag)",
+                    desired.name,
+                    s3::OWNER_TAG
+                )),
+            },
+        )
+    }
+
+    async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+        let metrics = &self.metrics;
+        let mut owner = self.owner(desired).await?;
+        let mut created = false;
+        if owner == Owner::Missing {
+            match self
+                .store
+                .create_bucket(metrics, &desired.name, &desired.region, desired.object_lock)
+                .await?
+            {
+                CreateOutcome::Created => {
+                    // Mark it at once: the window in which a crash leaves an unmarked bucket is
+                    // this one call.
+                    self.store
+                        .tag_owner(metrics, &desired.name, &desired.owner_uid)
+                        .await?;
+                    created = true;
+                    owner = Owner::Us;
+                }
+                // Someone created it between our check and our create.
+                CreateOutcome::AlreadyExists => owner = self.owner(desired).await?,
+            }
+        }
+        if let Owner::Someone(_) = &owner
+            && desired.adopt
+        {
+            self.store
+                .tag_owner(metrics, &desired.name, &desired.owner_uid)
+                .await?;
+            owner = Owner::Us;
+        }
+        if owner != Owner::Us {
+            return Ok(owner);
+        }
+        // Object lock implies versioning; a new bucket without versioning needs no call.
+        let versioning = desired.versioning || desired.object_lock;
+        if versioning || !created {
+            self.store
+                .set_versioning(metrics, &desired.name, versioning)
+                .await?;
+        }
+        Ok(Owner::Us)
+    }
+
+    async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
+        Ok(self
+            .store
+            .usage(&self.metrics, bucket, USAGE_LISTING_BOUND)
+            .await?
+            .map(|u| Observed {
+                objects: u.objects,
+                bytes: u.bytes,
+                backend_draining: false,
+            }))
+    }
+
+    // keeper itself deletes the objects: there is no backend drain to start or stop.
+    async fn start_drain(&self, _bucket: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    async fn stop_drain(&self, _bucket: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    async fn drain_round(&self, bucket: &str) -> Result<DrainProgress, BackendError> {
+        let round = self
+            .store
+            .drain_round(
+                &self.metrics,
+                bucket,
+                DRAIN_ROUND_BUDGET,
+                self.max_deletes_per_second
+                    .unwrap_or(DEFAULT_MAX_DELETES_PER_SECOND),
+            )
+            .await?;
+        if round.blocked.is_none() && round.deleted == 0 && !round.empty {
+            // Every key of the batch failed for a reason other than a lock: retry with backoff.
+            return Err(BackendError::new(
+                "s3",
+                "delete_objects",
+                ErrorClass::Transient,
+                "NothingDeleted",
+                format!(
+                    "DeleteObjects deleted nothing; first failure: {}",
+                    round.failed.first().map_or("", String::as_str)
+                ),
+            ));
+        }
+        Ok(DrainProgress {
+            deleted: round.deleted,
+            empty: round.empty,
+            blocked: round.blocked,
+        })
+    }
+
+    async fn delete(&self, bucket: &str) -> Result<DeleteOutcome, BackendError> {
+        Ok(self.store.delete_bucket(&self.metrics, bucket).await?)
+    }
+
+    async fn keys(
+        &self,
+        _bucket: &str,
+        published: Option<&Keys>,
+        _rotate: bool,
+    ) -> Result<KeyPlan, BackendError> {
+        // The tenant's keys are the only keys: "rotation" republishes them (the tenant's keys
+        // rotate with the tenant).
+        Ok(if published == Some(&self.tenant_keys) {
+            KeyPlan::Keep
+        } else {
+            KeyPlan::Publish {
+                keys: self.tenant_keys.clone(),
+                retire: None,
+            }
+        })
+    }
+
+    // The tenant's keys belong to the tenant: nothing of the bucket's own to delete.
+    async fn retire_key(&self, _bucket: &str, _access_key_id: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+
+    async fn delete_credentials(&self, _bucket: &str) -> Result<(), BackendError> {
+        Ok(())
+    }
+}

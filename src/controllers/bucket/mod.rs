@@ -1,0 +1,218 @@
+//! S3Bucket controller: creates the bucket in its tenant, publishes bucket credentials, refreshes
+//! usage on a timer, drains on request (annotation `keeper.dev/drain=true`) and deletes the bucket
+//! only once it is empty and only if keeper created it.
+//!
+//! Wiring only: the reconciler, its errors and `run`. Decisions live in [`plan`], storage calls
+//! behind [`backend`], and [`reconcile`] performs the one with the other.
+
+mod backend;
+mod plan;
+mod reconcile;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kube::runtime::controller::Controller;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use prometheus::IntCounter;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::{S3Bucket, S3BucketStatus, S3Tenant};
+use crate::backends::error::{BackendError, ErrorClass, classify_kube};
+use crate::metrics::Metrics;
+use crate::runtime::gauges::StoreGauge;
+use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
+use crate::server::Readiness;
+
+use backend::{Connect, Connector, Observed};
+use reconcile::{Cache, Report};
+
+pub const DRAIN_ANNOTATION: &str = "keeper.dev/drain";
+pub const ADOPT_ANNOTATION: &str = "keeper.dev/adopt";
+pub const ROTATE_ANNOTATION: &str = "keeper.dev/rotate-credentials";
+
+/// Usage is listed at most this often outside drains (listing can be expensive).
+const USAGE_REFRESH: Duration = runtime::RESYNC;
+/// A client-side drain continues this soon after a round, until the bucket is empty.
+const CLIENT_DRAIN_CONTINUE: Duration = Duration::from_secs(1);
+/// Retry delay for conditions that fix themselves shortly (usage lag after a drain).
+const SHORT_RETRY: Duration = Duration::from_secs(10);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// A spec or configuration problem that only a change fixes.
+    #[error("{message}")]
+    Invalid {
+        reason: &'static str,
+        message: String,
+    },
+    /// A state that heals by itself shortly (a bucket created a moment ago not visible yet).
+    #[error("{0}")]
+    Retry(String),
+}
+
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Backend(_) => "backend",
+            Error::Invalid { .. } => "invalid",
+            Error::Retry(_) => "retry",
+        }
+    }
+
+    fn class(&self) -> ErrorClass {
+        match self {
+            Error::Kube(e) => classify_kube(e),
+            Error::Backend(e) => e.class,
+            Error::Invalid { .. } => ErrorClass::Permanent,
+            Error::Retry(_) => ErrorClass::Transient,
+        }
+    }
+
+    fn condition_reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubernetesError",
+            Error::Backend(_) => "BackendError",
+            Error::Invalid { reason, .. } => reason,
+            Error::Retry(_) => "Retrying",
+        }
+    }
+}
+
+pub struct S3BucketReconciler<C: Connect = Connector> {
+    connector: C,
+    /// Last observation per bucket uid, so that usage is listed on a timer, not every reconcile.
+    usage: Mutex<HashMap<String, (Instant, Observed)>>,
+    objects_deleted: IntCounter,
+}
+
+impl<C: Connect> S3BucketReconciler<C> {
+    fn new(connector: C, objects_deleted: IntCounter) -> Self {
+        S3BucketReconciler {
+            connector,
+            usage: Mutex::default(),
+            objects_deleted,
+        }
+    }
+
+    fn cached(&self, uid: &str) -> Option<Observed> {
+        let usage = self.usage.lock().expect("usage cache lock");
+        usage
+            .get(uid)
+            .filter(|(at, _)| at.elapsed() < USAGE_REFRESH)
+            .map(|(_, observed)| *observed)
+    }
+
+    /// Keeps what the outcome does not carry: the usage observation and the drain counter.
+    fn settle(&self, obj: &S3Bucket, report: &Report) {
+        self.objects_deleted.inc_by(report.deleted);
+        let uid = obj.uid().unwrap_or_default();
+        let cache = if report.next == runtime::Next::Release {
+            Cache::Forget
+        } else {
+            report.observed
+        };
+        let mut usage = self.usage.lock().expect("usage cache lock");
+        match cache {
+            Cache::Keep => {}
+            Cache::Store(observed) => {
+                usage.insert(uid, (Instant::now(), observed));
+            }
+            Cache::Forget => {
+                usage.remove(&uid);
+            }
+        }
+    }
+}
+
+impl<C: Connect> Reconciler for S3BucketReconciler<C> {
+    type Resource = S3Bucket;
+    type Error = Error;
+    const NAME: &'static str = "s3bucket";
+    const FINALIZER: &'static str = "keeper.dev/bucket-cleanup";
+
+    async fn apply(
+        &self,
+        obj: Arc<S3Bucket>,
+        cx: &Context<Self>,
+    ) -> Result<Outcome<S3BucketStatus>, Error> {
+        reconcile::apply(cx, &obj).await
+    }
+
+    async fn cleanup(
+        &self,
+        obj: Arc<S3Bucket>,
+        cx: &Context<Self>,
+    ) -> Result<Outcome<S3BucketStatus>, Error> {
+        reconcile::cleanup(cx, &obj).await
+    }
+}
+
+/// Buckets in the tenant's namespace that name the tenant.
+fn buckets_of(store: &Store<S3Bucket>, tenant: &S3Tenant) -> Vec<ObjectRef<S3Bucket>> {
+    let namespace = tenant.namespace();
+    let name = tenant.name_any();
+    store
+        .state()
+        .iter()
+        .filter(|b| b.namespace() == namespace && b.spec.tenant_ref.name == name)
+        .map(|b| ObjectRef::from_obj(b.as_ref()))
+        .collect()
+}
+
+pub async fn run(
+    shared: Shared,
+    readiness: Arc<Readiness>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let api = Api::<S3Bucket>::all(shared.client.clone());
+    let tenants = Api::<S3Tenant>::all(shared.client.clone());
+    let controller = Controller::new(api, watcher::Config::default());
+    let store = controller.store();
+    let mapper_store = store.clone();
+    // A tenant turning Ready (or changing) is what a waiting bucket waits for.
+    let controller = controller.watches(tenants, watcher::Config::default(), move |tenant| {
+        buckets_of(&mapper_store, &tenant)
+    });
+    let objects_deleted = register_metrics(&shared.metrics, store)?;
+    let cx = Arc::new(Context::new(
+        shared,
+        S3BucketReconciler::new(Connector, objects_deleted),
+    ));
+    runtime::run(controller, cx, readiness, shutdown).await;
+    Ok(())
+}
+
+/// The bucket-specific metrics (the runtime registers `keeper_buckets{phase}` and
+/// `keeper_deletion_blocked`); returns the drain counter.
+fn register_metrics(metrics: &Metrics, store: Store<S3Bucket>) -> anyhow::Result<IntCounter> {
+    metrics.register(StoreGauge::new(
+        "keeper_drain_active",
+        "S3Buckets with a drain in progress.",
+        store,
+        &[],
+        "",
+        &[""],
+        |b: &S3Bucket| {
+            plan::drain::is_ours(b.status.as_ref().and_then(|s| s.drain_status.as_ref()))
+                .then(String::new)
+        },
+    ));
+    let objects_deleted = IntCounter::new(
+        "keeper_drain_objects_deleted_total",
+        "Objects deleted by bucket drains (client-side: by keeper; server-side: as seen at polls).",
+    )?;
+    metrics.register(objects_deleted.clone());
+    Ok(objects_deleted)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,692 @@
+//! Performs the plan: resolves the tenant and its storage, observes the bucket, decides with
+//! [`super::plan`], acts through [`BucketBackend`] and reports everything as an [`Outcome`] that
+//! the shared runtime writes (status, events, consumed annotations).
+//!
+//! [`apply_bucket`] and [`cleanup_bucket`] hold the state machine and talk to the storage only
+//! through the backend trait, so they are tested against an in-memory fake; [`apply`] and
+//! [`cleanup`] wrap them with what needs Kubernetes (tenant, Secrets).
+
+use std::ops::{Deref, DerefMut};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::backend::{BucketBackend, Connect, DesiredBucket, KeyPlan, Observed, Owner, Wait};
+use super::plan::drain::{self, DrainSettings, DrainStep};
+use super::plan::lifecycle::{self, TenantGate};
+use super::{
+    ADOPT_ANNOTATION, CLIENT_DRAIN_CONTINUE, DRAIN_ANNOTATION, Error, ROTATE_ANNOTATION,
+    S3BucketReconciler, SHORT_RETRY, USAGE_REFRESH,
+};
+use crate::api::names::{default_bucket_name, validate_bucket_name};
+use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus};
+use crate::backends::s3::DeleteOutcome;
+use crate::config::Provider;
+use crate::providers::ProviderClients;
+use crate::runtime::cluster::{Target, secret_data};
+use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
+
+/// Whether an annotation is set to `true`.
+pub fn annotated(obj: &S3Bucket, key: &str) -> bool {
+    obj.annotations().get(key).is_some_and(|v| v == "true")
+}
+
+/// Everything the bucket logic reads besides the backend.
+#[derive(Clone)]
+pub struct View<'a> {
+    pub obj: &'a S3Bucket,
+    pub desired: DesiredBucket,
+    pub drain: DrainSettings,
+    pub now: Timestamp,
+    /// The last observation, when it is recent enough to stand in for a new one.
+    pub cached: Option<Observed>,
+}
+
+/// What a reconcile decided: the [`Outcome`] the runtime writes, plus what only this controller
+/// keeps (the drain counter and the usage cache). Derefs to the outcome so that the state
+/// machine reads like it writes the outcome directly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub outcome: Outcome<S3BucketStatus>,
+    /// Objects a drain deleted in this reconcile (for `keeper_drain_objects_deleted_total`).
+    pub deleted: u64,
+    /// A fresh observation to cache, or `Forget` to drop the cached one.
+    pub observed: Cache,
+}
+
+impl Report {
+    fn new(status: S3BucketStatus, requeue: Duration) -> Self {
+        Report {
+            outcome: Outcome::new(status, Next::Requeue(requeue)),
+            deleted: 0,
+            observed: Cache::Keep,
+        }
+    }
+}
+
+impl Deref for Report {
+    type Target = Outcome<S3BucketStatus>;
+    fn deref(&self) -> &Self::Target {
+        &self.outcome
+    }
+}
+
+impl DerefMut for Report {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.outcome
+    }
+}
+
+/// What to do with the cached usage observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cache {
+    Keep,
+    Store(Observed),
+    Forget,
+}
+
+/// `Ready=True`, with a Normal event when the bucket becomes usable (not when only the object
+/// count in the message moves).
+fn mark_ready(
+    out: &mut Report,
+    reason: &'static str,
+    message: String,
+    generation: Option<i64>,
+    was_usable: bool,
+) {
+    out.condition(conditions::READY, true, reason, message.clone(), generation);
+    if !was_usable {
+        out.note(Note::normal(reason, message));
+    }
+}
+
+/// The runtime's one "deletion blocked" report, warned once per blocking reason: the message
+/// follows the object count, and a moving count is no news worth another warning.
+fn block_deletion(
+    out: &mut Report,
+    reason: &'static str,
+    message: String,
+    generation: Option<i64>,
+) {
+    let already = out.status.conditions.iter().any(|c| {
+        c.type_ == conditions::DELETION_BLOCKED && c.status == "True" && c.reason == reason
+    });
+    let before = out.notes.len();
+    out.deletion_blocked(reason, message, generation);
+    if already {
+        out.notes.truncate(before);
+    }
+}
+
+/// Observes the bucket unless a cached observation is good enough.
+async fn observe<B: BucketBackend>(
+    backend: &B,
+    view: &View<'_>,
+    fresh: bool,
+    out: &mut Report,
+) -> Result<Option<Observed>, Error> {
+    if !fresh && let Some(cached) = view.cached {
+        return Ok(Some(cached));
+    }
+    let observed = backend.observe(&view.desired.name).await?;
+    out.observed = observed.map_or(Cache::Forget, Cache::Store);
+    Ok(observed)
+}
+
+/// Runs the drain state machine on an existing bucket of ours. Returns the object count left
+/// when the drain machine is idle or finished (`None` while a drain runs or is blocked).
+async fn run_drain<B: BucketBackend>(
+    backend: &B,
+    view: &View<'_>,
+    out: &mut Report,
+) -> Result<Option<i64>, Error> {
+    let obj = view.obj;
+    let generation = obj.metadata.generation;
+    let bucket = &view.desired.name;
+    let wants = annotated(obj, DRAIN_ANNOTATION);
+    let current = out.status.drain_status.clone();
+    let ours = drain::is_ours(current.as_ref());
+    let due = current
+        .as_ref()
+        .is_none_or(|status| drain::poll_due(status, view.now));
+    // Starting, polling and canceling a drain need the real count; anything else may use the cache.
+    let fresh = if wants { !ours || due } else { ours };
+    let Some(mut observed) = observe(backend, view, fresh, out).await? else {
+        out.status.drain_status = None;
+        out.status.phase = Some(BucketPhase::Pending);
+        let message =
+            format!("bucket {bucket:?} no longer exists on the backend; creating it again");
+        // Someone deleted it behind keeper's back: worth a warning.
+        out.ready(false, "BucketMissing", message, generation, true);
+        out.next = Next::Requeue(SHORT_RETRY);
+        return Ok(None);
+    };
+    let mode = backend.drain_mode();
+    let client_side = mode == crate::api::DrainMode::ClientSide;
+    // A client-side drain reports its first deletions at once rather than at the first poll.
+    let mut report_now = due;
+    // Client-side drains delete between polls: keeper is the one emptying the bucket.
+    if wants && ours && client_side {
+        let progress = backend.drain_round(bucket).await?;
+        out.deleted += progress.deleted;
+        if let Some(blocked) = progress.blocked {
+            out.fail(
+                "DrainBlocked",
+                format!("drain stopped: {blocked}"),
+                generation,
+                false,
+            );
+            out.next = Next::Requeue(drain::next_poll_interval(&view.drain, Duration::ZERO));
+            out.observed = Cache::Forget;
+            return Ok(None);
+        }
+        if progress.empty {
+            observed = Observed {
+                objects: 0,
+                bytes: 0,
+                backend_draining: false,
+            };
+            out.observed = Cache::Store(observed);
+        } else if !due
+            && progress.deleted > 0
+            && current.as_ref().is_some_and(drain::awaiting_first_progress)
+        {
+            let previous = current.as_ref().map_or(0, |s| s.previous_object_count);
+            observed.objects = (previous - progress.deleted as i64).max(1);
+            report_now = true;
+        }
+        // Otherwise the cached count stays until the next poll: listing the bucket after every
+        // round would cost more than the deletes.
+    }
+    let step = drain::decide(wants, ours, observed.backend_draining, observed.objects);
+    match step {
+        DrainStep::Idle => {}
+        DrainStep::Initiate => {
+            backend.start_drain(bucket).await?;
+            let (status, note) = drain::initiate(
+                observed.objects,
+                observed.bytes,
+                mode,
+                &view.drain,
+                view.now,
+            );
+            out.note(note);
+            out.next = Next::Requeue(if client_side {
+                CLIENT_DRAIN_CONTINUE
+            } else {
+                drain::next_poll_interval(&view.drain, Duration::ZERO)
+            });
+            out.status.drain_status = Some(status);
+        }
+        DrainStep::AlreadyEmpty => {
+            out.note(drain::already_empty());
+            out.remove_annotations.push(DRAIN_ANNOTATION);
+        }
+        DrainStep::Poll => {
+            let status = current.expect("a poll runs on our drain");
+            if report_now {
+                if !client_side {
+                    // The grid deleted these since the last poll (keeper counts its own deletes).
+                    out.deleted +=
+                        u64::try_from(status.previous_object_count - observed.objects).unwrap_or(0);
+                }
+                let (next, notes) = drain::poll(&status, observed.objects, &view.drain, view.now);
+                out.notes.extend(notes);
+                out.status.drain_status = Some(next);
+            }
+            let polled = out.status.drain_status.as_ref().expect("still draining");
+            let interval = polled
+                .next_poll_interval
+                .as_deref()
+                .and_then(|s| crate::api::names::parse_duration(s).ok())
+                .unwrap_or(view.drain.initial_poll);
+            out.next = Next::Requeue(if client_side {
+                CLIENT_DRAIN_CONTINUE
+            } else {
+                // Wake up when the next poll is due, not a full interval after an unrelated event.
+                let since = polled
+                    .last_checked_at
+                    .as_ref()
+                    .and_then(|t| view.now.duration_since(t.0).try_into().ok())
+                    .unwrap_or_default();
+                interval.saturating_sub(since).max(Duration::from_secs(1))
+            });
+        }
+        DrainStep::Complete => {
+            backend.stop_drain(bucket).await?;
+            let status = current.expect("completion ends our drain");
+            if !client_side {
+                out.deleted += u64::try_from(status.previous_object_count).unwrap_or(0);
+            }
+            out.notes.extend(drain::complete(&status));
+            out.status.drain_status = None;
+            out.remove_annotations.push(DRAIN_ANNOTATION);
+            // The observation still shows the backend draining: drop it, or the next reconcile
+            // would take the stopped drain for an orphan.
+            out.observed = Cache::Forget;
+        }
+        DrainStep::Cancel => {
+            backend.stop_drain(bucket).await?;
+            let status = current.expect("cancellation ends our drain");
+            out.notes
+                .push(drain::cancel(&status, Some(observed.objects)));
+            out.status.drain_status = None;
+            out.observed = Cache::Forget;
+        }
+        DrainStep::CancelOrphan => {
+            backend.stop_drain(bucket).await?;
+            out.note(drain::cancel_orphan());
+            out.observed = Cache::Forget;
+        }
+    }
+    // Between polls the status keeps the counts of the last poll.
+    if step != DrainStep::Poll || report_now {
+        out.status.object_count = Some(observed.objects);
+        out.status.object_bytes = Some(observed.bytes);
+    }
+    if matches!(step, DrainStep::Initiate | DrainStep::Poll) {
+        out.status.phase = Some(BucketPhase::Draining);
+        Ok(None)
+    } else {
+        Ok(Some(observed.objects))
+    }
+}
+
+/// Reconciles a live bucket: create or converge it, refresh usage, run the drain machine.
+pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result<Report, Error> {
+    let obj = view.obj;
+    let generation = obj.metadata.generation;
+    let before = obj.status.clone().unwrap_or_default();
+    let mut out = Report::new(before.clone(), USAGE_REFRESH);
+    if lifecycle::needs_ensure(&before, generation, &view.desired.name) {
+        match backend.ensure(&view.desired).await? {
+            Owner::Us => {}
+            Owner::Someone(message) => {
+                out.fail(
+                    "BucketNotOwned",
+                    format!(
+                        "{message}; keeper does not adopt it unless annotated {ADOPT_ANNOTATION}=true"
+                    ),
+                    generation,
+                    false,
+                );
+                out.status.observed_generation = generation;
+                return Ok(out);
+            }
+            Owner::Missing => {
+                return Err(Error::Retry(format!(
+                    "bucket {:?} disappeared while it was created",
+                    view.desired.name
+                )));
+            }
+        }
+        // Recorded only after a successful create or adoption: the ownership record for
+        // backends without tags.
+        out.status.bucket_name = Some(view.desired.name.clone());
+    }
+    out.status.observed_generation = generation;
+    // Becoming usable is news; a changing object count is not.
+    let was_usable = matches!(
+        before.phase,
+        Some(BucketPhase::Ready | BucketPhase::Draining)
+    );
+    if let Some(objects) = run_drain(backend, view, &mut out).await? {
+        out.status.phase = Some(BucketPhase::Ready);
+        mark_ready(
+            &mut out,
+            "BucketReady",
+            format!("bucket {:?} holds {objects} objects", view.desired.name),
+            generation,
+            was_usable,
+        );
+    } else if out.status.phase == Some(BucketPhase::Draining) {
+        mark_ready(
+            &mut out,
+            "Draining",
+            format!("bucket {:?} is being drained", view.desired.name),
+            generation,
+            was_usable,
+        );
+    }
+    Ok(out)
+}
+
+/// Cleans up after a deleted resource: drains if asked, refuses while objects remain, deletes
+/// the bucket once empty, and never touches a bucket keeper did not create.
+pub async fn cleanup_bucket<B: BucketBackend>(
+    backend: &B,
+    view: &View<'_>,
+) -> Result<Report, Error> {
+    match delete_bucket(backend, view).await {
+        // Only NotFound means gone (the bucket vanished between two calls): nothing is left
+        // to delete but the bucket's own credentials.
+        Err(Error::Backend(e)) if e.is_gone() => {
+            tracing::info!(error = %e, "the bucket is gone from the backend");
+            backend.delete_credentials(&view.desired.name).await?;
+            let mut out = Report::new(deleting_status(view.obj), USAGE_REFRESH);
+            out.next = Next::Release;
+            Ok(out)
+        }
+        result => result,
+    }
+}
+
+fn deleting_status(obj: &S3Bucket) -> S3BucketStatus {
+    let mut status = obj.status.clone().unwrap_or_default();
+    status.phase = Some(BucketPhase::Deleting);
+    status
+}
+
+async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result<Report, Error> {
+    let obj = view.obj;
+    let generation = obj.metadata.generation;
+    let mut out = Report::new(deleting_status(obj), USAGE_REFRESH);
+    let bucket = &view.desired.name;
+    match backend.owner(&view.desired).await? {
+        Owner::Missing => {
+            backend.delete_credentials(bucket).await?;
+            out.next = Next::Release;
+            return Ok(out);
+        }
+        Owner::Someone(message) => {
+            out.note(Note::normal(
+                "BucketRetained",
+                format!("{message}; released without deleting it"),
+            ));
+            out.next = Next::Release;
+            return Ok(out);
+        }
+        Owner::Us => {}
+    }
+    // A cached "empty" must not lead to a delete: look again (the backend would refuse to
+    // delete a non-empty bucket anyway, but the status would claim the wrong thing meanwhile).
+    let view = &View {
+        cached: view.cached.filter(|o| o.objects > 0),
+        ..view.clone()
+    };
+    let remaining = run_drain(backend, view, &mut out).await?;
+    if out.status.phase == Some(BucketPhase::Pending) {
+        // The bucket disappeared from the backend: nothing left to delete.
+        backend.delete_credentials(bucket).await?;
+        out.next = Next::Release;
+        return Ok(out);
+    }
+    let Some(objects) = remaining else {
+        if out.status.phase == Some(BucketPhase::Failed) {
+            // The drain stopped (object lock, legal hold): deletion waits for the user.
+            let message = conditions_message(&out.status, conditions::READY);
+            block_deletion(&mut out, "DrainBlocked", message, generation);
+        } else {
+            // Draining as asked: deletion is no longer waiting for the user.
+            out.deletion_unblocked();
+        }
+        return Ok(out);
+    };
+    out.status.phase = Some(BucketPhase::Deleting);
+    if objects > 0 {
+        let message = lifecycle::not_empty_message(obj, objects);
+        block_deletion(&mut out, "BucketNotEmpty", message, generation);
+        return Ok(out);
+    }
+    match backend.delete(bucket).await? {
+        DeleteOutcome::Deleted => {
+            backend.delete_credentials(bucket).await?;
+            out.next = Next::Release;
+            out.observed = Cache::Forget;
+        }
+        // The usage figure lags behind the bucket or does not count everything the backend
+        // counts (delete markers): say so, and look again soon.
+        DeleteOutcome::NotEmpty => {
+            let message = format!(
+                "the backend refuses to delete bucket {bucket:?} because it is not empty, although its usage showed no objects (usage can lag, and delete markers may not be counted); keeper retries"
+            );
+            block_deletion(&mut out, "BucketNotEmpty", message, generation);
+            out.observed = Cache::Forget;
+            out.next = Next::Requeue(SHORT_RETRY);
+        }
+    }
+    Ok(out)
+}
+
+/// The message of condition `type_`, or an empty string.
+fn conditions_message(status: &S3BucketStatus, type_: &str) -> String {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// A bucket waiting for something outside it (tenant, Secret): `Pending` with a Normal event when
+/// the reason to wait is new. While deleting, the deletion is blocked on it too.
+fn waiting(obj: &S3Bucket, wait: Wait, deleting: bool) -> Outcome<S3BucketStatus> {
+    let generation = obj.metadata.generation;
+    let mut out = Outcome::new(
+        obj.status.clone().unwrap_or_default(),
+        Next::Requeue(runtime::RESYNC),
+    );
+    out.status.observed_generation = generation;
+    out.status.phase = Some(BucketPhase::Pending);
+    out.ready(false, wait.reason, wait.message.clone(), generation, false);
+    if deleting {
+        out.deletion_blocked(
+            "BackendUnavailable",
+            format!("cannot reach the bucket to clean it up: {}", wait.message),
+            generation,
+        );
+    }
+    out
+}
+
+/// The published endpoint of a provider (as configured, so existing Secrets stay unchanged).
+fn published_endpoint(provider: &Provider) -> String {
+    match provider {
+        Provider::StorageGrid(p) => p.s3_endpoint.to_string(),
+        Provider::S3Compatible(p) => p.endpoint.to_string(),
+    }
+}
+
+/// The tenant's storage and the view of the bucket, or what the bucket waits for.
+struct Resolved<'a, B> {
+    backend: B,
+    view: View<'a>,
+    clients: std::sync::Arc<ProviderClients>,
+}
+
+/// Resolves tenant, provider and credentials into a backend and a view of the bucket. Spec and
+/// configuration problems are permanent errors; a tenant not ready yet is a wait.
+async fn resolve<'a, C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &'a S3Bucket,
+) -> Result<Result<Resolved<'a, C::Backend>, Wait>, Error> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let tenant = cx
+        .kube()
+        .tenant(&namespace, &obj.spec.tenant_ref.name)
+        .await?;
+    let deleting = obj.metadata.deletion_timestamp.is_some();
+    let tenant = match lifecycle::tenant_gate(obj, tenant.as_deref(), deleting) {
+        TenantGate::Ready => tenant.expect("gate passed"),
+        TenantGate::Wait(reason, message) => return Ok(Err(Wait { reason, message })),
+    };
+    // The registry only fails for a provider the configuration does not define.
+    let clients = cx
+        .shared
+        .providers
+        .get(&tenant.spec.provider)
+        .map_err(|_| Error::Invalid {
+            reason: "ProviderNotConfigured",
+            message: format!(
+                "tenant {:?} uses provider {:?}, which keeper's configuration does not define",
+                tenant.name_any(),
+                tenant.spec.provider
+            ),
+        })?;
+    let bucket = obj
+        .spec
+        .bucket_name
+        .clone()
+        .unwrap_or_else(|| default_bucket_name(&namespace, &obj.name_any()));
+    validate_bucket_name(&bucket).map_err(|e| Error::Invalid {
+        reason: "InvalidBucketName",
+        message: e.to_string(),
+    })?;
+    let drain = drain::settings(obj.spec.drain.as_ref(), clients.config.drain()).map_err(|e| {
+        Error::Invalid {
+            reason: "InvalidDrainSettings",
+            message: e.to_string(),
+        }
+    })?;
+    let region = obj
+        .spec
+        .region
+        .clone()
+        .unwrap_or_else(|| clients.region().to_string());
+    let backend = match cx
+        .reconciler
+        .connector
+        .connect(cx.kube(), &cx.shared.metrics, &tenant, &clients)
+        .await?
+    {
+        Ok(backend) => backend,
+        Err(wait) => return Ok(Err(wait)),
+    };
+    let uid = obj.uid().unwrap_or_default();
+    let view = View {
+        obj,
+        desired: DesiredBucket {
+            name: bucket.clone(),
+            region,
+            versioning: obj.spec.versioning,
+            object_lock: obj.spec.object_lock,
+            recorded: obj.status.as_ref().and_then(|s| s.bucket_name.as_deref())
+                == Some(bucket.as_str()),
+            owner_uid: uid.clone(),
+            adopt: annotated(obj, ADOPT_ANNOTATION),
+        },
+        drain,
+        now: Timestamp::now(),
+        cached: cx.reconciler.cached(&uid),
+    };
+    Ok(Ok(Resolved {
+        backend,
+        view,
+        clients,
+    }))
+}
+
+/// Reconciles a live bucket: create or converge it, refresh usage, run the drain machine, and
+/// publish its credentials once it is usable.
+pub async fn apply<C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &S3Bucket,
+) -> Result<Outcome<S3BucketStatus>, Error> {
+    let Resolved {
+        backend,
+        view,
+        clients,
+    } = match resolve(cx, obj).await? {
+        Ok(resolved) => resolved,
+        Err(wait) => return Ok(waiting(obj, wait, false)),
+    };
+    let report = apply_bucket(&backend, &view).await?;
+    cx.reconciler.settle(obj, &report);
+    let mut out = report.outcome;
+    if matches!(
+        out.status.phase,
+        Some(BucketPhase::Ready | BucketPhase::Draining)
+    ) {
+        publish_credentials(cx, &backend, obj, &view, &clients, &mut out).await?;
+    }
+    Ok(out)
+}
+
+/// Cleans up after a deleted bucket; [`Next::Release`] once nothing of it is left (or it is
+/// retained by policy, or was never keeper's).
+pub async fn cleanup<C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &S3Bucket,
+) -> Result<Outcome<S3BucketStatus>, Error> {
+    if obj.spec.deletion_policy == DeletionPolicy::Retain {
+        let mut out = Outcome::new(obj.status.clone().unwrap_or_default(), Next::Release);
+        if !lifecycle::never_created(obj) {
+            out.note(Note::normal(
+                "BucketRetained",
+                "deletionPolicy is Retain: the bucket and its objects stay on the backend",
+            ));
+        }
+        return Ok(out);
+    }
+    let resolved = match resolve(cx, obj).await {
+        Ok(Ok(resolved)) => resolved,
+        // Nothing was ever created without a recorded bucket name and a reachable tenant.
+        Ok(Err(_)) | Err(Error::Invalid { .. }) if lifecycle::never_created(obj) => {
+            return Ok(Outcome::new(
+                obj.status.clone().unwrap_or_default(),
+                Next::Release,
+            ));
+        }
+        Ok(Err(wait)) => return Ok(waiting(obj, wait, true)),
+        Err(e) => return Err(e),
+    };
+    let report = cleanup_bucket(&resolved.backend, &resolved.view).await?;
+    cx.reconciler.settle(obj, &report);
+    Ok(report.outcome)
+}
+
+/// Publishes `<name>-credentials` and handles `keeper.dev/rotate-credentials`.
+async fn publish_credentials<B: BucketBackend, C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    backend: &B,
+    obj: &S3Bucket,
+    view: &View<'_>,
+    clients: &ProviderClients,
+    out: &mut Outcome<S3BucketStatus>,
+) -> Result<(), Error> {
+    let bucket = &view.desired.name;
+    let namespace = obj.namespace().unwrap_or_default();
+    let name = format!("{}-credentials", obj.name_any());
+    let current = cx.kube().secret(&namespace, &name).await?;
+    let published = current
+        .as_ref()
+        .and_then(|s| lifecycle::keys_from(&secret_data(s)));
+    let rotate = annotated(obj, ROTATE_ANNOTATION);
+    let plan = backend.keys(bucket, published.as_ref(), rotate).await?;
+    let issued = matches!(plan, KeyPlan::Publish { .. });
+    let (keys, retire) = match (plan, published) {
+        (KeyPlan::Keep, Some(published)) => (published, None),
+        (KeyPlan::Publish { keys, retire }, _) => (keys, retire),
+        (KeyPlan::Keep, None) => {
+            return Err(Error::Retry(format!(
+                "no keys to publish in Secret {name:?}"
+            )));
+        }
+    };
+    let endpoint = published_endpoint(&clients.config);
+    let data = lifecycle::secret_data(&keys, &endpoint, &view.desired.region, bucket);
+    cx.kube()
+        .apply_secret(&Target::of(obj), &name, data)
+        .await?;
+    if let Some(old) = &retire {
+        backend.retire_key(bucket, old).await?;
+    }
+    if rotate {
+        let note = if issued {
+            let retired = if retire.is_some() {
+                " and deleted the old key"
+            } else {
+                ""
+            };
+            format!("Published new keys in Secret {name:?}{retired}")
+        } else {
+            format!(
+                "Secret {name:?} carries the tenant's keys on this provider: rotate the tenant's keys instead"
+            )
+        };
+        out.note(Note::normal("CredentialsRotated", note));
+        out.remove_annotations.push(ROTATE_ANNOTATION);
+    }
+    Ok(())
+}

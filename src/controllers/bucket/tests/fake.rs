@@ -1,0 +1,256 @@
+//! An in-memory storage backend for the controller tests, and a connector that hands it to the
+//! reconciler.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::api::{DrainMode, S3Tenant};
+use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::s3::DeleteOutcome;
+use crate::controllers::bucket::Error;
+use crate::controllers::bucket::backend::{
+    BucketBackend, Connect, DesiredBucket, DrainProgress, KeyPlan, Observed, Owner, Wait,
+};
+use crate::metrics::Metrics;
+use crate::providers::{Keys, ProviderClients};
+use crate::runtime::cluster::Kube;
+
+#[derive(Debug, Clone, Default)]
+pub struct FakeBucket {
+    pub owner: Option<String>,
+    pub objects: i64,
+    pub versioning: bool,
+    pub draining: bool,
+    /// Objects protected by a legal hold (client-side rounds stop on them).
+    pub held: bool,
+    /// Entries the usage does not count but that keep the bucket from being deleted.
+    pub uncounted: bool,
+}
+
+/// An in-memory storage: server-side drains delete `server_rate` objects per observation.
+pub struct Fake {
+    pub mode: DrainMode,
+    pub buckets: Mutex<HashMap<String, FakeBucket>>,
+    pub calls: Mutex<Vec<String>>,
+    pub round_size: u64,
+    pub server_rate: i64,
+    pub fail_permanently: Mutex<Option<String>>,
+    /// The next call fails with an error of this class.
+    pub fail_next: Mutex<Option<ErrorClass>>,
+    /// Removes this bucket right after the next ownership check (a concurrent manual delete).
+    pub vanish_after_owner: Mutex<Option<String>>,
+}
+
+impl Fake {
+    pub fn new(mode: DrainMode) -> Self {
+        Fake {
+            mode,
+            buckets: Mutex::default(),
+            calls: Mutex::default(),
+            round_size: 1000,
+            server_rate: 0,
+            fail_permanently: Mutex::default(),
+            fail_next: Mutex::default(),
+            vanish_after_owner: Mutex::default(),
+        }
+    }
+
+    pub fn with(self, name: &str, bucket: FakeBucket) -> Self {
+        self.buckets.lock().unwrap().insert(name.into(), bucket);
+        self
+    }
+
+    pub fn bucket(&self, name: &str) -> Option<FakeBucket> {
+        self.buckets.lock().unwrap().get(name).cloned()
+    }
+
+    fn call(&self, what: &str) -> Result<(), BackendError> {
+        self.calls.lock().unwrap().push(what.to_string());
+        if let Some(class) = self.fail_next.lock().unwrap().take() {
+            let code = match class {
+                ErrorClass::Transient => "HTTP 503",
+                ErrorClass::Permanent => "HTTP 400",
+                ErrorClass::NotFound => "HTTP 404",
+                ErrorClass::Conflict => "HTTP 409",
+            };
+            return Err(BackendError::new("fake", "call", class, code, "injected"));
+        }
+        match self.fail_permanently.lock().unwrap().clone() {
+            Some(message) => Err(BackendError::new(
+                "fake",
+                "call",
+                ErrorClass::Permanent,
+                "Rejected",
+                message,
+            )),
+            None => Ok(()),
+        }
+    }
+
+    pub fn take_calls(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+/// The same in-memory backend, owned by a test or shared with a reconciler.
+macro_rules! fake_backend {
+    ($t:ty) => {
+        impl BucketBackend for $t {
+            fn drain_mode(&self) -> DrainMode {
+                self.mode
+            }
+
+            async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+                self.call("owner")?;
+                let owner = match self.bucket(&desired.name) {
+                    None => Owner::Missing,
+                    Some(b) if b.owner.as_deref() == Some(desired.owner_uid.as_str()) => Owner::Us,
+                    Some(_) => {
+                        Owner::Someone(format!("bucket {:?} belongs to someone else", desired.name))
+                    }
+                };
+                if let Some(name) = self.vanish_after_owner.lock().unwrap().take() {
+                    self.buckets.lock().unwrap().remove(&name);
+                }
+                Ok(owner)
+            }
+
+            async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+                self.call("ensure")?;
+                let mut buckets = self.buckets.lock().unwrap();
+                let bucket = buckets
+                    .entry(desired.name.clone())
+                    .or_insert_with(|| FakeBucket {
+                        owner: Some(desired.owner_uid.clone()),
+                        ..Default::default()
+                    });
+                if bucket.owner.as_deref() != Some(desired.owner_uid.as_str()) {
+                    if !desired.adopt {
+                        return Ok(Owner::Someone("not ours".into()));
+                    }
+                    bucket.owner = Some(desired.owner_uid.clone());
+                }
+                bucket.versioning = desired.versioning;
+                Ok(Owner::Us)
+            }
+
+            async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
+                self.call("observe")?;
+                let mut buckets = self.buckets.lock().unwrap();
+                Ok(buckets.get_mut(bucket).map(|b| {
+                    if b.draining {
+                        b.objects = (b.objects - self.server_rate).max(0);
+                    }
+                    Observed {
+                        objects: b.objects,
+                        bytes: b.objects * 10,
+                        backend_draining: b.draining,
+                    }
+                }))
+            }
+
+            async fn start_drain(&self, bucket: &str) -> Result<(), BackendError> {
+                self.call("start_drain")?;
+                if self.mode == DrainMode::ServerSide {
+                    self.buckets
+                        .lock()
+                        .unwrap()
+                        .get_mut(bucket)
+                        .unwrap()
+                        .draining = true;
+                }
+                Ok(())
+            }
+
+            async fn stop_drain(&self, bucket: &str) -> Result<(), BackendError> {
+                self.call("stop_drain")?;
+                if let Some(b) = self.buckets.lock().unwrap().get_mut(bucket) {
+                    b.draining = false;
+                }
+                Ok(())
+            }
+
+            async fn drain_round(&self, bucket: &str) -> Result<DrainProgress, BackendError> {
+                self.call("drain_round")?;
+                let mut buckets = self.buckets.lock().unwrap();
+                let b = buckets.get_mut(bucket).unwrap();
+                if b.held {
+                    return Ok(DrainProgress {
+                        deleted: 0,
+                        empty: false,
+                        blocked: Some("object \"x\" is under a legal hold".into()),
+                    });
+                }
+                let deleted = (self.round_size as i64).min(b.objects);
+                b.objects -= deleted;
+                Ok(DrainProgress {
+                    deleted: deleted as u64,
+                    empty: b.objects == 0 && deleted < self.round_size as i64,
+                    blocked: None,
+                })
+            }
+
+            async fn delete(&self, bucket: &str) -> Result<DeleteOutcome, BackendError> {
+                self.call("delete")?;
+                let mut buckets = self.buckets.lock().unwrap();
+                match buckets.get(bucket) {
+                    Some(b) if b.objects > 0 || b.uncounted => Ok(DeleteOutcome::NotEmpty),
+                    _ => {
+                        buckets.remove(bucket);
+                        Ok(DeleteOutcome::Deleted)
+                    }
+                }
+            }
+
+            async fn keys(
+                &self,
+                _bucket: &str,
+                _published: Option<&Keys>,
+                _rotate: bool,
+            ) -> Result<KeyPlan, BackendError> {
+                self.call("keys")?;
+                // Keys are issued once and then kept.
+                Ok(match _published {
+                    Some(_) => KeyPlan::Keep,
+                    None => KeyPlan::Publish {
+                        keys: Keys {
+                            access_key_id: "AK".into(),
+                            secret_access_key: "SK".into(),
+                        },
+                        retire: None,
+                    },
+                })
+            }
+
+            async fn retire_key(
+                &self,
+                _bucket: &str,
+                _access_key_id: &str,
+            ) -> Result<(), BackendError> {
+                self.call("retire_key")
+            }
+
+            async fn delete_credentials(&self, _bucket: &str) -> Result<(), BackendError> {
+                self.call("delete_credentials")
+            }
+        }
+    };
+}
+
+fake_backend!(Fake);
+fake_backend!(Arc<Fake>);
+
+/// Hands the shared fake to the reconciler, whatever the tenant.
+impl Connect for Arc<Fake> {
+    type Backend = Arc<Fake>;
+
+    async fn connect(
+        &self,
+        _kube: &dyn Kube,
+        _metrics: &Arc<Metrics>,
+        _tenant: &S3Tenant,
+        _clients: &ProviderClients,
+    ) -> Result<Result<Arc<Fake>, Wait>, Error> {
+        Ok(Ok(self.clone()))
+    }
+}

@@ -1,0 +1,317 @@
+//! Whole reconciles through the shared runtime (finalizer, outcome writing, error policy) over
+//! the fake Kube seam and the in-memory backend: what a user sees in status, events and Secrets,
+//! and how each class of backend error is handled.
+
+use std::sync::Arc;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use prometheus::IntCounter;
+use serde_json::Value;
+
+use super::fake::{Fake, FakeBucket};
+use super::{NAME, UID, s3bucket};
+use crate::api::{
+    BucketPhase, DrainMode, S3Bucket, S3Tenant, S3TenantSpec, S3TenantStatus, TenantPhase,
+};
+use crate::backends::error::{CONFLICT_RETRY, ErrorClass, PERMANENT_RETRY};
+use crate::config::OperatorConfig;
+use crate::controllers::bucket::{
+    DRAIN_ANNOTATION, ROTATE_ANNOTATION, S3BucketReconciler, USAGE_REFRESH,
+};
+use crate::runtime::cluster::fake::{Call, FakeKube};
+use crate::runtime::{Context, Reconciler, testing};
+
+const CONFIG: &str = "providers:\n  s3:\n    s3Compatible:\n      endpoint: https://s3.example.com/\n      credentialsSecret: {name: s3-creds}\n";
+
+fn tenant(phase: TenantPhase) -> S3Tenant {
+    let mut t = S3Tenant::new(
+        "t",
+        S3TenantSpec {
+            provider: "s3".into(),
+            display_name: None,
+            quota: None,
+            allow_platform_services: false,
+            deletion_policy: Default::default(),
+            deletion_protection: false,
+        },
+    );
+    t.metadata.namespace = Some("ns".into());
+    t.status = Some(S3TenantStatus {
+        phase: Some(phase),
+        ..Default::default()
+    });
+    t
+}
+
+type Cx = Arc<Context<S3BucketReconciler<Arc<Fake>>>>;
+
+fn context(fake: Fake, tenant_phase: TenantPhase) -> (Arc<FakeKube>, Arc<Fake>, Cx) {
+    let kube = Arc::new(FakeKube::default());
+    kube.tenants
+        .lock()
+        .unwrap()
+        .push(Arc::new(tenant(tenant_phase)));
+    let shared = testing::shared(kube.clone(), OperatorConfig::parse(CONFIG).unwrap());
+    let fake = Arc::new(fake);
+    let counter = IntCounter::new("test_deleted", "test").unwrap();
+    let cx = Arc::new(Context::new(
+        shared,
+        S3BucketReconciler::new(fake.clone(), counter),
+    ));
+    (kube, fake, cx)
+}
+
+/// A bucket past the finalizer step.
+fn finalized() -> S3Bucket {
+    let mut b = s3bucket();
+    b.metadata.finalizers = Some(vec![S3BucketReconciler::<Arc<Fake>>::FINALIZER.to_string()]);
+    b
+}
+
+/// A bucket keeper created, being deleted.
+fn deleting() -> S3Bucket {
+    let mut b = finalized();
+    b.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
+    b.status = Some(crate::api::S3BucketStatus {
+        phase: Some(BucketPhase::Ready),
+        bucket_name: Some(NAME.into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    b
+}
+
+fn ours(objects: i64) -> FakeBucket {
+    FakeBucket {
+        owner: Some(UID.into()),
+        objects,
+        ..Default::default()
+    }
+}
+
+/// The status patches written, in order.
+fn status_patches(kube: &FakeKube) -> Vec<Value> {
+    kube.calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::PatchStatus { patch, .. } => Some(patch),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Whether the finalizer was removed.
+fn released(kube: &FakeKube) -> bool {
+    kube.calls().iter().any(|c| {
+        matches!(c, Call::PatchJson { patch, .. }
+            if patch.to_string().contains("remove") && patch.to_string().contains("bucket-cleanup"))
+    })
+}
+
+#[tokio::test]
+async fn a_new_bucket_becomes_ready_with_an_event_and_its_credentials_secret() {
+    let (kube, _fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    let action = testing::reconcile(&cx, finalized()).await.unwrap();
+    assert_eq!(action, Action::requeue(USAGE_REFRESH));
+    let patch = &status_patches(&kube)[0]["status"];
+    assert_eq!(patch["phase"], "Ready");
+    assert_eq!(patch["bucketName"], NAME);
+    let notes = kube.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(
+        (notes[0].type_, notes[0].reason),
+        (EventType::Normal, "BucketReady")
+    );
+    let secret = kube
+        .secret_data("ns", "b-credentials")
+        .expect("credentials");
+    assert_eq!(secret["bucket"], NAME);
+    assert_eq!(secret["accessKeyId"], "AK");
+    assert_eq!(secret["AWS_REGION"], "us-east-1");
+    assert_eq!(secret.len(), 10);
+}
+
+#[tokio::test]
+async fn a_tenant_not_ready_keeps_the_bucket_pending_with_a_normal_event() {
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Pending);
+    let action = testing::reconcile(&cx, finalized()).await.unwrap();
+    assert_eq!(action, Action::requeue(crate::runtime::RESYNC));
+    assert_eq!(status_patches(&kube)[0]["status"]["phase"], "Pending");
+    let notes = kube.notes();
+    assert_eq!(
+        (notes[0].type_, notes[0].reason),
+        (EventType::Normal, "TenantNotReady")
+    );
+    assert!(
+        fake.take_calls().is_empty(),
+        "no backend call for a waiting bucket"
+    );
+}
+
+#[tokio::test]
+async fn a_transient_backend_error_backs_off_and_writes_nothing() {
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    *fake.fail_next.lock().unwrap() = Some(ErrorClass::Transient);
+    assert!(testing::reconcile(&cx, finalized()).await.is_err());
+    assert!(kube.calls().is_empty(), "{:?}", kube.calls());
+}
+
+#[tokio::test]
+async fn a_permanent_backend_error_sets_failed_with_one_warning() {
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    *fake.fail_next.lock().unwrap() = Some(ErrorClass::Permanent);
+    let action = testing::reconcile(&cx, finalized()).await.unwrap();
+    assert_eq!(action, Action::requeue(PERMANENT_RETRY));
+    assert_eq!(status_patches(&kube)[0]["status"]["phase"], "Failed");
+    let notes = kube.notes();
+    assert_eq!(notes.len(), 1);
+    assert_eq!(
+        (notes[0].type_, notes[0].reason),
+        (EventType::Warning, "BackendError")
+    );
+    assert!(notes[0].message.contains("HTTP 400"), "{notes:?}");
+}
+
+#[tokio::test]
+async fn a_conflict_looks_again_shortly_without_reporting_a_failure() {
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    *fake.fail_next.lock().unwrap() = Some(ErrorClass::Conflict);
+    let action = testing::reconcile(&cx, finalized()).await.unwrap();
+    assert_eq!(action, Action::requeue(CONFLICT_RETRY));
+    assert!(kube.calls().is_empty(), "{:?}", kube.calls());
+}
+
+#[tokio::test]
+async fn a_not_found_during_cleanup_counts_as_gone() {
+    let (kube, fake, cx) = context(
+        Fake::new(DrainMode::ClientSide).with(NAME, ours(5)),
+        TenantPhase::Ready,
+    );
+    *fake.fail_next.lock().unwrap() = Some(ErrorClass::NotFound);
+    testing::reconcile(&cx, deleting()).await.unwrap();
+    assert!(released(&kube), "{:?}", kube.calls());
+    assert_eq!(fake.take_calls(), ["owner", "delete_credentials"]);
+}
+
+#[tokio::test]
+async fn a_transient_error_during_cleanup_never_counts_as_gone() {
+    let (kube, fake, cx) = context(
+        Fake::new(DrainMode::ClientSide).with(NAME, ours(5)),
+        TenantPhase::Ready,
+    );
+    *fake.fail_next.lock().unwrap() = Some(ErrorClass::Transient);
+    assert!(testing::reconcile(&cx, deleting()).await.is_err());
+    assert!(!released(&kube));
+    assert!(fake.bucket(NAME).is_some());
+}
+
+#[tokio::test]
+async fn deleting_a_full_bucket_is_blocked_with_one_warning_then_released_once_drained() {
+    let (kube, fake, cx) = context(
+        Fake::new(DrainMode::ClientSide).with(NAME, ours(5)),
+        TenantPhase::Ready,
+    );
+    let action = testing::reconcile(&cx, deleting()).await.unwrap();
+    assert_eq!(action, Action::requeue(USAGE_REFRESH));
+    let status = &status_patches(&kube)[0]["status"];
+    assert_eq!(status["phase"], "Deleting");
+    let blocked = status["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "DeletionBlocked")
+        .unwrap();
+    assert_eq!(blocked["reason"], "BucketNotEmpty");
+    assert!(
+        blocked["message"]
+            .as_str()
+            .unwrap()
+            .contains("kubectl annotate s3bucket b keeper.dev/drain=true -n ns")
+    );
+    assert_eq!(
+        kube.notes()
+            .iter()
+            .map(|n| (n.type_, n.reason))
+            .collect::<Vec<_>>(),
+        [(EventType::Warning, "DeletionBlocked")]
+    );
+    assert!(!released(&kube));
+    // Asked to drain: the drain runs to the end, then the bucket goes and the finalizer with it.
+    let mut obj = deleting();
+    obj.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(DRAIN_ANNOTATION.into(), "true".into());
+    for _ in 0..5 {
+        testing::reconcile(&cx, obj.clone()).await.unwrap();
+        if released(&kube) {
+            break;
+        }
+        let patches = status_patches(&kube);
+        let mut status = obj.status.clone().unwrap_or_default();
+        if let Some(last) = patches.last() {
+            let mut value = serde_json::to_value(&status).unwrap();
+            json_patch::merge(&mut value, &last["status"]);
+            status = serde_json::from_value(value).unwrap();
+        }
+        obj.status = Some(status);
+    }
+    assert!(released(&kube), "{:?}", kube.calls());
+    assert!(fake.bucket(NAME).is_none());
+    assert!(
+        kube.notes()
+            .iter()
+            .any(|n| n.reason == "BucketDrainingStarted")
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_bucket_name_is_a_permanent_failure_with_its_reason() {
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    let mut obj = finalized();
+    obj.spec.bucket_name = Some("Not_A_Bucket".into());
+    let action = testing::reconcile(&cx, obj).await.unwrap();
+    assert_eq!(action, Action::requeue(PERMANENT_RETRY));
+    let notes = kube.notes();
+    assert_eq!(
+        (notes[0].type_, notes[0].reason),
+        (EventType::Warning, "InvalidBucketName")
+    );
+    assert!(fake.take_calls().is_empty());
+}
+
+#[tokio::test]
+async fn a_rotation_request_is_reported_and_consumed() {
+    let (kube, _fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    let mut obj = finalized();
+    obj.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(ROTATE_ANNOTATION.into(), "true".into());
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(
+        kube.notes()
+            .iter()
+            .any(|n| n.reason == "CredentialsRotated")
+    );
+    assert!(kube.calls().iter().any(|c| matches!(c,
+        Call::PatchJson { patch, .. } if patch.to_string().contains("rotate-credentials"))));
+}
+
+#[tokio::test]
+async fn a_retained_bucket_is_released_untouched() {
+    let (kube, fake, cx) = context(
+        Fake::new(DrainMode::ClientSide).with(NAME, ours(5)),
+        TenantPhase::Ready,
+    );
+    let mut obj = deleting();
+    obj.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(released(&kube));
+    assert_eq!(kube.notes()[0].reason, "BucketRetained");
+    assert!(fake.take_calls().is_empty());
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 5);
+}
