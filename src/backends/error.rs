@@ -296,27 +296,10 @@ impl From<super::s3::S3Error> for BackendError {
     }
 }
 
-impl From<super::rds::RdsError> for BackendError {
-    fn from(e: super::rds::RdsError) -> Self {
-        use super::rds::RdsError as E;
-        let message = e.to_string();
-        let (class, code) = match &e {
-            E::NotFound => (ErrorClass::NotFound, "DBInstanceNotFound".to_string()),
-            E::AlreadyExists => (ErrorClass::Conflict, "DBInstanceAlreadyExists".to_string()),
-            E::InvalidState(_) => (ErrorClass::Conflict, "InvalidDBInstanceState".to_string()),
-            E::Throttled(_) => (ErrorClass::Transient, "Throttling".to_string()),
-            E::Unavailable(_) => (ErrorClass::Transient, "Unavailable".to_string()),
-            E::AccessDenied(_) => (ErrorClass::Permanent, "AccessDenied".to_string()),
-            E::Rejected { code, .. } => (ErrorClass::Permanent, code.clone()),
-        };
-        BackendError::new("rds", "rds", class, code, message)
-    }
-}
-
 #[cfg(test)]
 mod mapping_tests {
     use super::*;
-    use crate::backends::{rds, s3, storagegrid};
+    use crate::backends::{s3, storagegrid};
 
     #[test]
     fn grid_errors_map_by_meaning() {
@@ -370,27 +353,6 @@ mod mapping_tests {
         );
         assert_eq!(
             s3(s3::ErrorClass::Permanent, "AccessDenied").class,
-            ErrorClass::Permanent
-        );
-    }
-
-    #[test]
-    fn rds_errors_map_by_meaning() {
-        let class = |e: rds::RdsError| BackendError::from(e).class;
-        assert_eq!(class(rds::RdsError::NotFound), ErrorClass::NotFound);
-        assert_eq!(
-            class(rds::RdsError::InvalidState("x".into())),
-            ErrorClass::Conflict
-        );
-        assert_eq!(
-            class(rds::RdsError::Throttled("x".into())),
-            ErrorClass::Transient
-        );
-        assert_eq!(
-            class(rds::RdsError::Rejected {
-                code: "InvalidParameterValue".into(),
-                message: "x".into()
-            }),
             ErrorClass::Permanent
         );
     }

@@ -1,8 +1,9 @@
-//! AWS RDS behind the small [`DatabaseBackend`] trait the CloudDatabase controller needs.
+//! The AWS RDS client the CloudDatabase controller uses (its trait is in
+//! `controllers::database::backend`).
 //!
-//! The real implementation ([`RdsBackend`]) never waits on an SDK waiter: every call returns
-//! what RDS says now and the controller requeues while an instance is in a transitional state.
-//! Errors are classified once, here, into the few classes the controller acts on.
+//! [`RdsBackend`] never waits on an SDK waiter: every call returns what RDS says now and the
+//! controller requeues while an instance is in a transitional state. Errors are classified once,
+//! here, by operation and error code, into a [`BackendError`] that names the operation.
 
 use std::collections::BTreeMap;
 use std::error::Error as StdError;
@@ -19,6 +20,7 @@ use aws_sdk_rds::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_rds::types::Tag;
 
 use crate::api::{DatabaseEndpoint, Engine};
+use crate::backends::error::{BackendError, ErrorClass};
 use crate::config::RdsConfig;
 use crate::metrics::{BackendOutcome, Metrics};
 
@@ -91,76 +93,80 @@ pub enum FinalSnapshot {
     Skip,
 }
 
-/// The RDS error classes the controller distinguishes.
-#[derive(Debug, thiserror::Error)]
-pub enum RdsError {
-    #[error("DB instance not found")]
-    NotFound,
-    #[error("a DB instance with this identifier already exists")]
-    AlreadyExists,
-    #[error("the DB instance's state does not allow this operation: {0}")]
-    InvalidState(String),
-    #[error("RDS throttled the request: {0}")]
-    Throttled(String),
-    #[error("access denied by AWS: {0}")]
-    AccessDenied(String),
-    /// A request RDS refuses as it stands (validation, quota, missing subnet group, ...).
-    #[error("RDS rejected the request ({code}): {message}")]
-    Rejected { code: String, message: String },
-    /// Server errors, timeouts and network failures.
-    #[error("RDS unavailable: {0}")]
-    Unavailable(String),
+/// One failed RDS call, classified where the code is known; [`RdsBackend`] returns it as a
+/// [`BackendError`] naming the operation. `outcome` is the `keeper_backend_requests_total`
+/// label, finer than the class (throttling and missing permissions are worth telling apart).
+#[derive(Debug)]
+struct RdsError {
+    class: ErrorClass,
+    outcome: &'static str,
+    code: String,
+    message: String,
 }
 
 impl RdsError {
-    /// Errors that heal by themselves and are retried with backoff.
-    pub fn is_transient(&self) -> bool {
-        matches!(self, RdsError::Throttled(_) | RdsError::Unavailable(_))
+    fn new(
+        class: ErrorClass,
+        outcome: &'static str,
+        code: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        RdsError {
+            class,
+            outcome,
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    fn not_found(message: String) -> Self {
+        RdsError::new(
+            ErrorClass::NotFound,
+            "not_found",
+            "DBInstanceNotFound",
+            message,
+        )
+    }
+
+    fn already_exists(message: String) -> Self {
+        RdsError::new(
+            ErrorClass::Conflict,
+            "conflict",
+            "DBInstanceAlreadyExists",
+            message,
+        )
+    }
+
+    /// The instance is busy (creating, modifying, deleting): a conflict that resolves itself.
+    fn invalid_state(message: String) -> Self {
+        RdsError::new(
+            ErrorClass::Conflict,
+            "invalid_state",
+            "InvalidDBInstanceState",
+            message,
+        )
+    }
+
+    fn into_backend(self, operation: &'static str) -> BackendError {
+        BackendError::new(BACKEND, operation, self.class, self.code, self.message)
     }
 }
 
 impl BackendOutcome for RdsError {
     fn outcome(&self) -> &'static str {
-        match self {
-            RdsError::NotFound => "not_found",
-            RdsError::AlreadyExists => "conflict",
-            RdsError::InvalidState(_) => "invalid_state",
-            RdsError::Throttled(_) => "throttled",
-            RdsError::AccessDenied(_) => "access_denied",
-            RdsError::Rejected { .. } => "permanent",
-            RdsError::Unavailable(_) => "transient",
-        }
+        self.outcome
     }
 }
 
-/// The RDS operations the CloudDatabase controller uses.
-pub trait DatabaseBackend: Send + Sync + 'static {
-    /// The instance, or `None` when RDS reports `DBInstanceNotFound`.
-    fn describe(
-        &self,
-        id: &str,
-    ) -> impl Future<Output = Result<Option<DbInstance>, RdsError>> + Send;
-    fn create(&self, instance: &NewInstance) -> impl Future<Output = Result<(), RdsError>> + Send;
-    fn modify(
-        &self,
-        id: &str,
-        modification: &Modification,
-    ) -> impl Future<Output = Result<(), RdsError>> + Send;
-    fn delete(
-        &self,
-        id: &str,
-        final_snapshot: &FinalSnapshot,
-    ) -> impl Future<Output = Result<(), RdsError>> + Send;
-    fn remove_tags(
-        &self,
-        instance: &DbInstance,
-        keys: &[String],
-    ) -> impl Future<Output = Result<(), RdsError>> + Send;
+/// Whether a classified RDS error means missing permissions or unusable credentials.
+pub fn is_access_denied(error: &BackendError) -> bool {
+    ACCESS_DENIED_CODES.contains(&error.code.as_str())
 }
 
 const BACKEND: &str = "rds";
 
-/// [`DatabaseBackend`] on aws-sdk-rds. Every call goes through [`Metrics::backend_call`].
+/// The RDS client. Every call goes through [`Metrics::backend_call`] under its snake_case
+/// operation name and returns a [`BackendError`] carrying that name.
 pub struct RdsBackend {
     client: aws_sdk_rds::Client,
     metrics: Arc<Metrics>,
@@ -203,10 +209,21 @@ impl RdsBackend {
         }
         RdsBackend::new(aws_sdk_rds::Client::from_conf(builder.build()), metrics)
     }
-}
 
-impl DatabaseBackend for RdsBackend {
-    async fn describe(&self, id: &str) -> Result<Option<DbInstance>, RdsError> {
+    /// Runs one call with its metrics and names the operation in its error.
+    async fn call<T>(
+        &self,
+        operation: &'static str,
+        call: impl Future<Output = Result<T, RdsError>>,
+    ) -> Result<T, BackendError> {
+        self.metrics
+            .backend_call(BACKEND, operation, call)
+            .await
+            .map_err(|e| e.into_backend(operation))
+    }
+
+    /// The instance, or `None` when RDS reports `DBInstanceNotFound`.
+    pub async fn describe_db_instance(&self, id: &str) -> Result<Option<DbInstance>, BackendError> {
         let call = async {
             let output = self
                 .client
@@ -217,27 +234,25 @@ impl DatabaseBackend for RdsBackend {
                 .map_err(|e| {
                     classify(e, |e| {
                         e.is_db_instance_not_found_fault()
-                            .then_some(RdsError::NotFound)
+                            .then(|| RdsError::not_found(message(e)))
                     })
                 })?;
             output
                 .db_instances()
                 .first()
                 .map(instance_from_sdk)
-                .ok_or(RdsError::NotFound)
+                .ok_or_else(|| RdsError::not_found(format!("DB instance {id} not found")))
         };
-        match self
-            .metrics
-            .backend_call(BACKEND, "DescribeDBInstances", call)
-            .await
-        {
+        match self.call("describe_db_instances", call).await {
             Ok(instance) => Ok(Some(instance)),
-            Err(RdsError::NotFound) => Ok(None),
+            Err(e) if e.is_gone() => Ok(None),
             Err(e) => Err(e),
         }
     }
 
-    async fn create(&self, instance: &NewInstance) -> Result<(), RdsError> {
+    /// `CreateDBInstance`; an instance with the identifier already there is a conflict with
+    /// code `DBInstanceAlreadyExists` (whose it is, the tags decide).
+    pub async fn create_db_instance(&self, instance: &NewInstance) -> Result<(), BackendError> {
         let tags: Vec<Tag> = instance
             .tags
             .iter()
@@ -265,19 +280,23 @@ impl DatabaseBackend for RdsBackend {
                     .then(|| instance.vpc_security_group_ids.clone()),
             )
             .set_tags(Some(tags));
-        self.metrics
-            .backend_call(BACKEND, "CreateDBInstance", async {
-                request.send().await.map(|_| ()).map_err(|e| {
-                    classify(e, |e| {
-                        e.is_db_instance_already_exists_fault()
-                            .then_some(RdsError::AlreadyExists)
-                    })
+        self.call("create_db_instance", async {
+            request.send().await.map(|_| ()).map_err(|e| {
+                classify(e, |e| {
+                    e.is_db_instance_already_exists_fault()
+                        .then(|| RdsError::already_exists(message(e)))
                 })
             })
-            .await
+        })
+        .await
     }
 
-    async fn modify(&self, id: &str, modification: &Modification) -> Result<(), RdsError> {
+    /// `ModifyDBInstance`, applied immediately.
+    pub async fn modify_db_instance(
+        &self,
+        id: &str,
+        modification: &Modification,
+    ) -> Result<(), BackendError> {
         let request = self
             .client
             .modify_db_instance()
@@ -293,24 +312,28 @@ impl DatabaseBackend for RdsBackend {
                     .as_ref()
                     .map(|p| p.expose().to_string()),
             );
-        self.metrics
-            .backend_call(BACKEND, "ModifyDBInstance", async {
-                request.send().await.map(|_| ()).map_err(|e| {
-                    classify(e, |e| {
-                        if e.is_db_instance_not_found_fault() {
-                            Some(RdsError::NotFound)
-                        } else if e.is_invalid_db_instance_state_fault() {
-                            Some(RdsError::InvalidState(message(e)))
-                        } else {
-                            None
-                        }
-                    })
+        self.call("modify_db_instance", async {
+            request.send().await.map(|_| ()).map_err(|e| {
+                classify(e, |e| {
+                    if e.is_db_instance_not_found_fault() {
+                        Some(RdsError::not_found(message(e)))
+                    } else if e.is_invalid_db_instance_state_fault() {
+                        Some(RdsError::invalid_state(message(e)))
+                    } else {
+                        None
+                    }
                 })
             })
-            .await
+        })
+        .await
     }
 
-    async fn delete(&self, id: &str, final_snapshot: &FinalSnapshot) -> Result<(), RdsError> {
+    /// `DeleteDBInstance` with or without a final snapshot.
+    pub async fn delete_db_instance(
+        &self,
+        id: &str,
+        final_snapshot: &FinalSnapshot,
+    ) -> Result<(), BackendError> {
         let request = self.client.delete_db_instance().db_instance_identifier(id);
         // RDS requires exactly one of the two: a snapshot id, or an explicit skip.
         let request = match final_snapshot {
@@ -319,39 +342,42 @@ impl DatabaseBackend for RdsBackend {
                 .final_db_snapshot_identifier(snapshot),
             FinalSnapshot::Skip => request.skip_final_snapshot(true),
         };
-        self.metrics
-            .backend_call(BACKEND, "DeleteDBInstance", async {
-                request.send().await.map(|_| ()).map_err(|e| {
-                    classify(e, |e| {
-                        if e.is_db_instance_not_found_fault() {
-                            Some(RdsError::NotFound)
-                        } else if e.is_invalid_db_instance_state_fault() {
-                            Some(RdsError::InvalidState(message(e)))
-                        } else {
-                            None
-                        }
-                    })
+        self.call("delete_db_instance", async {
+            request.send().await.map(|_| ()).map_err(|e| {
+                classify(e, |e| {
+                    if e.is_db_instance_not_found_fault() {
+                        Some(RdsError::not_found(message(e)))
+                    } else if e.is_invalid_db_instance_state_fault() {
+                        Some(RdsError::invalid_state(message(e)))
+                    } else {
+                        None
+                    }
                 })
             })
-            .await
+        })
+        .await
     }
 
-    async fn remove_tags(&self, instance: &DbInstance, keys: &[String]) -> Result<(), RdsError> {
+    /// `RemoveTagsFromResource` on an instance's ARN.
+    pub async fn remove_tags_from_resource(
+        &self,
+        arn: &str,
+        keys: &[String],
+    ) -> Result<(), BackendError> {
         let request = self
             .client
             .remove_tags_from_resource()
-            .resource_name(&instance.arn)
+            .resource_name(arn)
             .set_tag_keys(Some(keys.to_vec()));
-        self.metrics
-            .backend_call(BACKEND, "RemoveTagsFromResource", async {
-                request.send().await.map(|_| ()).map_err(|e| {
-                    classify(e, |e| {
-                        e.is_db_instance_not_found_fault()
-                            .then_some(RdsError::NotFound)
-                    })
+        self.call("remove_tags_from_resource", async {
+            request.send().await.map(|_| ()).map_err(|e| {
+                classify(e, |e| {
+                    e.is_db_instance_not_found_fault()
+                        .then(|| RdsError::not_found(message(e)))
                 })
             })
-            .await
+        })
+        .await
     }
 }
 
@@ -393,6 +419,10 @@ const THROTTLING_CODES: &[&str] = &[
     "RequestThrottledException",
 ];
 
+/// Error codes of credentials that expired: the AWS credential chain refreshes them, so they
+/// heal by themselves like throttling does.
+const EXPIRED_CODES: &[&str] = &["ExpiredToken", "ExpiredTokenException", "RequestExpired"];
+
 /// Error codes for missing permissions or unusable credentials.
 const ACCESS_DENIED_CODES: &[&str] = &[
     "AccessDenied",
@@ -402,8 +432,6 @@ const ACCESS_DENIED_CODES: &[&str] = &[
     "SignatureDoesNotMatch",
     "UnrecognizedClientException",
     "AuthFailure",
-    "ExpiredToken",
-    "ExpiredTokenException",
     "MissingAuthenticationToken",
 ];
 
@@ -427,370 +455,43 @@ where
         SdkError::ServiceError(service) => {
             let status = service.raw().status().as_u16();
             let e = service.into_err();
-            if let Some(class) = modeled(&e) {
-                return class;
+            if let Some(error) = modeled(&e) {
+                return error;
             }
             let code = e.code().unwrap_or("Unknown").to_string();
             let text = message(&e);
             match code.as_str() {
-                "DBInstanceNotFound" => RdsError::NotFound,
-                "DBInstanceAlreadyExists" => RdsError::AlreadyExists,
-                "InvalidDBInstanceState" => RdsError::InvalidState(text),
-                c if THROTTLING_CODES.contains(&c) => RdsError::Throttled(text),
-                c if ACCESS_DENIED_CODES.contains(&c) => RdsError::AccessDenied(text),
-                _ if status >= 500 => RdsError::Unavailable(format!("{code}: {text}")),
-                _ => RdsError::Rejected {
-                    code,
-                    message: text,
-                },
+                "DBInstanceNotFound" => RdsError::not_found(text),
+                "DBInstanceAlreadyExists" => RdsError::already_exists(text),
+                "InvalidDBInstanceState" => RdsError::invalid_state(text),
+                c if THROTTLING_CODES.contains(&c) => {
+                    RdsError::new(ErrorClass::Transient, "throttled", code, text)
+                }
+                c if EXPIRED_CODES.contains(&c) => {
+                    RdsError::new(ErrorClass::Transient, "transient", code, text)
+                }
+                c if ACCESS_DENIED_CODES.contains(&c) => {
+                    RdsError::new(ErrorClass::Permanent, "access_denied", code, text)
+                }
+                _ if status >= 500 => RdsError::new(ErrorClass::Transient, "transient", code, text),
+                // A request RDS refuses as it stands (validation, quota, missing subnet group).
+                _ => RdsError::new(ErrorClass::Permanent, "permanent", code, text),
             }
         }
         // Timeouts, connection failures, unparseable responses and requests that could not be
         // built (for example credentials not yet loadable) all heal by themselves or with the
         // environment; retry them with backoff.
-        other => RdsError::Unavailable(aws_sdk_rds::error::DisplayErrorContext(&other).to_string()),
+        other => RdsError::new(
+            ErrorClass::Transient,
+            "transient",
+            "Unavailable",
+            aws_sdk_rds::error::DisplayErrorContext(&other).to_string(),
+        ),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    use aws_sdk_rds::config::retry::RetryConfig;
-    use aws_sdk_rds::error::ErrorMetadata;
-    use aws_sdk_rds::operation::create_db_instance::CreateDBInstanceError;
-    use aws_sdk_rds::operation::delete_db_instance::{
-        DeleteDBInstanceError, DeleteDbInstanceOutput,
-    };
-    use aws_sdk_rds::operation::describe_db_instances::{
-        DescribeDBInstancesError, DescribeDbInstancesOutput,
-    };
-    use aws_sdk_rds::operation::modify_db_instance::ModifyDBInstanceError;
-    use aws_sdk_rds::types::error::{
-        DbInstanceAlreadyExistsFault, DbInstanceNotFoundFault, InvalidDbInstanceStateFault,
-    };
-    use aws_smithy_mocks::{Rule, RuleMode, mock, mock_client};
-
-    /// A backend whose client answers from `rules`, with SDK retries off so each rule is one call.
-    fn backend(rules: &[&Rule]) -> (RdsBackend, Arc<Metrics>) {
-        let client = mock_client!(aws_sdk_rds, RuleMode::Sequential, rules, |c| c
-            .retry_config(RetryConfig::disabled()));
-        let metrics = Arc::new(Metrics::new());
-        (RdsBackend::new(client, metrics.clone()), metrics)
-    }
-
-    fn counted(metrics: &Metrics, operation: &str, outcome: &str) -> bool {
-        metrics.encode().contains(&format!(
-            r#"keeper_backend_requests_total{{backend="rds",operation="{operation}",outcome="{outcome}"}} 1"#
-        ))
-    }
-
-    fn unmodeled(code: &str, message: &str) -> ErrorMetadata {
-        ErrorMetadata::builder().code(code).message(message).build()
-    }
-
-    fn new_instance() -> NewInstance {
-        NewInstance {
-            id: "shop-orders-1a2b3c4d".into(),
-            engine: Engine::Postgres,
-            engine_version: None,
-            instance_class: "db.t3.micro".into(),
-            storage_gib: 20,
-            username: "keeper".into(),
-            password: Password::new("s3cret-Pa55".into()),
-            database_name: Some("orders".into()),
-            deletion_protection: false,
-            tags: BTreeMap::from([("keeper.dev/owner-uid".to_string(), "uid-1".to_string())]),
-            db_subnet_group_name: None,
-            vpc_security_group_ids: Vec::new(),
-        }
-    }
-
-    #[tokio::test]
-    async fn describe_maps_the_instance() {
-        let rule = mock!(aws_sdk_rds::Client::describe_db_instances)
-            .match_requests(|r| r.db_instance_identifier() == Some("db-1"))
-            .then_output(|| {
-                DescribeDbInstancesOutput::builder()
-                    .db_instances(
-                        aws_sdk_rds::types::DbInstance::builder()
-                            .db_instance_identifier("db-1")
-                            .db_instance_arn("arn:aws:rds:eu-central-1:1:db:db-1")
-                            .db_instance_status("available")
-                            .endpoint(
-                                aws_sdk_rds::types::Endpoint::builder()
-                                    .address("db-1.rds.example")
-                                    .port(5432)
-                                    .build(),
-                            )
-                            .tag_list(
-                                Tag::builder()
-                                    .key("keeper.dev/name")
-                                    .value("orders")
-                                    .build(),
-                            )
-                            .deletion_protection(true)
-                            .db_instance_class("db.t3.micro")
-                            .allocated_storage(20)
-                            .build(),
-                    )
-                    .build()
-            });
-        let (rds, metrics) = backend(&[&rule]);
-        let instance = rds.describe("db-1").await.unwrap().unwrap();
-        assert_eq!(
-            instance,
-            DbInstance {
-                id: "db-1".into(),
-                arn: "arn:aws:rds:eu-central-1:1:db:db-1".into(),
-                state: "available".into(),
-                endpoint: Some(DatabaseEndpoint {
-                    address: "db-1.rds.example".into(),
-                    port: 5432
-                }),
-                tags: BTreeMap::from([("keeper.dev/name".to_string(), "orders".to_string())]),
-                deletion_protection: true,
-                instance_class: "db.t3.micro".into(),
-                storage_gib: 20,
-            }
-        );
-        assert!(counted(&metrics, "DescribeDBInstances", "success"));
-    }
-
-    #[tokio::test]
-    async fn not_found_is_none_and_counted_as_not_found() {
-        let rule = mock!(aws_sdk_rds::Client::describe_db_instances).then_error(|| {
-            DescribeDBInstancesError::DbInstanceNotFoundFault(
-                DbInstanceNotFoundFault::builder()
-                    .message("DBInstance db-1 not found")
-                    .build(),
-            )
-        });
-        let (rds, metrics) = backend(&[&rule]);
-        assert_eq!(rds.describe("db-1").await.unwrap(), None);
-        assert!(counted(&metrics, "DescribeDBInstances", "not_found"));
-
-        let delete = mock!(aws_sdk_rds::Client::delete_db_instance).then_error(|| {
-            DeleteDBInstanceError::DbInstanceNotFoundFault(
-                DbInstanceNotFoundFault::builder().build(),
-            )
-        });
-        let (rds, _) = backend(&[&delete]);
-        assert!(matches!(
-            rds.delete("db-1", &FinalSnapshot::Skip).await,
-            Err(RdsError::NotFound)
-        ));
-    }
-
-    #[tokio::test]
-    async fn already_exists_is_its_own_class_and_the_request_carries_tags_and_password() {
-        let rule = mock!(aws_sdk_rds::Client::create_db_instance)
-            .match_requests(|r| {
-                r.db_instance_identifier() == Some("shop-orders-1a2b3c4d")
-                    && r.engine() == Some("postgres")
-                    && r.master_user_password() == Some("s3cret-Pa55")
-                    && r.db_name() == Some("orders")
-                    && r.tags().len() == 1
-            })
-            .then_error(|| {
-                CreateDBInstanceError::DbInstanceAlreadyExistsFault(
-                    DbInstanceAlreadyExistsFault::builder().build(),
-                )
-            });
-        let (rds, metrics) = backend(&[&rule]);
-        assert!(matches!(
-            rds.create(&new_instance()).await,
-            Err(RdsError::AlreadyExists)
-        ));
-        assert_eq!(rule.num_calls(), 1);
-        assert!(counted(&metrics, "CreateDBInstance", "conflict"));
-    }
-
-    #[tokio::test]
-    async fn invalid_state_is_its_own_class_with_the_rds_message() {
-        let delete = mock!(aws_sdk_rds::Client::delete_db_instance).then_error(|| {
-            DeleteDBInstanceError::InvalidDbInstanceStateFault(
-                InvalidDbInstanceStateFault::builder()
-                    .message("Instance db-1 is currently creating")
-                    .build(),
-            )
-        });
-        let modify = mock!(aws_sdk_rds::Client::modify_db_instance).then_error(|| {
-            ModifyDBInstanceError::InvalidDbInstanceStateFault(
-                InvalidDbInstanceStateFault::builder().build(),
-            )
-        });
-        let (rds, metrics) = backend(&[&delete, &modify]);
-        match rds.delete("db-1", &FinalSnapshot::Skip).await {
-            Err(RdsError::InvalidState(message)) => {
-                assert!(message.contains("currently creating"), "{message}")
-            }
-            other => panic!("expected InvalidState, got {other:?}"),
-        }
-        assert!(matches!(
-            rds.modify("db-1", &Modification::default()).await,
-            Err(RdsError::InvalidState(_))
-        ));
-        assert!(counted(&metrics, "DeleteDBInstance", "invalid_state"));
-    }
-
-    #[tokio::test]
-    async fn throttling_is_transient() {
-        let rule = mock!(aws_sdk_rds::Client::describe_db_instances).then_error(|| {
-            DescribeDBInstancesError::generic(unmodeled("Throttling", "Rate exceeded"))
-        });
-        let (rds, metrics) = backend(&[&rule]);
-        let err = rds.describe("db-1").await.unwrap_err();
-        assert!(
-            matches!(&err, RdsError::Throttled(m) if m == "Rate exceeded"),
-            "{err:?}"
-        );
-        assert!(err.is_transient());
-        assert!(counted(&metrics, "DescribeDBInstances", "throttled"));
-    }
-
-    #[tokio::test]
-    async fn access_denied_is_permanent() {
-        let rule = mock!(aws_sdk_rds::Client::create_db_instance).then_error(|| {
-            CreateDBInstanceError::generic(unmodeled(
-                "AccessDenied",
-                "not authorized to perform: rds:CreateDBInstance",
-            ))
-        });
-        let (rds, metrics) = backend(&[&rule]);
-        let err = rds.create(&new_instance()).await.unwrap_err();
-        assert!(matches!(&err, RdsError::AccessDenied(m) if m.contains("rds:CreateDBInstance")));
-        assert!(!err.is_transient());
-        assert!(counted(&metrics, "CreateDBInstance", "access_denied"));
-    }
-
-    #[tokio::test]
-    async fn other_client_errors_are_rejected_and_server_errors_transient() {
-        let invalid = mock!(aws_sdk_rds::Client::create_db_instance).then_error(|| {
-            CreateDBInstanceError::generic(unmodeled(
-                "InvalidParameterValue",
-                "Invalid DB instance class",
-            ))
-        });
-        let unavailable = mock!(aws_sdk_rds::Client::describe_db_instances)
-            .sequence()
-            .http_status(503, None)
-            .build();
-        let (rds, _) = backend(&[&invalid, &unavailable]);
-        let err = rds.create(&new_instance()).await.unwrap_err();
-        assert!(
-            matches!(&err, RdsError::Rejected { code, .. } if code == "InvalidParameterValue"),
-            "{err:?}"
-        );
-        assert!(!err.is_transient());
-        let err = rds.describe("db-1").await.unwrap_err();
-        assert!(err.is_transient(), "{err:?}");
-    }
-
-    #[tokio::test]
-    async fn delete_asks_for_exactly_one_of_snapshot_or_skip() {
-        let with_snapshot = mock!(aws_sdk_rds::Client::delete_db_instance)
-            .match_requests(|r| {
-                r.skip_final_snapshot() == Some(false)
-                    && r.final_db_snapshot_identifier() == Some("db-1-final-20260101000000")
-            })
-            .then_output(|| DeleteDbInstanceOutput::builder().build());
-        let skip = mock!(aws_sdk_rds::Client::delete_db_instance)
-            .match_requests(|r| {
-                r.skip_final_snapshot() == Some(true) && r.final_db_snapshot_identifier().is_none()
-            })
-            .then_output(|| DeleteDbInstanceOutput::builder().build());
-        let (rds, _) = backend(&[&with_snapshot, &skip]);
-        rds.delete(
-            "db-1",
-            &FinalSnapshot::Take("db-1-final-20260101000000".into()),
-        )
-        .await
-        .unwrap();
-        rds.delete("db-1", &FinalSnapshot::Skip).await.unwrap();
-        assert_eq!((with_snapshot.num_calls(), skip.num_calls()), (1, 1));
-    }
-
-    #[tokio::test]
-    async fn the_real_backend_against_moto() {
-        let Some(server) = moto::MotoServer::start("the_real_backend_against_moto", &[]) else {
-            return;
-        };
-        let rds = moto::backend(&server, Arc::new(Metrics::new())).await;
-
-        // Create with tags: available at once on moto, with an endpoint and our tags.
-        let snapshotted = NewInstance {
-            id: "keeper-moto-snapshot".into(),
-            ..new_instance()
-        };
-        rds.create(&snapshotted).await.unwrap();
-        let found = rds.describe(&snapshotted.id).await.unwrap().unwrap();
-        assert_eq!(found.state, "available");
-        assert!(
-            found
-                .endpoint
-                .is_some_and(|e| !e.address.is_empty() && e.port > 0)
-        );
-        assert_eq!(found.tags, snapshotted.tags);
-        assert_eq!(found.storage_gib, 20);
-        assert!(matches!(
-            rds.create(&snapshotted).await,
-            Err(RdsError::AlreadyExists)
-        ));
-
-        // Delete with a final snapshot: the snapshot lists under the recorded id.
-        let snapshot = "keeper-moto-snapshot-final-20260101000000".to_string();
-        rds.delete(&snapshotted.id, &FinalSnapshot::Take(snapshot.clone()))
-            .await
-            .unwrap();
-        assert_eq!(rds.describe(&snapshotted.id).await.unwrap(), None);
-        assert_eq!(moto::snapshots(&rds, &snapshotted.id).await, [snapshot]);
-        assert!(matches!(
-            rds.delete(&snapshotted.id, &FinalSnapshot::Skip).await,
-            Err(RdsError::NotFound)
-        ));
-
-        // Delete skipping the snapshot: nothing left.
-        let skipped = NewInstance {
-            id: "keeper-moto-skip".into(),
-            ..new_instance()
-        };
-        rds.create(&skipped).await.unwrap();
-        rds.delete(&skipped.id, &FinalSnapshot::Skip).await.unwrap();
-        assert_eq!(rds.describe(&skipped.id).await.unwrap(), None);
-        assert!(moto::snapshots(&rds, &skipped.id).await.is_empty());
-
-        // Tags come off (Retain) and modifications apply.
-        let retained = NewInstance {
-            id: "keeper-moto-retain".into(),
-            ..new_instance()
-        };
-        rds.create(&retained).await.unwrap();
-        let found = rds.describe(&retained.id).await.unwrap().unwrap();
-        rds.remove_tags(&found, &["keeper.dev/owner-uid".to_string()])
-            .await
-            .unwrap();
-        rds.modify(
-            &retained.id,
-            &Modification {
-                deletion_protection: Some(true),
-                storage_gib: Some(30),
-                ..Modification::default()
-            },
-        )
-        .await
-        .unwrap();
-        let found = rds.describe(&retained.id).await.unwrap().unwrap();
-        assert!(found.tags.is_empty(), "{:?}", found.tags);
-        assert!(found.deletion_protection);
-        assert_eq!(found.storage_gib, 30);
-        assert!(matches!(
-            rds.modify("keeper-moto-missing", &Modification::default())
-                .await,
-            Err(RdsError::NotFound)
-        ));
-    }
-}
+mod tests;
 
 /// A moto server on 127.0.0.1 for tests of the real backend, stopped when dropped.
 #[cfg(test)]

@@ -1,0 +1,75 @@
+//! The RDS calls the CloudDatabase controller makes, as a small trait so that the reconcile
+//! runs against an in-memory RDS in tests, and its implementation over the RDS client.
+
+use std::future::Future;
+
+use crate::backends::error::BackendError;
+use crate::backends::rds::{DbInstance, FinalSnapshot, Modification, NewInstance, RdsBackend};
+
+/// What a create call found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    Requested,
+    /// An instance with the identifier already exists: its tags decide whose it is.
+    AlreadyExists,
+}
+
+/// The RDS operations the CloudDatabase controller uses. Errors are classified by the client:
+/// `NotFound` only for `DBInstanceNotFound`, `Conflict` for a busy instance.
+pub trait DatabaseBackend: Send + Sync + 'static {
+    /// The instance, or `None` when RDS reports it absent.
+    fn describe(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<DbInstance>, BackendError>> + Send;
+    fn create(
+        &self,
+        instance: &NewInstance,
+    ) -> impl Future<Output = Result<Created, BackendError>> + Send;
+    fn modify(
+        &self,
+        id: &str,
+        modification: &Modification,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    fn delete(
+        &self,
+        id: &str,
+        final_snapshot: &FinalSnapshot,
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    fn remove_tags(
+        &self,
+        instance: &DbInstance,
+        keys: &[String],
+    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+impl DatabaseBackend for RdsBackend {
+    async fn describe(&self, id: &str) -> Result<Option<DbInstance>, BackendError> {
+        self.describe_db_instance(id).await
+    }
+
+    async fn create(&self, instance: &NewInstance) -> Result<Created, BackendError> {
+        match self.create_db_instance(instance).await {
+            Ok(()) => Ok(Created::Requested),
+            // The only conflict CreateDBInstance reports.
+            Err(e) if e.is_conflict() => Ok(Created::AlreadyExists),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn modify(&self, id: &str, modification: &Modification) -> Result<(), BackendError> {
+        self.modify_db_instance(id, modification).await
+    }
+
+    async fn delete(&self, id: &str, final_snapshot: &FinalSnapshot) -> Result<(), BackendError> {
+        self.delete_db_instance(id, final_snapshot).await
+    }
+
+    async fn remove_tags(
+        &self,
+        instance: &DbInstance,
+        keys: &[String],
+    ) -> Result<(), BackendError> {
+        self.remove_tags_from_resource(&instance.arn, keys).await
+    }
+}

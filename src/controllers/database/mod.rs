@@ -1,0 +1,129 @@
+//! CloudDatabase controller: one RDS instance per resource, a connection Secret, and deletion
+//! that is verified (the finalizer stays until RDS reports the instance gone), never deadlocks
+//! on deletion protection, and takes a final snapshot by default.
+//!
+//! Each reconcile observes RDS, asks a pure planner ([`plan::plan_apply`],
+//! [`plan::plan_cleanup`]) for the next step and performs it ([`reconcile`]). Every step is
+//! idempotent and ordered so that a crash between any two of them is harmless:
+//! - the instance identifier is derived from namespace and name and recorded in status before
+//!   `CreateDBInstance`, so a restarted keeper finds the instance it created;
+//! - the master password is stored in the connection Secret before `CreateDBInstance` and reused
+//!   after a crash, so the Secret always holds the instance's password;
+//! - the final snapshot identifier is recorded in status before `DeleteDBInstance` and reused on
+//!   retry, so one deletion never asks for two snapshots.
+
+mod backend;
+mod plan;
+mod reconcile;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::runtime::controller::Controller;
+use kube::runtime::watcher;
+use tokio_util::sync::CancellationToken;
+
+use self::backend::DatabaseBackend;
+use crate::api::{CloudDatabase, CloudDatabaseStatus};
+use crate::backends::error::{BackendError, ErrorClass, classify_kube};
+use crate::backends::rds::{self, RdsBackend};
+use crate::runtime::cluster::MANAGED_BY;
+use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
+use crate::server::Readiness;
+
+/// Tags keeper puts on every instance it creates. The owner UID is what makes an instance ours.
+const TAG_OWNER_UID: &str = "keeper.dev/owner-uid";
+const TAG_NAMESPACE: &str = "keeper.dev/namespace";
+const TAG_NAME: &str = "keeper.dev/name";
+
+/// How often an instance in a transitional state is looked at again.
+const POLL: Duration = Duration::from_secs(15);
+/// Upper bound of planner steps in one reconcile; each step changes what the planner sees, so
+/// this is never reached unless RDS contradicts itself, and then we simply look again later.
+const MAX_STEPS: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    #[error(transparent)]
+    Rds(#[from] BackendError),
+    /// The spec asks for something the configuration does not offer (an unconfigured size).
+    #[error("{0}")]
+    InvalidSpec(String),
+}
+
+impl ReconcileError for Error {
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "kube",
+            Error::Rds(_) => "rds",
+            Error::InvalidSpec(_) => "invalid_spec",
+        }
+    }
+
+    fn class(&self) -> ErrorClass {
+        match self {
+            Error::Kube(e) => classify_kube(e),
+            Error::Rds(e) => e.class,
+            Error::InvalidSpec(_) => ErrorClass::Permanent,
+        }
+    }
+
+    fn condition_reason(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubernetesRejected",
+            Error::Rds(e) if rds::is_access_denied(e) => "AccessDenied",
+            Error::Rds(_) => "RdsRejected",
+            Error::InvalidSpec(_) => "InvalidSpec",
+        }
+    }
+}
+
+pub struct CloudDatabaseReconciler<B> {
+    backend: B,
+}
+
+impl<B: DatabaseBackend> Reconciler for CloudDatabaseReconciler<B> {
+    type Resource = CloudDatabase;
+    type Error = Error;
+    const NAME: &'static str = "clouddatabase";
+    const FINALIZER: &'static str = "keeper.dev/database-cleanup";
+
+    async fn apply(
+        &self,
+        obj: Arc<CloudDatabase>,
+        cx: &Context<Self>,
+    ) -> Result<Outcome<CloudDatabaseStatus>, Error> {
+        reconcile::apply(&obj, cx).await
+    }
+
+    async fn cleanup(
+        &self,
+        obj: Arc<CloudDatabase>,
+        cx: &Context<Self>,
+    ) -> Result<Outcome<CloudDatabaseStatus>, Error> {
+        reconcile::cleanup(&obj, cx).await
+    }
+}
+
+pub async fn run(
+    shared: Shared,
+    readiness: Arc<Readiness>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let backend = RdsBackend::from_config(&shared.config.rds, shared.metrics.clone()).await;
+    let api = Api::<CloudDatabase>::all(shared.client.clone());
+    // Owning the connection Secrets brings a deleted or edited Secret back at once.
+    let controller = Controller::new(api, watcher::Config::default()).owns(
+        Api::<Secret>::all(shared.client.clone()),
+        watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)),
+    );
+    let cx = Arc::new(Context::new(shared, CloudDatabaseReconciler { backend }));
+    runtime::run(controller, cx, readiness, shutdown).await;
+    Ok(())
+}

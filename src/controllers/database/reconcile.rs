@@ -1,0 +1,411 @@
+//! Performs the plan: observe RDS and the connection Secret, ask the planner for the next step,
+//! act, and describe the result as an [`Outcome`]. Writes that must precede an RDS call (the
+//! recorded identity, the stored password, the final snapshot id) are made at once, through
+//! [`Context::checkpoint`] and the Secret seam; everything else is reported through the outcome.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::backend::{Created, DatabaseBackend};
+use super::plan::{
+    self, ApplyStep, CleanupStep, DEFAULT_USERNAME, connection_details, connection_secret_name,
+    credentials, final_snapshot_identifier, generate_password, instance_identifier, ownership_tags,
+    plan_apply, plan_cleanup, summarize,
+};
+use super::{
+    CloudDatabaseReconciler, Error, MAX_STEPS, POLL, TAG_NAME, TAG_NAMESPACE, TAG_OWNER_UID,
+};
+use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
+use crate::backends::error::{BackendError, PERMANENT_RETRY};
+use crate::backends::rds::{FinalSnapshot, Modification, NewInstance, Password};
+use crate::runtime::cluster::{Target, secret_data};
+use crate::runtime::conditions::DELETION_BLOCKED;
+use crate::runtime::{self, Context, Next, Note, Outcome};
+
+type Cx<B> = Context<CloudDatabaseReconciler<B>>;
+type DbOutcome = Outcome<CloudDatabaseStatus>;
+
+/// Sets the phase and `Ready` (an event when `Ready` changed, so a steady state publishes
+/// nothing).
+fn report(
+    out: &mut DbOutcome,
+    phase: DatabasePhase,
+    ready: bool,
+    reason: &'static str,
+    message: String,
+    generation: Option<i64>,
+) {
+    out.status.phase = Some(phase);
+    out.ready(ready, reason, message, generation, false);
+}
+
+/// A busy instance (`InvalidDBInstanceState`, a conflict) is shown as `InstanceBusy` and polled
+/// like any other transitional state, rather than left to the shared conflict retry: the user
+/// sees why nothing happens. Every other error goes to the shared policy.
+fn busy(
+    error: BackendError,
+    out: &mut DbOutcome,
+    phase: DatabasePhase,
+    generation: Option<i64>,
+) -> Result<Next, Error> {
+    if !error.is_conflict() {
+        return Err(error.into());
+    }
+    report(
+        out,
+        phase,
+        false,
+        "InstanceBusy",
+        format!("RDS cannot act on the instance yet: {}", error.message),
+        generation,
+    );
+    Ok(Next::Requeue(POLL))
+}
+
+/// Brings RDS and the connection Secret in line with a live CloudDatabase.
+pub async fn apply<B: DatabaseBackend>(db: &CloudDatabase, cx: &Cx<B>) -> Result<DbOutcome, Error> {
+    let desired = plan::desired(&db.spec, &cx.shared.config.rds).map_err(Error::InvalidSpec)?;
+    let mut out = Outcome::new(db.status.clone().unwrap_or_default(), Next::AwaitChange);
+    out.next = apply_steps(db, cx, &desired, &mut out).await?;
+    out.status.observed_generation = db.metadata.generation;
+    Ok(out)
+}
+
+async fn apply_steps<B: DatabaseBackend>(
+    db: &CloudDatabase,
+    cx: &Cx<B>,
+    desired: &plan::Desired,
+    out: &mut DbOutcome,
+) -> Result<Next, Error> {
+    let backend = &cx.reconciler.backend;
+    let generation = db.metadata.generation;
+    let config = &cx.shared.config.rds;
+    let target = Target::of(db);
+    let id = out.status.instance_id.clone().unwrap_or_else(|| {
+        instance_identifier(&db.namespace().unwrap_or_default(), &db.name_any())
+    });
+    let secret_name = connection_secret_name(db);
+    let mut secret: BTreeMap<String, String> = cx
+        .kube()
+        .secret(&target.namespace, &secret_name)
+        .await?
+        .map(|s| secret_data(&s))
+        .unwrap_or_default();
+    let provisioning = DatabasePhase::Provisioning;
+    let mut instance = match backend.describe(&id).await {
+        Ok(instance) => instance,
+        Err(e) => return busy(e, out, provisioning, generation),
+    };
+    // The planner reads the identity from the object; keep a copy that follows this pass.
+    let mut view = db.clone();
+    for _ in 0..MAX_STEPS {
+        view.status = Some(out.status.clone());
+        let has_password = secret.get("password").is_some_and(|p| !p.is_empty());
+        match plan_apply(&view, desired, has_password, instance.as_ref()) {
+            ApplyStep::RecordIdentity => {
+                out.status.instance_id = Some(id.clone());
+                if out.status.phase.is_none() {
+                    out.status.phase = Some(provisioning);
+                }
+                // Persisted now: cleanup trusts it to find what we are about to create.
+                cx.checkpoint(db, &out.status).await?;
+            }
+            ApplyStep::GeneratePassword => {
+                let username = db
+                    .spec
+                    .master_username
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_USERNAME.to_string());
+                secret = credentials(&db.spec, &username, &generate_password());
+                // Persisted now: the instance is created with exactly this password.
+                cx.kube()
+                    .apply_secret(&target, &secret_name, secret.clone())
+                    .await?;
+            }
+            ApplyStep::Create => {
+                let request = NewInstance {
+                    id: id.clone(),
+                    engine: db.spec.engine,
+                    engine_version: db.spec.engine_version.clone(),
+                    instance_class: desired.instance_class.clone(),
+                    storage_gib: desired.storage_gib,
+                    username: secret.get("username").cloned().unwrap_or_default(),
+                    password: Password::new(secret.get("password").cloned().unwrap_or_default()),
+                    database_name: db.spec.database_name.clone(),
+                    deletion_protection: desired.deletion_protection,
+                    tags: ownership_tags(db),
+                    db_subnet_group_name: config.db_subnet_group_name.clone(),
+                    vpc_security_group_ids: config.vpc_security_group_ids.clone(),
+                };
+                match backend.create(&request).await {
+                    Ok(Created::Requested) => out.note(Note::normal(
+                        "CreateRequested",
+                        format!("requested RDS instance {id}"),
+                    )),
+                    // Someone created it between our look and our call: whose it is decides.
+                    Ok(Created::AlreadyExists) => {}
+                    Err(e) => return busy(e, out, provisioning, generation),
+                }
+                match backend.describe(&id).await {
+                    Ok(found) => instance = found,
+                    Err(e) => return busy(e, out, provisioning, generation),
+                }
+            }
+            ApplyStep::NameTaken { owner } => {
+                let whose = match owner {
+                    Some(uid) => format!("to the resource with UID {uid}"),
+                    None => "to something keeper does not manage".to_string(),
+                };
+                out.fail(
+                    "NameTaken",
+                    format!(
+                        "the RDS instance name {id} is taken: the instance belongs {whose}; \
+                         keeper will not take it over"
+                    ),
+                    generation,
+                    false,
+                );
+                return Ok(Next::Requeue(PERMANENT_RETRY));
+            }
+            ApplyStep::Wait { state } => {
+                report(
+                    out,
+                    provisioning,
+                    false,
+                    "Waiting",
+                    format!("RDS instance {id} is {state}"),
+                    generation,
+                );
+                return Ok(Next::Requeue(POLL));
+            }
+            ApplyStep::InstanceFailed { state } => {
+                out.fail(
+                    "InstanceFailed",
+                    format!("RDS reports instance {id} as {state}; it needs attention in AWS"),
+                    generation,
+                    false,
+                );
+                return Ok(Next::Requeue(PERMANENT_RETRY));
+            }
+            ApplyStep::ResetPassword => {
+                let password = generate_password();
+                let modification = Modification {
+                    master_password: Some(password.clone()),
+                    ..Modification::default()
+                };
+                if let Err(e) = backend.modify(&id, &modification).await {
+                    return busy(e, out, provisioning, generation);
+                }
+                let username = secret
+                    .get("username")
+                    .cloned()
+                    .or_else(|| db.spec.master_username.clone())
+                    .unwrap_or_else(|| DEFAULT_USERNAME.to_string());
+                secret = credentials(&db.spec, &username, &password);
+                cx.kube()
+                    .apply_secret(&target, &secret_name, secret.clone())
+                    .await?;
+                out.note(Note::normal(
+                    "PasswordReset",
+                    "the connection Secret had lost the password: a new master password was set",
+                ));
+            }
+            ApplyStep::Modify(modification) => {
+                if let Err(e) = backend.modify(&id, &modification).await {
+                    return busy(e, out, provisioning, generation);
+                }
+                report(
+                    out,
+                    provisioning,
+                    false,
+                    "Modifying",
+                    format!("applying {} to RDS instance {id}", summarize(&modification)),
+                    generation,
+                );
+                return Ok(Next::Requeue(POLL));
+            }
+            ApplyStep::Publish { shrink } => {
+                let instance = instance.as_ref().expect("planned only for an instance");
+                let endpoint = instance
+                    .endpoint
+                    .clone()
+                    .expect("planned only with an endpoint");
+                let details = connection_details(&secret, db.spec.engine, &endpoint);
+                cx.kube()
+                    .apply_secret(&target, &secret_name, details)
+                    .await?;
+                out.status.endpoint = Some(endpoint);
+                match shrink {
+                    Some((current, requested)) => out.fail(
+                        "StorageCannotShrink",
+                        format!(
+                            "spec.storageGiB is {requested} but the instance has {current} GiB \
+                             and RDS storage can only grow: set storageGiB to at least \
+                             {current}; the instance keeps running and its connection Secret \
+                             is current"
+                        ),
+                        generation,
+                        false,
+                    ),
+                    None => report(
+                        out,
+                        DatabasePhase::Ready,
+                        true,
+                        "Available",
+                        format!("RDS instance {id} is available"),
+                        generation,
+                    ),
+                }
+                return Ok(Next::Requeue(runtime::RESYNC));
+            }
+        }
+    }
+    Ok(Next::Requeue(POLL))
+}
+
+/// Cleans up after a CloudDatabase being deleted; releases the finalizer only once RDS reports
+/// the instance gone (or retained by policy).
+pub async fn cleanup<B: DatabaseBackend>(
+    db: &CloudDatabase,
+    cx: &Cx<B>,
+) -> Result<DbOutcome, Error> {
+    let current = db.status.clone().unwrap_or_default();
+    let Some(id) = current.instance_id.clone() else {
+        // The identity is recorded before any create call: nothing was ever created.
+        return Ok(Outcome::new(current, Next::Release));
+    };
+    let mut out = Outcome::new(current.clone(), Next::Release);
+    out.next = cleanup_steps(db, cx, &id, &mut out).await?;
+    if out.next == Next::Release {
+        // The object is about to go: its status is not worth a write.
+        out.status = current;
+    } else {
+        out.status.observed_generation = db.metadata.generation;
+    }
+    Ok(out)
+}
+
+async fn cleanup_steps<B: DatabaseBackend>(
+    db: &CloudDatabase,
+    cx: &Cx<B>,
+    id: &str,
+    out: &mut DbOutcome,
+) -> Result<Next, Error> {
+    let backend = &cx.reconciler.backend;
+    let generation = db.metadata.generation;
+    let deleting = DatabasePhase::Deleting;
+    let mut instance = match backend.describe(id).await {
+        Ok(instance) => instance,
+        Err(e) => return busy(e, out, deleting, generation),
+    };
+    let mut view = db.clone();
+    for _ in 0..MAX_STEPS {
+        view.status = Some(out.status.clone());
+        let step = plan_cleanup(&view, instance.as_ref());
+        let was_blocked = out
+            .status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == DELETION_BLOCKED);
+        if step != CleanupStep::Blocked && was_blocked {
+            out.deletion_unblocked();
+            out.note(Note::normal(
+                "DeletionUnblocked",
+                "deletionProtection is false: deleting",
+            ));
+        }
+        match step {
+            CleanupStep::Release => return Ok(Next::Release),
+            CleanupStep::Untag => {
+                let instance = instance.as_ref().expect("planned only for an instance");
+                let keys = [TAG_OWNER_UID, TAG_NAMESPACE, TAG_NAME].map(String::from);
+                match backend.remove_tags(instance, &keys).await {
+                    Ok(()) => {}
+                    Err(e) if e.is_gone() => {}
+                    Err(e) => return busy(e, out, deleting, generation),
+                }
+                out.note(Note::normal(
+                    "Retained",
+                    format!("deletionPolicy Retain: RDS instance {id} is left running, untagged"),
+                ));
+                return Ok(Next::Release);
+            }
+            CleanupStep::Blocked => {
+                report(
+                    out,
+                    deleting,
+                    false,
+                    "Deleting",
+                    format!("deleting RDS instance {id}"),
+                    generation,
+                );
+                out.deletion_blocked(
+                    "DeletionProtection",
+                    format!(
+                        "deletion of RDS instance {id} is blocked by deletionProtection: set \
+                         spec.deletionProtection to false to let the deletion proceed"
+                    ),
+                    generation,
+                );
+                // Setting the flag false is a spec change, which reconciles at once.
+                return Ok(Next::Requeue(runtime::RESYNC));
+            }
+            CleanupStep::DisableProtection => {
+                let modification = Modification {
+                    deletion_protection: Some(false),
+                    ..Modification::default()
+                };
+                if let Err(e) = backend.modify(id, &modification).await {
+                    return busy(e, out, deleting, generation);
+                }
+                match backend.describe(id).await {
+                    Ok(found) => instance = found,
+                    Err(e) => return busy(e, out, deleting, generation),
+                }
+            }
+            CleanupStep::WaitForDeletion => {
+                report(
+                    out,
+                    deleting,
+                    false,
+                    "Deleting",
+                    format!("RDS is deleting instance {id}"),
+                    generation,
+                );
+                return Ok(Next::Requeue(POLL));
+            }
+            CleanupStep::RecordSnapshotId => {
+                out.status.final_snapshot_id =
+                    Some(final_snapshot_identifier(id, Timestamp::now()));
+                out.status.phase = Some(deleting);
+                // Persisted now: a retry must ask for the same snapshot, never a second one.
+                cx.checkpoint(db, &out.status).await?;
+            }
+            CleanupStep::Delete(final_snapshot) => {
+                match backend.delete(id, &final_snapshot).await {
+                    Ok(()) => {
+                        let note = match &final_snapshot {
+                            FinalSnapshot::Take(snapshot) => format!(
+                                "deleting RDS instance {id} after final snapshot {snapshot}"
+                            ),
+                            FinalSnapshot::Skip => {
+                                format!("deleting RDS instance {id} without a final snapshot")
+                            }
+                        };
+                        out.note(Note::normal("DeleteRequested", note));
+                    }
+                    Err(e) if e.is_gone() => return Ok(Next::Release),
+                    Err(e) => return busy(e, out, deleting, generation),
+                }
+                // Verify: the finalizer goes only once RDS says the instance is gone.
+                match backend.describe(id).await {
+                    Ok(found) => instance = found,
+                    Err(e) => return busy(e, out, deleting, generation),
+                }
+            }
+        }
+    }
+    Ok(Next::Requeue(POLL))
+}

@@ -1,0 +1,199 @@
+//! In-memory RDS with the semantics keeper relies on (and moto lacks): instances can start in
+//! `creating` and stay `deleting` until told otherwise; failures are injectable per operation.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::api::DatabaseEndpoint;
+use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::rds::{DbInstance, FinalSnapshot, Modification, NewInstance, Password};
+use crate::controllers::database::backend::{Created, DatabaseBackend};
+
+/// An RDS error as the client classifies it.
+pub fn rds_error(class: ErrorClass, code: &str, message: &str) -> BackendError {
+    BackendError::new("rds", "fake", class, code, message)
+}
+
+fn not_found() -> BackendError {
+    rds_error(ErrorClass::NotFound, "DBInstanceNotFound", "not found")
+}
+
+#[derive(Default)]
+pub struct FakeRds {
+    pub state: Mutex<FakeRdsState>,
+}
+
+#[derive(Default)]
+pub struct FakeRdsState {
+    pub instances: BTreeMap<String, DbInstance>,
+    pub passwords: BTreeMap<String, Password>,
+    /// snapshot id -> instance id
+    pub snapshots: BTreeMap<String, String>,
+    /// State of a new instance; `available` when unset.
+    pub initial_state: Option<String>,
+    /// Deleted instances stay `deleting` until `finish_deletion`.
+    pub slow_delete: bool,
+    /// Describe misses this many times (an eventually consistent read).
+    pub stale_describes: usize,
+    /// One-shot failures by operation.
+    failures: BTreeMap<&'static str, BackendError>,
+    pub calls: Vec<&'static str>,
+    pub modifications: Vec<Modification>,
+}
+
+impl FakeRds {
+    fn call(&self, op: &'static str) -> Result<MutexGuard<'_, FakeRdsState>, BackendError> {
+        let mut state = self.state.lock().unwrap();
+        state.calls.push(op);
+        match state.failures.remove(op) {
+            Some(e) => Err(e),
+            None => Ok(state),
+        }
+    }
+
+    pub fn fail_next(&self, op: &'static str, error: BackendError) {
+        self.state.lock().unwrap().failures.insert(op, error);
+    }
+
+    pub fn calls(&self, op: &str) -> usize {
+        self.state
+            .lock()
+            .unwrap()
+            .calls
+            .iter()
+            .filter(|c| **c == op)
+            .count()
+    }
+
+    pub fn only_instance(&self) -> DbInstance {
+        let state = self.state.lock().unwrap();
+        assert_eq!(state.instances.len(), 1, "{:?}", state.instances.keys());
+        state.instances.values().next().unwrap().clone()
+    }
+
+    pub fn password(&self, id: &str) -> String {
+        self.state.lock().unwrap().passwords[id]
+            .expose()
+            .to_string()
+    }
+
+    pub fn set_state(&self, id: &str, value: &str) {
+        self.state
+            .lock()
+            .unwrap()
+            .instances
+            .get_mut(id)
+            .unwrap()
+            .state = value.into();
+    }
+
+    pub fn finish_deletion(&self, id: &str) {
+        self.state.lock().unwrap().instances.remove(id);
+    }
+}
+
+impl DatabaseBackend for FakeRds {
+    async fn describe(&self, id: &str) -> Result<Option<DbInstance>, BackendError> {
+        let mut state = self.call("describe")?;
+        if state.stale_describes > 0 {
+            state.stale_describes -= 1;
+            return Ok(None);
+        }
+        Ok(state.instances.get(id).cloned())
+    }
+
+    async fn create(&self, new: &NewInstance) -> Result<Created, BackendError> {
+        let mut state = self.call("create")?;
+        if state.instances.contains_key(&new.id) {
+            return Ok(Created::AlreadyExists);
+        }
+        let instance = DbInstance {
+            id: new.id.clone(),
+            arn: format!("arn:aws:rds:fake:000000000000:db:{}", new.id),
+            state: state
+                .initial_state
+                .clone()
+                .unwrap_or_else(|| "available".into()),
+            endpoint: Some(DatabaseEndpoint {
+                address: format!("{}.fake.rds", new.id),
+                port: 5432,
+            }),
+            tags: new.tags.clone(),
+            deletion_protection: new.deletion_protection,
+            instance_class: new.instance_class.clone(),
+            storage_gib: new.storage_gib,
+        };
+        state.passwords.insert(new.id.clone(), new.password.clone());
+        state.instances.insert(new.id.clone(), instance);
+        Ok(Created::Requested)
+    }
+
+    async fn modify(&self, id: &str, modification: &Modification) -> Result<(), BackendError> {
+        let mut state = self.call("modify")?;
+        state.modifications.push(modification.clone());
+        if let Some(password) = &modification.master_password {
+            state.passwords.insert(id.into(), password.clone());
+        }
+        let instance = state.instances.get_mut(id).ok_or_else(not_found)?;
+        if instance.state != "available" {
+            return Err(rds_error(
+                ErrorClass::Conflict,
+                "InvalidDBInstanceState",
+                &instance.state,
+            ));
+        }
+        if let Some(class) = &modification.instance_class {
+            instance.instance_class = class.clone();
+        }
+        if let Some(gib) = modification.storage_gib {
+            instance.storage_gib = gib;
+        }
+        if let Some(protection) = modification.deletion_protection {
+            instance.deletion_protection = protection;
+        }
+        Ok(())
+    }
+
+    async fn delete(&self, id: &str, final_snapshot: &FinalSnapshot) -> Result<(), BackendError> {
+        let mut state = self.call("delete")?;
+        let slow = state.slow_delete;
+        let instance = state.instances.get_mut(id).ok_or_else(not_found)?;
+        if instance.deletion_protection {
+            return Err(rds_error(
+                ErrorClass::Permanent,
+                "InvalidParameterCombination",
+                "Cannot delete protected DB Instance",
+            ));
+        }
+        if instance.state == "deleting" {
+            return Err(rds_error(
+                ErrorClass::Conflict,
+                "InvalidDBInstanceState",
+                "deleting",
+            ));
+        }
+        if slow {
+            instance.state = "deleting".into();
+        } else {
+            state.instances.remove(id);
+        }
+        if let FinalSnapshot::Take(snapshot) = final_snapshot {
+            state.snapshots.insert(snapshot.clone(), id.into());
+        }
+        Ok(())
+    }
+
+    async fn remove_tags(
+        &self,
+        instance: &DbInstance,
+        keys: &[String],
+    ) -> Result<(), BackendError> {
+        let mut state = self.call("remove_tags")?;
+        let found = state
+            .instances
+            .get_mut(&instance.id)
+            .ok_or_else(not_found)?;
+        found.tags.retain(|k, _| !keys.contains(k));
+        Ok(())
+    }
+}
