@@ -284,15 +284,7 @@ impl From<super::storagegrid::Error> for BackendError {
 
 impl From<super::s3::S3Error> for BackendError {
     fn from(e: super::s3::S3Error) -> Self {
-        let class = match (e.class, e.code.as_str()) {
-            (_, "NoSuchBucket" | "NotFound" | "NoSuchKey" | "NoSuchTagSet") => ErrorClass::NotFound,
-            (_, "BucketNotEmpty" | "BucketAlreadyExists" | "OperationAborted") => {
-                ErrorClass::Conflict
-            }
-            (super::s3::ErrorClass::Transient, _) => ErrorClass::Transient,
-            (super::s3::ErrorClass::Permanent, _) => ErrorClass::Permanent,
-        };
-        BackendError::new("s3", e.operation, class, e.code, e.message)
+        BackendError::new("s3", e.operation, e.classified(), e.code, e.message)
     }
 }
 

@@ -94,57 +94,35 @@ pub enum FinalSnapshot {
 }
 
 /// One failed RDS call, classified where the code is known; [`RdsBackend`] returns it as a
-/// [`BackendError`] naming the operation. `outcome` is the `keeper_backend_requests_total`
-/// label, finer than the class (throttling and missing permissions are worth telling apart).
+/// [`BackendError`] naming the operation. Its `keeper_backend_requests_total{outcome}` label is
+/// the class's, as for every backend.
 #[derive(Debug)]
 struct RdsError {
     class: ErrorClass,
-    outcome: &'static str,
     code: String,
     message: String,
 }
 
 impl RdsError {
-    fn new(
-        class: ErrorClass,
-        outcome: &'static str,
-        code: impl Into<String>,
-        message: impl Into<String>,
-    ) -> Self {
+    fn new(class: ErrorClass, code: impl Into<String>, message: impl Into<String>) -> Self {
         RdsError {
             class,
-            outcome,
             code: code.into(),
             message: message.into(),
         }
     }
 
     fn not_found(message: String) -> Self {
-        RdsError::new(
-            ErrorClass::NotFound,
-            "not_found",
-            "DBInstanceNotFound",
-            message,
-        )
+        RdsError::new(ErrorClass::NotFound, "DBInstanceNotFound", message)
     }
 
     fn already_exists(message: String) -> Self {
-        RdsError::new(
-            ErrorClass::Conflict,
-            "conflict",
-            "DBInstanceAlreadyExists",
-            message,
-        )
+        RdsError::new(ErrorClass::Conflict, "DBInstanceAlreadyExists", message)
     }
 
     /// The instance is busy (creating, modifying, deleting): a conflict that resolves itself.
     fn invalid_state(message: String) -> Self {
-        RdsError::new(
-            ErrorClass::Conflict,
-            "invalid_state",
-            "InvalidDBInstanceState",
-            message,
-        )
+        RdsError::new(ErrorClass::Conflict, "InvalidDBInstanceState", message)
     }
 
     fn into_backend(self, operation: &'static str) -> BackendError {
@@ -154,7 +132,7 @@ impl RdsError {
 
 impl BackendOutcome for RdsError {
     fn outcome(&self) -> &'static str {
-        self.outcome
+        self.class.label()
     }
 }
 
@@ -465,17 +443,15 @@ where
                 "DBInstanceAlreadyExists" => RdsError::already_exists(text),
                 "InvalidDBInstanceState" => RdsError::invalid_state(text),
                 c if THROTTLING_CODES.contains(&c) => {
-                    RdsError::new(ErrorClass::Transient, "throttled", code, text)
+                    RdsError::new(ErrorClass::Transient, code, text)
                 }
-                c if EXPIRED_CODES.contains(&c) => {
-                    RdsError::new(ErrorClass::Transient, "transient", code, text)
-                }
+                c if EXPIRED_CODES.contains(&c) => RdsError::new(ErrorClass::Transient, code, text),
                 c if ACCESS_DENIED_CODES.contains(&c) => {
-                    RdsError::new(ErrorClass::Permanent, "access_denied", code, text)
+                    RdsError::new(ErrorClass::Permanent, code, text)
                 }
-                _ if status >= 500 => RdsError::new(ErrorClass::Transient, "transient", code, text),
+                _ if status >= 500 => RdsError::new(ErrorClass::Transient, code, text),
                 // A request RDS refuses as it stands (validation, quota, missing subnet group).
-                _ => RdsError::new(ErrorClass::Permanent, "permanent", code, text),
+                _ => RdsError::new(ErrorClass::Permanent, code, text),
             }
         }
         // Timeouts, connection failures, unparseable responses and requests that could not be
@@ -483,7 +459,6 @@ where
         // environment; retry them with backoff.
         other => RdsError::new(
             ErrorClass::Transient,
-            "transient",
             "Unavailable",
             aws_sdk_rds::error::DisplayErrorContext(&other).to_string(),
         ),

@@ -72,12 +72,23 @@ pub struct S3Error {
     pub message: String,
 }
 
+impl S3Error {
+    /// The shared classification: the code first (it says what the status alone cannot: a
+    /// missing bucket, a bucket not empty), then the transient/permanent split by status.
+    pub fn classified(&self) -> super::error::ErrorClass {
+        use super::error::ErrorClass as Class;
+        match (self.class, self.code.as_str()) {
+            (_, "NoSuchBucket" | "NotFound" | "NoSuchKey" | "NoSuchTagSet") => Class::NotFound,
+            (_, "BucketNotEmpty" | "BucketAlreadyExists" | "OperationAborted") => Class::Conflict,
+            (ErrorClass::Transient, _) => Class::Transient,
+            (ErrorClass::Permanent, _) => Class::Permanent,
+        }
+    }
+}
+
 impl BackendOutcome for S3Error {
     fn outcome(&self) -> &'static str {
-        match self.class {
-            ErrorClass::Transient => "transient",
-            ErrorClass::Permanent => "permanent",
-        }
+        self.classified().label()
     }
 }
 

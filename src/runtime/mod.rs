@@ -12,9 +12,7 @@ pub mod cluster;
 pub mod conditions;
 pub mod gauges;
 pub mod kinds;
-pub mod legacy;
 pub mod outcome;
-pub mod secrets;
 mod status;
 
 use std::future::Future;

@@ -1,40 +1,6 @@
-use kube::api::{Patch, PatchParams};
-use kube::{Api, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use serde_json::Value;
+//! The status write: a merge diff of the object's status against the desired one.
 
-/// Writes `status` through the status subresource if it differs from `obj`'s current status.
-///
-/// Sends a JSON merge patch that carries changed fields and explicit `null`s for removed ones,
-/// so fields dropped from the status (such as a finished drain) really disappear, and a patch
-/// computed from a slightly stale cache still applies. Returns whether it wrote.
-pub(super) async fn patch_status<K, S>(
-    api: &Api<K>,
-    obj: &K,
-    status: &S,
-) -> Result<bool, kube::Error>
-where
-    K: Resource + Clone + Serialize + DeserializeOwned + std::fmt::Debug,
-    S: Serialize,
-{
-    let current = serde_json::to_value(obj)
-        .ok()
-        .and_then(|v| v.get("status").cloned())
-        .unwrap_or(Value::Null);
-    let desired = serde_json::to_value(status).unwrap_or(Value::Null);
-    let Some(diff) = merge_diff(&current, &desired) else {
-        return Ok(false);
-    };
-    let patch = serde_json::json!({ "status": diff });
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(true)
-}
+use serde_json::Value;
 
 /// The RFC 7386 merge patch that turns `from` into `to`, or `None` when they are equal.
 pub(super) fn merge_diff(from: &Value, to: &Value) -> Option<Value> {

@@ -194,7 +194,7 @@ async fn invalid_state_is_a_conflict_with_the_rds_message() {
             "modify_db_instance"
         )
     );
-    assert!(counted(&metrics, "delete_db_instance", "invalid_state"));
+    assert!(counted(&metrics, "delete_db_instance", "conflict"));
 }
 
 #[tokio::test]
@@ -208,7 +208,7 @@ async fn throttling_is_transient() {
         ("Throttling", "Rate exceeded")
     );
     assert!(err.is_transient());
-    assert!(counted(&metrics, "describe_db_instances", "throttled"));
+    assert!(counted(&metrics, "describe_db_instances", "transient"));
 }
 
 #[tokio::test]
@@ -237,7 +237,7 @@ async fn access_denied_is_permanent() {
     let err = rds.create_db_instance(&new_instance()).await.unwrap_err();
     assert!(err.message.contains("rds:CreateDBInstance"), "{err}");
     assert!(err.is_permanent() && is_access_denied(&err), "{err:?}");
-    assert!(counted(&metrics, "create_db_instance", "access_denied"));
+    assert!(counted(&metrics, "create_db_instance", "permanent"));
 }
 
 #[tokio::test]

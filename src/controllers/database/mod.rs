@@ -99,7 +99,7 @@ impl<B: DatabaseBackend> Reconciler for CloudDatabaseReconciler<B> {
         obj: Arc<CloudDatabase>,
         cx: &Context<Self>,
     ) -> Result<Outcome<CloudDatabaseStatus>, Error> {
-        reconcile::apply(&obj, cx).await
+        reconcile::apply(cx, &obj).await
     }
 
     async fn cleanup(
@@ -107,7 +107,7 @@ impl<B: DatabaseBackend> Reconciler for CloudDatabaseReconciler<B> {
         obj: Arc<CloudDatabase>,
         cx: &Context<Self>,
     ) -> Result<Outcome<CloudDatabaseStatus>, Error> {
-        reconcile::cleanup(&obj, cx).await
+        reconcile::cleanup(cx, &obj).await
     }
 }
 

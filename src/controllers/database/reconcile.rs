@@ -65,7 +65,7 @@ fn busy(
 }
 
 /// Brings RDS and the connection Secret in line with a live CloudDatabase.
-pub async fn apply<B: DatabaseBackend>(db: &CloudDatabase, cx: &Cx<B>) -> Result<DbOutcome, Error> {
+pub async fn apply<B: DatabaseBackend>(cx: &Cx<B>, db: &CloudDatabase) -> Result<DbOutcome, Error> {
     let desired = plan::desired(&db.spec, &cx.shared.config.rds).map_err(Error::InvalidSpec)?;
     let mut out = Outcome::new(db.status.clone().unwrap_or_default(), Next::AwaitChange);
     out.next = apply_steps(db, cx, &desired, &mut out).await?;
@@ -268,8 +268,8 @@ async fn apply_steps<B: DatabaseBackend>(
 /// Cleans up after a CloudDatabase being deleted; releases the finalizer only once RDS reports
 /// the instance gone (or retained by policy).
 pub async fn cleanup<B: DatabaseBackend>(
-    db: &CloudDatabase,
     cx: &Cx<B>,
+    db: &CloudDatabase,
 ) -> Result<DbOutcome, Error> {
     let current = db.status.clone().unwrap_or_default();
     let Some(id) = current.instance_id.clone() else {

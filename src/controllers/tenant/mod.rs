@@ -22,10 +22,10 @@ use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use self::backend::{BackendError, Backends, Live, is_bad_credentials};
-use crate::api::{S3Bucket, S3Tenant};
+use crate::api::{S3Bucket, S3Tenant, S3TenantStatus};
 use crate::backends::error::{ErrorClass, classify_kube};
 use crate::providers::ProviderError;
-use crate::runtime::{self, Context, ReconcileError, Shared};
+use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
 
 /// How often a blocked deletion looks again for buckets that live only on the backend (deleted
@@ -141,6 +141,29 @@ pub async fn bucket_resources(
 fn bucket_to_tenant(bucket: S3Bucket) -> Option<ObjectRef<S3Tenant>> {
     let namespace = bucket.namespace()?;
     Some(ObjectRef::new(&bucket.spec.tenant_ref.name).within(&namespace))
+}
+
+impl<B: Backends> Reconciler for S3TenantReconciler<B> {
+    type Resource = S3Tenant;
+    type Error = Error;
+    const NAME: &'static str = "s3tenant";
+    const FINALIZER: &'static str = "keeper.dev/tenant-cleanup";
+
+    async fn apply(
+        &self,
+        obj: Arc<S3Tenant>,
+        cx: &Context<Self>,
+    ) -> Result<Outcome<S3TenantStatus>, Error> {
+        reconcile::apply(cx, &obj).await
+    }
+
+    async fn cleanup(
+        &self,
+        obj: Arc<S3Tenant>,
+        cx: &Context<Self>,
+    ) -> Result<Outcome<S3TenantStatus>, Error> {
+        reconcile::cleanup(cx, &obj).await
+    }
 }
 
 pub async fn run(

@@ -4,7 +4,7 @@
 pub mod provision;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use kube::ResourceExt;
 
@@ -20,140 +20,130 @@ use crate::backends::storagegrid::Login;
 use crate::config::Provider;
 use crate::providers::{Keys, ProviderClients};
 use crate::runtime::cluster::{Target, secret_data};
-use crate::runtime::{self, Context, Next, Note, Outcome, Reconciler, conditions};
+use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
 
 type Cx<B> = Context<S3TenantReconciler<B>>;
 
-impl<B: Backends> Reconciler for S3TenantReconciler<B> {
-    type Resource = S3Tenant;
-    type Error = Error;
-    const NAME: &'static str = "s3tenant";
-    const FINALIZER: &'static str = "keeper.dev/tenant-cleanup";
-
-    /// Brings the backend to the spec and publishes the credentials; Ready when done.
-    async fn apply(
-        &self,
-        tenant: Arc<S3Tenant>,
-        cx: &Cx<B>,
-    ) -> Result<Outcome<S3TenantStatus>, Error> {
-        let name = tenant.name_any();
-        let generation = tenant.metadata.generation;
-        let mut status = tenant.status.clone().unwrap_or_default();
-        status.observed_generation = generation;
-        // A live object is never blocked from deletion.
-        conditions::remove(&mut status.conditions, conditions::DELETION_BLOCKED);
-        let provider = cx.shared.providers.get(&tenant.spec.provider)?;
-        match &provider.config {
-            Provider::StorageGrid(_) => {
-                let desired =
-                    plan::desired_settings(&name, &tenant.spec).map_err(Error::InvalidSpec)?;
-                let grid = grid(cx, &provider).await?;
-                let store = KubeStore::new(cx, &tenant, &status, &provider);
-                let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
-                let id = provision::ensure(&grid, &store, &marker, &desired).await?;
-                status = store.status.into_inner().expect("status lock");
-                status.account_id = Some(id);
-            }
-            Provider::S3Compatible(_) => {
-                let keys = provider
-                    .s3_keys(cx.kube(), &cx.shared.operator_namespace)
-                    .await?;
-                self.backends
-                    .verify_keys(&provider, &keys, &cx.shared.metrics)
-                    .await?;
-                publish_credentials(cx, &tenant, &keys, &provider).await?;
-                status.account_id = None;
-            }
+/// Brings the backend to the spec and publishes the credentials; Ready when done.
+pub async fn apply<B: Backends>(
+    cx: &Cx<B>,
+    tenant: &S3Tenant,
+) -> Result<Outcome<S3TenantStatus>, Error> {
+    let name = tenant.name_any();
+    let generation = tenant.metadata.generation;
+    let mut status = tenant.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    // A live object is never blocked from deletion.
+    conditions::remove(&mut status.conditions, conditions::DELETION_BLOCKED);
+    let provider = cx.shared.providers.get(&tenant.spec.provider)?;
+    match &provider.config {
+        Provider::StorageGrid(_) => {
+            let desired =
+                plan::desired_settings(&name, &tenant.spec).map_err(Error::InvalidSpec)?;
+            let grid = grid(cx, &provider).await?;
+            let store = KubeStore::new(cx, tenant, &status, &provider);
+            let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
+            let id = provision::ensure(&grid, &store, &marker, &desired).await?;
+            status = store.status.into_inner().expect("status lock");
+            status.account_id = Some(id);
         }
-        status.s3_endpoint = Some(provider.s3_endpoint());
-        status.credentials_secret = Some(credentials_secret_name(&name));
-        status.bucket_count = Some(bucket_resources(cx, &tenant).await?.len() as i64);
-        status.phase = Some(TenantPhase::Ready);
-        let mut outcome = Outcome::new(status, Next::Requeue(runtime::RESYNC));
-        let message = format!(
-            "credentials are in Secret {}",
-            credentials_secret_name(&name)
-        );
-        // The condition says what was done, the event that the tenant is ready.
-        if outcome.condition(
-            conditions::READY,
-            true,
-            "Provisioned",
-            message.clone(),
-            generation,
-        ) {
-            outcome.note(Note::normal("Ready", message));
+        Provider::S3Compatible(_) => {
+            let keys = provider
+                .s3_keys(cx.kube(), &cx.shared.operator_namespace)
+                .await?;
+            cx.reconciler
+                .backends
+                .verify_keys(&provider, &keys, &cx.shared.metrics)
+                .await?;
+            publish_credentials(cx, tenant, &keys, &provider).await?;
+            status.account_id = None;
         }
-        Ok(outcome)
     }
-
-    /// Deletes the account once no bucket remains; holds the tenant, saying why, until then.
-    async fn cleanup(
-        &self,
-        tenant: Arc<S3Tenant>,
-        cx: &Cx<B>,
-    ) -> Result<Outcome<S3TenantStatus>, Error> {
-        let name = tenant.name_any();
-        let generation = tenant.metadata.generation;
-        let status = tenant.status.clone().unwrap_or_default();
-        let resources = bucket_resources(cx, &tenant).await?;
-        match plan::deletion_gate(&tenant.spec) {
-            DeletionGate::Protected => {
-                let message = plan::deletion_protection_message(&name);
-                // Turning protection off changes the spec, which triggers the next look.
-                let mut outcome = Outcome::new(status, Next::AwaitChange);
-                outcome.status.bucket_count = Some(resources.len() as i64);
-                outcome.deletion_blocked("DeletionProtection", message, generation);
-                return Ok(outcome);
-            }
-            DeletionGate::Retain => return Ok(Outcome::new(status, Next::Release)),
-            DeletionGate::Proceed => {}
-        }
-        let provider = match cx.shared.providers.get(&tenant.spec.provider) {
-            Ok(provider) => provider,
-            // Nothing was ever created on a provider keeper does not know.
-            Err(_) if status.account_id.is_none() => {
-                return Ok(Outcome::new(status, Next::Release));
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
-        let (grid, account, backend_buckets) = match &provider.config {
-            Provider::StorageGrid(_) => {
-                let grid = grid(cx, &provider).await?;
-                let store = KubeStore::new(cx, &tenant, &status, &provider);
-                let password = store.root_password().await?;
-                let account = provision::locate_account(&grid, &store, &marker).await?;
-                let buckets = match &account {
-                    Some(a) => {
-                        provision::account_buckets(&grid, &a.id, password.as_deref()).await?
-                    }
-                    None => Vec::new(),
-                };
-                (Some(grid), account.map(|a| (a.id, password)), buckets)
-            }
-            // A credential scope holds nothing of its own to delete.
-            Provider::S3Compatible(_) => (None, None, Vec::new()),
-        };
-        let remaining = RemainingBuckets::new(resources, backend_buckets);
-        let account_id = account.as_ref().map(|(id, _)| id.as_str());
-        let next = match plan::deletion_step(account_id, remaining) {
-            DeletionStep::Release => Next::Release,
-            DeletionStep::Blocked(buckets) => {
-                let message = plan::buckets_remain_message(&name, &buckets);
-                let mut outcome = Outcome::new(status, Next::Requeue(BLOCKED_RECHECK));
-                outcome.status.bucket_count = Some(buckets.count() as i64);
-                outcome.deletion_blocked("BucketsRemain", message, generation);
-                return Ok(outcome);
-            }
-            DeletionStep::DeleteAccount { id } => {
-                let grid = grid.expect("only grid tenants have accounts");
-                let password = account.and_then(|(_, password)| password);
-                delete_account(&grid, &id, password.as_deref(), &marker).await?
-            }
-        };
-        Ok(Outcome::new(status, next))
+    status.s3_endpoint = Some(provider.s3_endpoint());
+    status.credentials_secret = Some(credentials_secret_name(&name));
+    status.bucket_count = Some(bucket_resources(cx, tenant).await?.len() as i64);
+    status.phase = Some(TenantPhase::Ready);
+    let mut outcome = Outcome::new(status, Next::Requeue(runtime::RESYNC));
+    let message = format!(
+        "credentials are in Secret {}",
+        credentials_secret_name(&name)
+    );
+    // The condition says what was done, the event that the tenant is ready.
+    if outcome.condition(
+        conditions::READY,
+        true,
+        "Provisioned",
+        message.clone(),
+        generation,
+    ) {
+        outcome.note(Note::normal("Ready", message));
     }
+    Ok(outcome)
+}
+
+/// Deletes the account once no bucket remains; holds the tenant, saying why, until then.
+pub async fn cleanup<B: Backends>(
+    cx: &Cx<B>,
+    tenant: &S3Tenant,
+) -> Result<Outcome<S3TenantStatus>, Error> {
+    let name = tenant.name_any();
+    let generation = tenant.metadata.generation;
+    let status = tenant.status.clone().unwrap_or_default();
+    let resources = bucket_resources(cx, tenant).await?;
+    match plan::deletion_gate(&tenant.spec) {
+        DeletionGate::Protected => {
+            let message = plan::deletion_protection_message(&name);
+            // Turning protection off changes the spec, which triggers the next look.
+            let mut outcome = Outcome::new(status, Next::AwaitChange);
+            outcome.status.bucket_count = Some(resources.len() as i64);
+            outcome.deletion_blocked("DeletionProtection", message, generation);
+            return Ok(outcome);
+        }
+        DeletionGate::Retain => return Ok(Outcome::new(status, Next::Release)),
+        DeletionGate::Proceed => {}
+    }
+    let provider = match cx.shared.providers.get(&tenant.spec.provider) {
+        Ok(provider) => provider,
+        // Nothing was ever created on a provider keeper does not know.
+        Err(_) if status.account_id.is_none() => {
+            return Ok(Outcome::new(status, Next::Release));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
+    let (grid, account, backend_buckets) = match &provider.config {
+        Provider::StorageGrid(_) => {
+            let grid = grid(cx, &provider).await?;
+            let store = KubeStore::new(cx, tenant, &status, &provider);
+            let password = store.root_password().await?;
+            let account = provision::locate_account(&grid, &store, &marker).await?;
+            let buckets = match &account {
+                Some(a) => provision::account_buckets(&grid, &a.id, password.as_deref()).await?,
+                None => Vec::new(),
+            };
+            (Some(grid), account.map(|a| (a.id, password)), buckets)
+        }
+        // A credential scope holds nothing of its own to delete.
+        Provider::S3Compatible(_) => (None, None, Vec::new()),
+    };
+    let remaining = RemainingBuckets::new(resources, backend_buckets);
+    let account_id = account.as_ref().map(|(id, _)| id.as_str());
+    let next = match plan::deletion_step(account_id, remaining) {
+        DeletionStep::Release => Next::Release,
+        DeletionStep::Blocked(buckets) => {
+            let message = plan::buckets_remain_message(&name, &buckets);
+            let mut outcome = Outcome::new(status, Next::Requeue(BLOCKED_RECHECK));
+            outcome.status.bucket_count = Some(buckets.count() as i64);
+            outcome.deletion_blocked("BucketsRemain", message, generation);
+            return Ok(outcome);
+        }
+        DeletionStep::DeleteAccount { id } => {
+            let grid = grid.expect("only grid tenants have accounts");
+            let password = account.and_then(|(_, password)| password);
+            delete_account(&grid, &id, password.as_deref(), &marker).await?
+        }
+    };
+    Ok(Outcome::new(status, next))
 }
 
 /// Revokes the account's keys and deletes it; releases only once the grid says it is gone.
