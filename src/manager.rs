@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
+use crate::backends::rds::RdsBackend;
 use crate::config::{Endpoint, OperatorConfig};
 use crate::controllers::ControllerKind;
 use crate::leader::{self, Leadership};
@@ -149,7 +150,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         client.clone(),
         &config.provider_secrets(&args.namespace),
     ));
-    let providers = Arc::new(Providers::build(&config, metrics.clone())?);
+    let rds = RdsBackend::from_config(&config.rds, metrics.clone()).await;
+    let providers = Arc::new(Providers::build(&config, metrics.clone(), rds)?);
     let shutdown = CancellationToken::new();
     let (leadership, election) = if args.leader_election {
         let identity = std::env::var("POD_NAME")

@@ -1,5 +1,5 @@
-//! The provider registry: one set of clients per configured provider, built once at start from
-//! keeper's configuration and shared by every controller. Every S3 call (tenant checks, bucket
+//! The provider registry: one set of clients per configured provider (and the RDS client),
+//! built once at start from keeper's configuration and shared by every controller. Every S3 call (tenant checks, bucket
 //! work, grid tenants' S3 endpoint) goes through a client built here, so `tls.caBundleFile`
 //! applies everywhere; provider credentials come from Secrets watched by name, so a rotated
 //! admin password or key is used without a restart.
@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use crate::backends::rds::RdsBackend;
 use crate::backends::s3::{S3Settings, S3Store};
 use crate::backends::storagegrid;
 use crate::config::{OperatorConfig, Provider, SecretRef, TlsConfig};
@@ -165,10 +166,10 @@ impl ProviderClients {
     }
 }
 
-/// Every configured provider's clients.
-#[derive(Default)]
+/// Every configured provider's clients, and the RDS client.
 pub struct Providers {
     entries: BTreeMap<String, Arc<ProviderClients>>,
+    rds: RdsBackend,
 }
 
 fn read_ca_bundle(tls: &TlsConfig) -> Result<Option<Vec<u8>>, String> {
@@ -187,9 +188,14 @@ fn read_ca_bundle(tls: &TlsConfig) -> Result<Option<Vec<u8>>, String> {
 }
 
 impl Providers {
-    /// Builds every provider's clients; a provider that cannot be used stops keeper at start
-    /// with the provider and the reason.
-    pub fn build(config: &OperatorConfig, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
+    /// Builds every provider's clients around `rds` (built from `rds:` in the configuration by
+    /// [`RdsBackend::from_config`]); a provider that cannot be used stops keeper at start with
+    /// the provider and the reason.
+    pub fn build(
+        config: &OperatorConfig,
+        metrics: Arc<Metrics>,
+        rds: RdsBackend,
+    ) -> Result<Self, BuildError> {
         let mut entries = BTreeMap::new();
         for (name, provider) in &config.providers {
             let fail = |message: String| BuildError {
@@ -223,7 +229,13 @@ impl Providers {
                 }),
             );
         }
-        Ok(Providers { entries })
+        Ok(Providers { entries, rds })
+    }
+
+    /// The RDS client (region, endpoint and credentials from the configuration and the AWS
+    /// chain).
+    pub fn rds(&self) -> &RdsBackend {
+        &self.rds
     }
 
     pub fn get(&self, name: &str) -> Result<Arc<ProviderClients>, ProviderError> {
@@ -243,14 +255,17 @@ mod tests {
         OperatorConfig::parse(yaml).unwrap()
     }
 
+    fn build(config: &OperatorConfig) -> Result<Providers, BuildError> {
+        let metrics = Arc::new(Metrics::new());
+        Providers::build(config, metrics.clone(), RdsBackend::unconnected(metrics))
+    }
+
     const S3: &str = "providers:\n  s3:\n    s3Compatible:\n      endpoint: https://s3.example.com/\n      credentialsSecret: {name: s3-creds}\n";
 
     #[test]
     fn insecure_skip_verify_on_an_s3_compatible_provider_stops_keeper_at_start() {
         let yaml = format!("{S3}      tls: {{insecureSkipVerify: true}}\n");
-        let err = Providers::build(&config(&yaml), Arc::new(Metrics::new()))
-            .err()
-            .expect("refused");
+        let err = build(&config(&yaml)).err().expect("refused");
         assert_eq!(err.provider, "s3");
         assert!(err.message.contains("insecureSkipVerify"), "{err}");
     }
@@ -258,15 +273,13 @@ mod tests {
     #[test]
     fn an_unreadable_ca_bundle_stops_keeper_at_start() {
         let yaml = format!("{S3}      tls: {{caBundleFile: /nonexistent/ca.pem}}\n");
-        let err = Providers::build(&config(&yaml), Arc::new(Metrics::new()))
-            .err()
-            .expect("refused");
+        let err = build(&config(&yaml)).err().expect("refused");
         assert!(err.message.contains("/nonexistent/ca.pem"), "{err}");
     }
 
     #[test]
     fn unknown_providers_are_named() {
-        let providers = Providers::build(&config(S3), Arc::new(Metrics::new())).unwrap();
+        let providers = build(&config(S3)).unwrap();
         assert_eq!(
             providers.get("nope").err(),
             Some(ProviderError::Unknown("nope".into()))
@@ -277,7 +290,7 @@ mod tests {
 
     #[tokio::test]
     async fn credentials_come_from_the_provider_secret_and_missing_keys_are_named() {
-        let providers = Providers::build(&config(S3), Arc::new(Metrics::new())).unwrap();
+        let providers = build(&config(S3)).unwrap();
         let s3 = providers.get("s3").unwrap();
         let kube = FakeKube::default();
         let missing = s3.s3_keys(&kube, "keeper-system").await.unwrap_err();

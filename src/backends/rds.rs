@@ -144,7 +144,9 @@ pub fn is_access_denied(error: &BackendError) -> bool {
 const BACKEND: &str = "rds";
 
 /// The RDS client. Every call goes through [`Metrics::backend_call`] under its snake_case
-/// operation name and returns a [`BackendError`] carrying that name.
+/// operation name and returns a [`BackendError`] carrying that name. Cheap to clone (the SDK
+/// client is shared).
+#[derive(Clone)]
 pub struct RdsBackend {
     client: aws_sdk_rds::Client,
     metrics: Arc<Metrics>,
@@ -153,6 +155,17 @@ pub struct RdsBackend {
 impl RdsBackend {
     pub fn new(client: aws_sdk_rds::Client, metrics: Arc<Metrics>) -> Self {
         RdsBackend { client, metrics }
+    }
+
+    /// A client that is never called: for tests of everything but databases.
+    #[cfg(test)]
+    pub fn unconnected(metrics: Arc<Metrics>) -> Self {
+        let config = aws_sdk_rds::Config::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .build();
+        RdsBackend::new(aws_sdk_rds::Client::from_conf(config), metrics)
     }
 
     /// A client for the configured region and endpoint; credentials come from the standard AWS

@@ -8,6 +8,7 @@ use kube::runtime::controller::Action;
 
 use super::cluster::fake::FakeKube;
 use super::{Context, Error, Reconciler, Shared};
+use crate::backends::rds::RdsBackend;
 use crate::config::OperatorConfig;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
@@ -25,7 +26,12 @@ pub fn shared(kube: Arc<FakeKube>, config: OperatorConfig) -> Shared {
     Shared {
         client: unconnected_client(),
         providers: Arc::new(
-            Providers::build(&config, metrics.clone()).expect("test providers build"),
+            Providers::build(
+                &config,
+                metrics.clone(),
+                RdsBackend::unconnected(metrics.clone()),
+            )
+            .expect("test providers build"),
         ),
         config: Arc::new(config),
         metrics,

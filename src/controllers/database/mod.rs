@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 use self::backend::DatabaseBackend;
 use crate::api::{CloudDatabase, CloudDatabaseStatus};
 use crate::backends::error::{BackendError, ErrorClass, classify_kube};
-use crate::backends::rds::{self, RdsBackend};
+use crate::backends::rds;
 use crate::runtime::cluster::MANAGED_BY;
 use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
@@ -116,7 +116,7 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let backend = RdsBackend::from_config(&shared.config.rds, shared.metrics.clone()).await;
+    let backend = shared.providers.rds().clone();
     let api = Api::<CloudDatabase>::all(shared.client.clone());
     // Owning the connection Secrets brings a deleted or edited Secret back at once.
     let controller = Controller::new(api, watcher::Config::default()).owns(

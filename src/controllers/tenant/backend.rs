@@ -361,7 +361,13 @@ mod tests {
         ))
         .unwrap();
         let metrics = Metrics::new();
-        let providers = Providers::build(&config, Arc::new(Metrics::new())).unwrap();
+        let registry = Arc::new(Metrics::new());
+        let providers = Providers::build(
+            &config,
+            registry.clone(),
+            crate::backends::rds::RdsBackend::unconnected(registry),
+        )
+        .unwrap();
         (server, providers.get("s3").unwrap(), metrics)
     }
 
