@@ -32,6 +32,76 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "keeper");
 
 pub type KubeResult<T> = Result<T, kube::Error>;
 
+/// Why keeper will not use or write a Secret.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// The name is taken by a Secret keeper did not create for this resource. keeper never
+    /// reads, writes or deletes it.
+    #[error(
+        "Secret {namespace}/{name} already exists and {holder}; keeper leaves it untouched: remove it or choose another name"
+    )]
+    Conflict {
+        namespace: String,
+        name: String,
+        holder: String,
+    },
+}
+
+impl SecretError {
+    /// The condition reason it shows (`SecretConflict` names the Secret and its holder).
+    pub fn condition_reason(&self) -> &'static str {
+        match self {
+            SecretError::Kube(_) => "KubernetesError",
+            SecretError::Conflict { .. } => "SecretConflict",
+        }
+    }
+
+    pub fn class(&self) -> crate::backends::error::ErrorClass {
+        match self {
+            SecretError::Kube(e) => crate::backends::error::classify_kube(e),
+            SecretError::Conflict { .. } => crate::backends::error::ErrorClass::Permanent,
+        }
+    }
+}
+
+/// Who holds a Secret that is not `owner`'s, in words for a condition message.
+fn holder(secret: &Secret) -> String {
+    match secret.owner_references().first() {
+        Some(r) => format!("belongs to {} {}", r.kind, r.name),
+        None if secret.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1) => {
+            "is labelled as keeper's but owned by no resource".to_string()
+        }
+        None => "was not created by keeper".to_string(),
+    }
+}
+
+/// Whether `secret` is the one keeper created for `owner`: it carries `owner`'s uid as an
+/// owner reference.
+pub fn owned_by(secret: &Secret, owner: &Target) -> bool {
+    secret.owner_references().iter().any(|r| r.uid == owner.uid)
+}
+
+/// The data of Secret `name` in `owner`'s namespace if keeper created it for `owner`; `None`
+/// when it does not exist; a conflict when the name is taken by any other Secret (whose data
+/// keeper must not use).
+pub async fn owned_secret(
+    kube: &dyn Kube,
+    owner: &Target,
+    name: &str,
+) -> Result<Option<BTreeMap<String, String>>, SecretError> {
+    match kube.secret(&owner.namespace, name).await? {
+        None => Ok(None),
+        Some(secret) if owned_by(&secret, owner) => Ok(Some(secret_data(&secret))),
+        Some(secret) => Err(SecretError::Conflict {
+            namespace: owner.namespace.clone(),
+            name: name.to_string(),
+            holder: holder(&secret),
+        }),
+    }
+}
+
 /// The object a patch or an event is about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Target {
@@ -101,14 +171,15 @@ pub trait Kube: Send + Sync + 'static {
     ) -> BoxFuture<'a, KubeResult<Option<Secret>>>;
 
     /// Creates or updates Secret `name` in the owner's namespace holding exactly `data`, owned by
-    /// `owner` and labelled as keeper's. Writes nothing when it already holds that. Returns
+    /// `owner` and labelled as keeper's. Writes nothing when it already holds that. A Secret of
+    /// that name that keeper did not create for `owner` is never touched: a conflict. Returns
     /// whether it wrote.
     fn apply_secret<'a>(
         &'a self,
         owner: &'a Target,
         name: &'a str,
         data: BTreeMap<String, String>,
-    ) -> BoxFuture<'a, KubeResult<bool>>;
+    ) -> BoxFuture<'a, Result<bool, SecretError>>;
 
     /// A JSON merge patch of the status subresource.
     fn patch_status<'a>(
@@ -323,12 +394,12 @@ impl Kube for KubeApi {
         owner: &'a Target,
         name: &'a str,
         data: BTreeMap<String, String>,
-    ) -> BoxFuture<'a, KubeResult<bool>> {
+    ) -> BoxFuture<'a, Result<bool, SecretError>> {
         async move {
             let namespace = owner.namespace.as_str();
             let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
             let existing = self.secret(namespace, name).await?;
-            let Some(secret) = desired_secret(owner, name, data, existing) else {
+            let Some(secret) = desired_secret(owner, name, data, existing)? else {
                 return Ok(false);
             };
             let written = if secret.metadata.resource_version.is_none() {
@@ -445,24 +516,24 @@ impl Kube for KubeApi {
 }
 
 /// The Secret to write so that `name` holds exactly `data` for `owner`, or `None` when the
-/// existing one already does. Shared by the real seam and the fake, so both decide alike.
+/// existing one already does; a conflict when the name is taken by a Secret keeper did not create
+/// for `owner`. Shared by the real seam and the fake, so both decide alike.
 fn desired_secret(
     owner: &Target,
     name: &str,
     data: BTreeMap<String, String>,
     existing: Option<Secret>,
-) -> Option<Secret> {
-    let owner_ref = owner.owner_reference();
+) -> Result<Option<Secret>, SecretError> {
     let encoded: BTreeMap<String, ByteString> = data
         .into_iter()
         .map(|(k, v)| (k, ByteString(v.into_bytes())))
         .collect();
     match existing {
-        None => Some(Secret {
+        None => Ok(Some(Secret {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
                 namespace: Some(owner.namespace.clone()),
-                owner_references: Some(vec![owner_ref]),
+                owner_references: Some(vec![owner.owner_reference()]),
                 labels: Some(BTreeMap::from([(
                     MANAGED_BY.0.to_string(),
                     MANAGED_BY.1.to_string(),
@@ -472,30 +543,27 @@ fn desired_secret(
             type_: Some("Opaque".to_string()),
             data: Some(encoded),
             ..Secret::default()
+        })),
+        Some(existing) if !owned_by(&existing, owner) => Err(SecretError::Conflict {
+            namespace: owner.namespace.clone(),
+            name: name.to_string(),
+            holder: holder(&existing),
         }),
         Some(mut existing) => {
-            let owned = existing
-                .owner_references()
-                .iter()
-                .any(|r| r.uid == owner_ref.uid);
             let labelled =
                 existing.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1);
-            if owned
-                && labelled
+            if labelled
                 && existing.data.as_ref() == Some(&encoded)
                 && existing.string_data.is_none()
             {
-                return None;
-            }
-            if !owned {
-                existing.owner_references_mut().push(owner_ref);
+                return Ok(None);
             }
             existing
                 .labels_mut()
                 .insert(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string());
             existing.data = Some(encoded);
             existing.string_data = None;
-            Some(existing)
+            Ok(Some(existing))
         }
     }
 }
@@ -592,6 +660,20 @@ pub mod fake {
                 .expect("lock")
                 .insert((namespace.to_string(), name.to_string()), secret);
         }
+
+        /// Stores a Secret as keeper would have created it for `owner`.
+        pub fn put_owned_secret(&self, owner: &Target, name: &str, data: BTreeMap<String, String>) {
+            self.put_secret(&owner.namespace, name, data);
+            let mut secrets = self.secrets.lock().expect("lock");
+            let secret = secrets
+                .get_mut(&(owner.namespace.clone(), name.to_string()))
+                .expect("just stored");
+            secret.metadata.owner_references = Some(vec![owner.owner_reference()]);
+            secret.metadata.labels = Some(BTreeMap::from([(
+                MANAGED_BY.0.to_string(),
+                MANAGED_BY.1.to_string(),
+            )]));
+        }
     }
 
     impl Kube for FakeKube {
@@ -614,14 +696,14 @@ pub mod fake {
             owner: &'a Target,
             name: &'a str,
             data: BTreeMap<String, String>,
-        ) -> BoxFuture<'a, KubeResult<bool>> {
+        ) -> BoxFuture<'a, Result<bool, SecretError>> {
             async move {
                 let key = (owner.namespace.clone(), name.to_string());
                 let existing = self.secrets.lock().expect("lock").get(&key).cloned();
-                let Some(mut secret) = desired_secret(owner, name, data, existing) else {
+                let Some(mut secret) = desired_secret(owner, name, data, existing)? else {
                     return Ok(false);
                 };
-                self.take_failure()?;
+                self.take_failure().map_err(SecretError::Kube)?;
                 let mut version = self.version.lock().expect("lock");
                 *version += 1;
                 secret.metadata.resource_version = Some(version.to_string());
@@ -749,5 +831,45 @@ mod tests {
         let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
         assert!(kube.apply_secret(&owner(), "s", data).await.is_err());
         assert!(kube.secret("ns", "s").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_secret_keeper_did_not_create_for_the_owner_is_never_written_or_read() {
+        let kube = FakeKube::default();
+        let theirs = BTreeMap::from([("password".to_string(), "theirs".to_string())]);
+        kube.put_secret("ns", "s", theirs.clone());
+        let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        let err = kube
+            .apply_secret(&owner(), "s", data.clone())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, SecretError::Conflict { holder, .. } if holder == "was not created by keeper"),
+            "{err}"
+        );
+        assert_eq!(err.condition_reason(), "SecretConflict");
+        assert_eq!(kube.secret_data("ns", "s"), Some(theirs.clone()));
+        assert!(
+            owned_secret(&kube, &owner(), "s").await.is_err(),
+            "its data is never used"
+        );
+
+        // Another keeper resource's Secret is named as such.
+        let other = Target {
+            uid: "uid-2".into(),
+            name: "other".into(),
+            ..owner()
+        };
+        kube.put_owned_secret(&other, "t", theirs.clone());
+        let err = kube.apply_secret(&owner(), "t", data).await.unwrap_err();
+        assert!(
+            err.to_string().contains("belongs to S3Bucket other"),
+            "{err}"
+        );
+        assert_eq!(
+            owned_secret(&kube, &other, "t").await.unwrap(),
+            Some(theirs),
+            "its owner reads it"
+        );
     }
 }

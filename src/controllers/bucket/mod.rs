@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::{S3Bucket, S3BucketStatus, S3Tenant};
 use crate::backends::error::{BackendError, ErrorClass, classify_kube};
 use crate::metrics::Metrics;
+use crate::runtime::cluster::SecretError;
 use crate::runtime::gauges::StoreGauge;
 use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
@@ -47,6 +48,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error(transparent)]
     Backend(#[from] BackendError),
+    #[error(transparent)]
+    Secret(#[from] SecretError),
     /// A spec or configuration problem that only a change fixes.
     #[error("{message}")]
     Invalid {
@@ -63,6 +66,7 @@ impl ReconcileError for Error {
         match self {
             Error::Kube(_) => "kube",
             Error::Backend(_) => "backend",
+            Error::Secret(_) => "secret",
             Error::Invalid { .. } => "invalid",
             Error::Retry(_) => "retry",
         }
@@ -72,6 +76,7 @@ impl ReconcileError for Error {
         match self {
             Error::Kube(e) => classify_kube(e),
             Error::Backend(e) => e.class,
+            Error::Secret(e) => e.class(),
             Error::Invalid { .. } => ErrorClass::Permanent,
             Error::Retry(_) => ErrorClass::Transient,
         }
@@ -81,6 +86,7 @@ impl ReconcileError for Error {
         match self {
             Error::Kube(_) => "KubernetesError",
             Error::Backend(_) => "BackendError",
+            Error::Secret(e) => e.condition_reason(),
             Error::Invalid { reason, .. } => reason,
             Error::Retry(_) => "Retrying",
         }

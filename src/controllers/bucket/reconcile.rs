@@ -24,7 +24,7 @@ use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus};
 use crate::backends::s3::DeleteOutcome;
 use crate::config::Provider;
 use crate::providers::ProviderClients;
-use crate::runtime::cluster::{Target, secret_data};
+use crate::runtime::cluster::{Target, owned_secret};
 use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
 
 /// Whether an annotation is set to `true`.
@@ -646,12 +646,9 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
     out: &mut Outcome<S3BucketStatus>,
 ) -> Result<(), Error> {
     let bucket = &view.desired.name;
-    let namespace = obj.namespace().unwrap_or_default();
     let name = format!("{}-credentials", obj.name_any());
-    let current = cx.kube().secret(&namespace, &name).await?;
-    let published = current
-        .as_ref()
-        .and_then(|s| lifecycle::keys_from(&secret_data(s)));
+    let current = owned_secret(cx.kube(), &Target::of(obj), &name).await?;
+    let published = current.as_ref().and_then(lifecycle::keys_from);
     let rotate = annotated(obj, ROTATE_ANNOTATION);
     let plan = backend.keys(bucket, published.as_ref(), rotate).await?;
     let issued = matches!(plan, KeyPlan::Publish { .. });

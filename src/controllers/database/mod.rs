@@ -31,7 +31,7 @@ use self::backend::DatabaseBackend;
 use crate::api::{CloudDatabase, CloudDatabaseStatus};
 use crate::backends::error::{BackendError, ErrorClass, classify_kube};
 use crate::backends::rds;
-use crate::runtime::cluster::MANAGED_BY;
+use crate::runtime::cluster::{MANAGED_BY, SecretError};
 use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
 
@@ -52,6 +52,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error(transparent)]
     Rds(#[from] BackendError),
+    #[error(transparent)]
+    Secret(#[from] SecretError),
     /// The spec asks for something the configuration does not offer (an unconfigured size).
     #[error("{0}")]
     InvalidSpec(String),
@@ -62,6 +64,7 @@ impl ReconcileError for Error {
         match self {
             Error::Kube(_) => "kube",
             Error::Rds(_) => "rds",
+            Error::Secret(_) => "secret",
             Error::InvalidSpec(_) => "invalid_spec",
         }
     }
@@ -70,6 +73,7 @@ impl ReconcileError for Error {
         match self {
             Error::Kube(e) => classify_kube(e),
             Error::Rds(e) => e.class,
+            Error::Secret(e) => e.class(),
             Error::InvalidSpec(_) => ErrorClass::Permanent,
         }
     }
@@ -79,6 +83,7 @@ impl ReconcileError for Error {
             Error::Kube(_) => "KubernetesRejected",
             Error::Rds(e) if rds::is_access_denied(e) => "AccessDenied",
             Error::Rds(_) => "RdsRejected",
+            Error::Secret(e) => e.condition_reason(),
             Error::InvalidSpec(_) => "InvalidSpec",
         }
     }

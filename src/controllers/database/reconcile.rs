@@ -20,7 +20,7 @@ use super::{
 use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
 use crate::backends::error::{BackendError, PERMANENT_RETRY};
 use crate::backends::rds::{FinalSnapshot, Modification, NewInstance, Password};
-use crate::runtime::cluster::{Target, secret_data};
+use crate::runtime::cluster::{Target, owned_secret};
 use crate::runtime::conditions::DELETION_BLOCKED;
 use crate::runtime::{self, Context, Next, Note, Outcome};
 
@@ -87,11 +87,10 @@ async fn apply_steps<B: DatabaseBackend>(
         instance_identifier(&db.namespace().unwrap_or_default(), &db.name_any())
     });
     let secret_name = connection_secret_name(db);
-    let mut secret: BTreeMap<String, String> = cx
-        .kube()
-        .secret(&target.namespace, &secret_name)
+    // A Secret of that name that keeper did not create for this database is a conflict: its
+    // data (a password, say) is never used, and it is never written.
+    let mut secret: BTreeMap<String, String> = owned_secret(cx.kube(), &target, &secret_name)
         .await?
-        .map(|s| secret_data(&s))
         .unwrap_or_default();
     let provisioning = DatabasePhase::Provisioning;
     let mut instance = match backend.describe(&id).await {

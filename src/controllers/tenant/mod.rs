@@ -25,6 +25,7 @@ use self::backend::{BackendError, Backends, Live, is_bad_credentials};
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus};
 use crate::backends::error::{ErrorClass, classify_kube};
 use crate::providers::ProviderError;
+use crate::runtime::cluster::SecretError;
 use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
 
@@ -40,6 +41,8 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error(transparent)]
     Backend(#[from] BackendError),
+    #[error(transparent)]
+    Secret(#[from] SecretError),
     #[error("provider {0:?} is not in keeper's configuration")]
     UnknownProvider(String),
     #[error("invalid spec: {0}")]
@@ -71,6 +74,7 @@ impl ReconcileError for Error {
         match self {
             Error::Kube(_) => "kube",
             Error::Backend(_) => "backend",
+            Error::Secret(_) => "secret",
             Error::UnknownProvider(_) | Error::ProviderClient { .. } => "config",
             Error::InvalidSpec(_) => "spec",
             Error::ProviderSecret(_) | Error::ProviderUnavailable { .. } => "secret",
@@ -81,6 +85,7 @@ impl ReconcileError for Error {
         match self {
             Error::Kube(e) => classify_kube(e),
             Error::Backend(e) => e.class,
+            Error::Secret(e) => e.class(),
             Error::ProviderUnavailable { .. } => ErrorClass::Transient,
             Error::UnknownProvider(_)
             | Error::InvalidSpec(_)
@@ -93,6 +98,7 @@ impl ReconcileError for Error {
         match self {
             Error::Backend(e) if is_bad_credentials(e) => "BackendCredentialsRefused",
             Error::Backend(_) => "BackendRejected",
+            Error::Secret(e) => e.condition_reason(),
             Error::UnknownProvider(_) => "UnknownProvider",
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::ProviderSecret(_) => "ProviderSecretInvalid",

@@ -19,7 +19,7 @@ use crate::api::{S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::storagegrid::Login;
 use crate::config::Provider;
 use crate::providers::{Keys, ProviderClients};
-use crate::runtime::cluster::{Target, secret_data};
+use crate::runtime::cluster::{Target, owned_secret};
 use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
 
 type Cx<B> = Context<S3TenantReconciler<B>>;
@@ -254,11 +254,10 @@ impl<'a, B: Backends> KubeStore<'a, B> {
         }
     }
 
-    /// A Secret of the tenant's namespace, decoded.
+    /// A Secret keeper created for the tenant, decoded (a foreign Secret of that name is a
+    /// conflict: its data is never used).
     async fn read(&self, name: &str) -> Result<Option<BTreeMap<String, String>>, Error> {
-        let namespace = self.tenant.namespace().unwrap_or_default();
-        let secret = self.cx.kube().secret(&namespace, name).await?;
-        Ok(secret.as_ref().map(secret_data))
+        Ok(owned_secret(self.cx.kube(), &Target::of(self.tenant), name).await?)
     }
 }
 

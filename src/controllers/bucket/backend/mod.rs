@@ -21,7 +21,7 @@ use crate::config::Provider;
 use crate::controllers::tenant::{credentials_secret_name, root_secret_name};
 use crate::metrics::Metrics;
 use crate::providers::{Keys, ProviderClients};
-use crate::runtime::cluster::{Kube, secret_data};
+use crate::runtime::cluster::{Kube, Target, owned_secret};
 
 pub use grid::StorageGrid;
 pub use s3::S3Compatible;
@@ -178,7 +178,6 @@ impl Connect for Connector {
         tenant: &S3Tenant,
         clients: &ProviderClients,
     ) -> Result<Result<AnyBackend, Wait>, Error> {
-        let namespace = tenant.namespace().unwrap_or_default();
         let tenant_name = tenant.name_any();
         match &clients.config {
             Provider::S3Compatible(p) => {
@@ -187,11 +186,8 @@ impl Connect for Connector {
                     .as_ref()
                     .and_then(|s| s.credentials_secret.clone())
                     .unwrap_or_else(|| credentials_secret_name(&tenant_name));
-                let secret = kube.secret(&namespace, &secret_name).await?;
-                let Some(tenant_keys) = secret
-                    .as_ref()
-                    .and_then(|s| lifecycle::keys_from(&secret_data(s)))
-                else {
+                let secret = owned_secret(kube, &Target::of(tenant), &secret_name).await?;
+                let Some(tenant_keys) = secret.as_ref().and_then(lifecycle::keys_from) else {
                     return Ok(Err(Wait {
                         reason: "TenantCredentialsMissing",
                         message: format!(
@@ -221,10 +217,9 @@ impl Connect for Connector {
                     }));
                 };
                 let secret_name = root_secret_name(&tenant_name);
-                let password = kube
-                    .secret(&namespace, &secret_name)
+                let password = owned_secret(kube, &Target::of(tenant), &secret_name)
                     .await?
-                    .and_then(|s| secret_data(&s).get("password").cloned())
+                    .and_then(|data| data.get("password").cloned())
                     .filter(|p| !p.is_empty());
                 let Some(password) = password else {
                     return Ok(Err(Wait {

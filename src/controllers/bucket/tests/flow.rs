@@ -315,3 +315,39 @@ async fn a_retained_bucket_is_released_untouched() {
     assert!(fake.take_calls().is_empty());
     assert_eq!(fake.bucket(NAME).unwrap().objects, 5);
 }
+
+#[tokio::test]
+async fn a_credentials_name_taken_by_another_secret_fails_with_secret_conflict_and_touches_nothing()
+{
+    let (kube, _fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    let theirs =
+        std::collections::BTreeMap::from([("tls.key".to_string(), "precious".to_string())]);
+    kube.put_secret("ns", "b-credentials", theirs.clone());
+    let action = testing::reconcile(&cx, finalized()).await.unwrap();
+    assert_eq!(action, Action::requeue(PERMANENT_RETRY));
+    let patch = &status_patches(&kube)[0]["status"];
+    assert_eq!(patch["phase"], "Failed");
+    assert_eq!(patch["conditions"][0]["reason"], "SecretConflict");
+    let message = patch["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("ns/b-credentials") && message.contains("not created by keeper"),
+        "{message}"
+    );
+    let notes = kube.notes();
+    assert_eq!(
+        (notes[0].type_, notes[0].reason),
+        (EventType::Warning, "SecretConflict")
+    );
+    assert_eq!(
+        kube.secret_data("ns", "b-credentials"),
+        Some(theirs),
+        "untouched"
+    );
+    assert!(
+        !kube
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::ApplySecret { .. })),
+        "no Secret written"
+    );
+}
