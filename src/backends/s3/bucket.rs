@@ -1,0 +1,213 @@
+//! Bucket lifecycle: ownership lookup, creation, the ownership tag, versioning, deletion and
+//! listing.
+
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::types::{
+    BucketLocationConstraint, BucketVersioningStatus, CreateBucketConfiguration, Tag, Tagging,
+    VersioningConfiguration,
+};
+
+use super::{BACKEND, OWNER_TAG, S3Error, S3Store, classify};
+use crate::metrics::Metrics;
+
+/// Who owns a bucket that exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ownership {
+    /// No bucket of that name is visible with these credentials.
+    Missing,
+    /// The bucket exists; the value of its owner tag, if any.
+    Exists { owner_uid: Option<String> },
+}
+
+/// What a create attempt found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CreateOutcome {
+    Created,
+    /// The name is taken (by us or by someone else): check the ownership tag.
+    AlreadyExists,
+}
+
+/// What a delete attempt found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteOutcome {
+    Deleted,
+    NotEmpty,
+}
+
+impl S3Store {
+    /// Whether the bucket exists and, if so, the value of its ownership tag.
+    pub async fn ownership(&self, metrics: &Metrics, bucket: &str) -> Result<Ownership, S3Error> {
+        let head = metrics
+            .backend_call(BACKEND, "head_bucket", async {
+                match self.client.head_bucket().bucket(bucket).send().await {
+                    Ok(_) => Ok(true),
+                    Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
+                    Err(e) => Err(classify("head_bucket", e)),
+                }
+            })
+            .await?;
+        if !head {
+            return Ok(Ownership::Missing);
+        }
+        let owner_uid = metrics
+            .backend_call(BACKEND, "get_bucket_tagging", async {
+                match self.client.get_bucket_tagging().bucket(bucket).send().await {
+                    Ok(out) => Ok(out
+                        .tag_set()
+                        .iter()
+                        .find(|t| t.key() == OWNER_TAG)
+                        .map(|t| t.value().to_string())),
+                    Err(e) if e.code() == Some("NoSuchTagSet") => Ok(None),
+                    Err(e) => Err(classify("get_bucket_tagging", e)),
+                }
+            })
+            .await?;
+        Ok(Ownership::Exists { owner_uid })
+    }
+
+    /// Creates the bucket (object lock can only be chosen at creation).
+    pub async fn create_bucket(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+        region: &str,
+        object_lock: bool,
+    ) -> Result<CreateOutcome, S3Error> {
+        let mut request = self
+            .client
+            .create_bucket()
+            .bucket(bucket)
+            .object_lock_enabled_for_bucket(object_lock);
+        // us-east-1 is the one region that must not be named as a location constraint.
+        if region != "us-east-1" {
+            request = request.create_bucket_configuration(
+                CreateBucketConfiguration::builder()
+                    .location_constraint(BucketLocationConstraint::from(region))
+                    .build(),
+            );
+        }
+        metrics
+            .backend_call(BACKEND, "create_bucket", async {
+                match request.send().await {
+                    Ok(_) => Ok(CreateOutcome::Created),
+                    Err(e)
+                        if e.as_service_error().is_some_and(|s| {
+                            s.is_bucket_already_exists() || s.is_bucket_already_owned_by_you()
+                        }) =>
+                    {
+                        Ok(CreateOutcome::AlreadyExists)
+                    }
+                    Err(e) => Err(classify("create_bucket", e)),
+                }
+            })
+            .await
+    }
+
+    /// Marks the bucket as created by the S3Bucket with uid `owner_uid`, keeping other tags.
+    pub async fn tag_owner(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+        owner_uid: &str,
+    ) -> Result<(), S3Error> {
+        let mut tags: Vec<Tag> = metrics
+            .backend_call(BACKEND, "get_bucket_tagging", async {
+                match self.client.get_bucket_tagging().bucket(bucket).send().await {
+                    Ok(out) => Ok(out.tag_set().to_vec()),
+                    Err(e) if e.code() == Some("NoSuchTagSet") => Ok(Vec::new()),
+                    Err(e) => Err(classify("get_bucket_tagging", e)),
+                }
+            })
+            .await?;
+        tags.retain(|t| t.key() != OWNER_TAG);
+        tags.push(
+            Tag::builder()
+                .key(OWNER_TAG)
+                .value(owner_uid)
+                .build()
+                .expect("key and value are set"),
+        );
+        let tagging = Tagging::builder()
+            .set_tag_set(Some(tags))
+            .build()
+            .expect("tag set is set");
+        metrics
+            .backend_call(BACKEND, "put_bucket_tagging", async {
+                self.client
+                    .put_bucket_tagging()
+                    .bucket(bucket)
+                    .tagging(tagging)
+                    .send()
+                    .await
+                    .map_err(|e| classify("put_bucket_tagging", e))
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Enables or suspends versioning (S3 cannot turn it off once enabled). Idempotent, and one
+    /// call: reading the state first would cost a call and some servers answer that read with a
+    /// body the SDK cannot decode for never-versioned buckets.
+    pub async fn set_versioning(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+        enabled: bool,
+    ) -> Result<(), S3Error> {
+        let status = if enabled {
+            BucketVersioningStatus::Enabled
+        } else {
+            BucketVersioningStatus::Suspended
+        };
+        metrics
+            .backend_call(BACKEND, "put_bucket_versioning", async {
+                self.client
+                    .put_bucket_versioning()
+                    .bucket(bucket)
+                    .versioning_configuration(
+                        VersioningConfiguration::builder().status(status).build(),
+                    )
+                    .send()
+                    .await
+                    .map_err(|e| classify("put_bucket_versioning", e))
+            })
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the (empty) bucket. A bucket already gone counts as deleted.
+    pub async fn delete_bucket(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+    ) -> Result<DeleteOutcome, S3Error> {
+        metrics
+            .backend_call(BACKEND, "delete_bucket", async {
+                match self.client.delete_bucket().bucket(bucket).send().await {
+                    Ok(_) => Ok(DeleteOutcome::Deleted),
+                    // DeleteBucket has no modeled errors: match the wire codes.
+                    Err(e) if e.code() == Some("NoSuchBucket") => Ok(DeleteOutcome::Deleted),
+                    Err(e) if e.code() == Some("BucketNotEmpty") => Ok(DeleteOutcome::NotEmpty),
+                    Err(e) => Err(classify("delete_bucket", e)),
+                }
+            })
+            .await
+    }
+
+    /// The names of the buckets the credentials can see (ListBuckets); also proves that the
+    /// credentials work.
+    pub async fn list_buckets(&self, metrics: &Metrics) -> Result<Vec<String>, S3Error> {
+        metrics
+            .backend_call(BACKEND, "list_buckets", async {
+                match self.client.list_buckets().send().await {
+                    Ok(out) => Ok(out
+                        .buckets()
+                        .iter()
+                        .filter_map(|b| b.name().map(str::to_string))
+                        .collect()),
+                    Err(e) => Err(classify("list_buckets", e)),
+                }
+            })
+            .await
+    }
+}

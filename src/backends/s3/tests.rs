@@ -1,0 +1,376 @@
+use std::time::{Duration, Instant};
+
+use super::*;
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{ChecksumAlgorithm, ObjectLockLegalHold, ObjectLockLegalHoldStatus};
+use futures::StreamExt;
+
+use crate::metrics::Metrics;
+use crate::test_support::MotoServer;
+
+/// moto with the scheme its clients use.
+pub(crate) struct Moto {
+    _server: MotoServer,
+    pub endpoint: String,
+}
+
+impl Moto {
+    /// Starts moto; a missing moto fails the test (see `MotoServer::start`).
+    pub(crate) fn start() -> Option<Moto> {
+        Self::start_with(&[], "http")
+    }
+
+    /// Starts moto with extra arguments, serving `scheme`.
+    fn start_with(extra: &[&str], scheme: &str) -> Option<Moto> {
+        let server = MotoServer::start("s3 backend test", extra)?;
+        Some(Moto {
+            endpoint: server.url(scheme),
+            _server: server,
+        })
+    }
+
+    pub(crate) fn settings(&self) -> S3Settings {
+        S3Settings {
+            endpoint: self.endpoint.clone(),
+            region: "us-east-1".into(),
+            access_key_id: "testing".into(),
+            secret_access_key: "testing".into(),
+            force_path_style: true,
+            ca_bundle: None,
+        }
+    }
+}
+
+async fn put_objects(store: &S3Store, bucket: &str, keys: impl Iterator<Item = String>) {
+    futures::stream::iter(keys)
+        .for_each_concurrent(16, |key| async move {
+            store
+                .client
+                .put_object()
+                .bucket(bucket)
+                .key(key)
+                .body(ByteStream::from_static(b"0123456789"))
+                .send()
+                .await
+                .expect("put object");
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn creates_a_tagged_versioned_bucket_and_reports_ownership() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let metrics = Metrics::new();
+    let store = S3Store::new(&moto.settings()).unwrap();
+    assert_eq!(
+        store.ownership(&metrics, "b-one").await.unwrap(),
+        Ownership::Missing
+    );
+    assert_eq!(
+        store
+            .create_bucket(&metrics, "b-one", "us-east-1", false)
+            .await
+            .unwrap(),
+        CreateOutcome::Created
+    );
+    store.tag_owner(&metrics, "b-one", "uid-1").await.unwrap();
+    store.set_versioning(&metrics, "b-one", true).await.unwrap();
+    assert_eq!(
+        store.ownership(&metrics, "b-one").await.unwrap(),
+        Ownership::Exists {
+            owner_uid: Some("uid-1".into())
+        }
+    );
+    // Versioning keeps both writes of a key (GetBucketVersioning is not decodable from moto).
+    put_objects(
+        &store,
+        "b-one",
+        ["k".to_string(), "k".to_string()].into_iter(),
+    )
+    .await;
+    let usage = store.usage(&metrics, "b-one", 1000).await.unwrap().unwrap();
+    assert_eq!(usage.objects, 2);
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"keeper_backend_requests_total{backend="s3",operation="create_bucket",outcome="success"} 1"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_bucket_created_by_someone_else_shows_no_owner_tag() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let metrics = Metrics::new();
+    let store = S3Store::new(&moto.settings()).unwrap();
+    store
+        .client
+        .create_bucket()
+        .bucket("foreign")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        store.ownership(&metrics, "foreign").await.unwrap(),
+        Ownership::Exists { owner_uid: None }
+    );
+}
+
+#[tokio::test]
+async fn usage_counts_versions_and_delete_markers_within_a_bound() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let metrics = Metrics::new();
+    let store = S3Store::new(&moto.settings()).unwrap();
+    assert_eq!(store.usage(&metrics, "nope", 10_000).await.unwrap(), None);
+    store
+        .create_bucket(&metrics, "usage", "us-east-1", false)
+        .await
+        .unwrap();
+    store.set_versioning(&metrics, "usage", true).await.unwrap();
+    put_objects(&store, "usage", (0..1200).map(|i| format!("k{i}"))).await;
+    // A second version of 10 objects, and a delete marker on one.
+    put_objects(&store, "usage", (0..10).map(|i| format!("k{i}"))).await;
+    store
+        .client
+        .delete_object()
+        .bucket("usage")
+        .key("k0")
+        .send()
+        .await
+        .unwrap();
+    let usage = store.usage(&metrics, "usage", 100_000).await.unwrap();
+    assert_eq!(
+        usage,
+        Some(Usage {
+            objects: 1211,
+            bytes: 12100,
+            complete: true
+        })
+    );
+    // The bound stops the listing after the page that reaches it.
+    let bounded = store.usage(&metrics, "usage", 500).await.unwrap().unwrap();
+    assert_eq!(bounded.objects, 1000);
+    assert!(!bounded.complete);
+}
+
+#[tokio::test]
+async fn drains_thousands_of_versions_in_batches_of_at_most_1000_then_deletes() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let metrics = Metrics::new();
+    let store = S3Store::new(&moto.settings()).unwrap();
+    store
+        .create_bucket(&metrics, "drain", "us-east-1", false)
+        .await
+        .unwrap();
+    store.set_versioning(&metrics, "drain", true).await.unwrap();
+    put_objects(&store, "drain", (0..2300).map(|i| format!("obj/{i}"))).await;
+    put_objects(&store, "drain", (0..200).map(|i| format!("obj/{i}"))).await;
+    for i in 0..50 {
+        store
+            .client
+            .delete_object()
+            .bucket("drain")
+            .key(format!("obj/{i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        store.delete_bucket(&metrics, "drain").await.unwrap(),
+        DeleteOutcome::NotEmpty
+    );
+    // A short budget stops after some batches; the next round resumes from the bucket's state.
+    let first = store
+        .drain_round(&metrics, "drain", Duration::ZERO, 100_000)
+        .await
+        .unwrap();
+    assert_eq!(first.deleted, 1000);
+    assert!(!first.empty);
+    let rest = store
+        .drain_round(&metrics, "drain", Duration::from_secs(60), 100_000)
+        .await
+        .unwrap();
+    assert_eq!(first.deleted + rest.deleted, 2550);
+    assert!(rest.empty);
+    assert!(rest.blocked.is_none() && rest.failed.is_empty());
+    assert_eq!(
+        store.usage(&metrics, "drain", 10_000).await.unwrap(),
+        Some(Usage {
+            objects: 0,
+            bytes: 0,
+            complete: true
+        })
+    );
+    let text = metrics.encode();
+    // 2,550 entries need at least three batches; more would mean smaller batches than allowed.
+    assert!(
+        text.contains(r#"keeper_backend_requests_total{backend="s3",operation="delete_objects",outcome="success"} 3"#),
+        "{text}"
+    );
+    assert_eq!(
+        store.delete_bucket(&metrics, "drain").await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    // Already gone counts as deleted.
+    assert_eq!(
+        store.delete_bucket(&metrics, "drain").await.unwrap(),
+        DeleteOutcome::Deleted
+    );
+    assert_eq!(
+        store.ownership(&metrics, "drain").await.unwrap(),
+        Ownership::Missing
+    );
+}
+
+#[tokio::test]
+async fn the_drain_rate_limit_spreads_batches_over_time() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let metrics = Metrics::new();
+    let store = S3Store::new(&moto.settings()).unwrap();
+    store
+        .create_bucket(&metrics, "slow", "us-east-1", false)
+        .await
+        .unwrap();
+    put_objects(&store, "slow", (0..300).map(|i| format!("k{i}"))).await;
+    let started = Instant::now();
+    let round = store
+        .drain_round(&metrics, "slow", Duration::from_secs(60), 100)
+        .await
+        .unwrap();
+    assert_eq!(round.deleted, 300);
+    assert!(round.empty);
+    // 300 deletes at 100/s take at least 3 seconds; batches were capped at 100 keys.
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    // A round whose budget runs out with the last batch still reports the bucket empty.
+    put_objects(&store, "slow", (0..200).map(|i| format!("k{i}"))).await;
+    let round = store
+        .drain_round(&metrics, "slow", Duration::from_secs(2), 100)
+        .await
+        .unwrap();
+    assert_eq!(round.deleted, 200);
+    assert!(round.empty);
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"keeper_backend_requests_total{backend="s3",operation="delete_objects",outcome="success"} 5"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_legal_hold_stops_the_drain_with_the_key_named() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let metrics = Metrics::new();
+    let store = S3Store::new(&moto.settings()).unwrap();
+    store
+        .create_bucket(&metrics, "locked", "us-east-1", true)
+        .await
+        .unwrap();
+    put_objects(&store, "locked", (0..5).map(|i| format!("free{i}"))).await;
+    store
+        .client
+        .put_object()
+        .bucket("locked")
+        .key("held")
+        .body(ByteStream::from_static(b"x"))
+        .object_lock_legal_hold_status(ObjectLockLegalHoldStatus::On)
+        .checksum_algorithm(ChecksumAlgorithm::Crc32)
+        .send()
+        .await
+        .unwrap();
+    let round = store
+        .drain_round(&metrics, "locked", Duration::from_secs(60), 1000)
+        .await
+        .unwrap();
+    let blocked = round.blocked.expect("the held object blocks the drain");
+    assert!(blocked.contains("\"held\""), "{blocked}");
+    assert_eq!(round.deleted, 5);
+    assert_eq!(round.failed.len(), 1);
+    // Lifting the hold lets the drain finish.
+    let version = store
+        .client
+        .list_object_versions()
+        .bucket("locked")
+        .send()
+        .await
+        .unwrap()
+        .versions()[0]
+        .version_id()
+        .map(str::to_string);
+    store
+        .client
+        .put_object_legal_hold()
+        .bucket("locked")
+        .key("held")
+        .set_version_id(version)
+        .legal_hold(
+            ObjectLockLegalHold::builder()
+                .status(ObjectLockLegalHoldStatus::Off)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let round = store
+        .drain_round(&metrics, "locked", Duration::from_secs(60), 1000)
+        .await
+        .unwrap();
+    assert_eq!(round.deleted, 1);
+    assert!(round.empty && round.blocked.is_none());
+}
+
+#[tokio::test]
+async fn a_ca_bundle_makes_a_self_signed_store_trusted() {
+    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let dir = std::env::temp_dir().join(format!("keeper-s3-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+    std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+    let moto = Moto::start_with(
+        &[
+            "-s",
+            "-c",
+            cert_file.to_str().unwrap(),
+            "-k",
+            key_file.to_str().unwrap(),
+        ],
+        "https",
+    );
+    let Some(moto) = moto else {
+        return;
+    };
+    let metrics = Metrics::new();
+    // Without the bundle the certificate is refused (a transient error: nothing is "gone").
+    let untrusting = S3Store::new(&moto.settings()).unwrap();
+    let err = untrusting.ownership(&metrics, "tls").await.unwrap_err();
+    assert_eq!(err.class, ErrorClass::Transient, "{err}");
+    let trusting = S3Store::new(&S3Settings {
+        ca_bundle: Some(cert.cert.pem().into_bytes()),
+        ..moto.settings()
+    })
+    .unwrap();
+    assert_eq!(
+        trusting.ownership(&metrics, "tls").await.unwrap(),
+        Ownership::Missing
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    // A bundle without a certificate is refused up front.
+    assert!(
+        S3Store::new(&S3Settings {
+            ca_bundle: Some(b"not a pem".to_vec()),
+            ..moto.settings()
+        })
+        .is_err()
+    );
+}

@@ -1,0 +1,131 @@
+//! The grid API (grid administrator login): accounts, their root password and their usage.
+
+use reqwest::Method;
+use serde_json::json;
+
+use super::{
+    ACCOUNT_PAGE, Account, AccountSpec, Client, Error, Login, Usage, description_has_marker, model,
+    segment,
+};
+
+impl Client {
+    /// Creates an account. Not idempotent (names are not unique): callers persist the returned
+    /// id, and after a lost answer look for the account with [`Client::find_account`].
+    pub async fn create_account(
+        &self,
+        admin: &Login,
+        spec: &AccountSpec,
+        root_password: &str,
+    ) -> Result<Account, Error> {
+        let body = model::NewAccount {
+            spec,
+            password: root_password,
+        };
+        self.call(
+            admin,
+            "create_account",
+            Method::POST,
+            "grid/accounts",
+            Some(&body),
+        )
+        .await
+    }
+
+    pub async fn get_account(&self, admin: &Login, id: &str) -> Result<Account, Error> {
+        let path = format!("grid/accounts/{}", segment(id));
+        self.call::<(), _>(admin, "get_account", Method::GET, &path, None)
+            .await
+    }
+
+    /// Replaces the account's name, description, capabilities and policy (GET → modify → PUT;
+    /// PATCH is deprecated).
+    pub async fn update_account(
+        &self,
+        admin: &Login,
+        id: &str,
+        spec: &AccountSpec,
+    ) -> Result<Account, Error> {
+        let path = format!("grid/accounts/{}", segment(id));
+        self.call(admin, "update_account", Method::PUT, &path, Some(spec))
+            .await
+    }
+
+    /// Deletes an account. 404 is returned as [`Error::NotFound`] (the caller decides it means
+    /// "already gone"); an account that still holds buckets is refused (409 on the emulator).
+    pub async fn delete_account(&self, admin: &Login, id: &str) -> Result<(), Error> {
+        let path = format!("grid/accounts/{}", segment(id));
+        self.call_empty::<()>(admin, "delete_account", Method::DELETE, &path, None)
+            .await
+    }
+
+    /// Sets the password of the account's root user (used when keeper lost or cannot use the
+    /// password it stored).
+    pub async fn set_root_password(
+        &self,
+        admin: &Login,
+        id: &str,
+        password: &str,
+    ) -> Result<(), Error> {
+        let path = format!("grid/accounts/{}/change-password", segment(id));
+        let body = json!({"password": password});
+        self.call_empty(admin, "set_root_password", Method::POST, &path, Some(&body))
+            .await
+    }
+
+    /// Every account on the grid, page by page (the API has no server-side filter).
+    pub async fn list_accounts(&self, admin: &Login) -> Result<Vec<Account>, Error> {
+        let mut all: Vec<Account> = Vec::new();
+        loop {
+            let mut path = format!("grid/accounts?limit={ACCOUNT_PAGE}");
+            if let Some(last) = all.last() {
+                path.push_str(&format!("&marker={}", segment(&last.id)));
+            }
+            let page: Vec<Account> = self
+                .call::<(), _>(admin, "list_accounts", Method::GET, &path, None)
+                .await?;
+            let done = page.len() < ACCOUNT_PAGE;
+            all.extend(page);
+            if done {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// The account whose description carries `marker` (keeper's ownership marker), found by
+    /// listing: how an account whose create answer was lost is found again. Never by name.
+    /// More than one match is reported as a conflict rather than guessed at.
+    pub async fn find_account(
+        &self,
+        admin: &Login,
+        marker: &str,
+    ) -> Result<Option<Account>, Error> {
+        let mut matches: Vec<Account> = self
+            .list_accounts(admin)
+            .await?
+            .into_iter()
+            .filter(|a| description_has_marker(a.description.as_deref(), marker))
+            .collect();
+        match matches.len() {
+            0 => Ok(None),
+            1 => Ok(matches.pop()),
+            n => Err(Error::Conflict {
+                operation: "find_account",
+                message: format!(
+                    "{n} accounts carry the ownership marker {marker:?}: {}",
+                    matches
+                        .iter()
+                        .map(|a| a.id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }),
+        }
+    }
+
+    /// Usage of one account, with one entry per bucket (also empty ones).
+    pub async fn account_usage(&self, admin: &Login, id: &str) -> Result<Usage, Error> {
+        let path = format!("grid/accounts/{}/usage", segment(id));
+        self.call::<(), _>(admin, "account_usage", Method::GET, &path, None)
+            .await
+    }
+}

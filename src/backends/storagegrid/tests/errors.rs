@@ -1,0 +1,153 @@
+//! How failed calls are classified: permanent, transient, not found.
+
+use super::*;
+
+#[tokio::test]
+async fn refused_credentials_are_permanent() {
+    let server = server().await;
+    Mock::given(method("POST"))
+        .and(path("/api/v4/authorize"))
+        .respond_with(error(401, "invalid credentials"))
+        .mount(&server)
+        .await;
+    let (client, metrics) = client(&server);
+    let err = client.get_account(&admin(), ACCOUNT_ID).await.unwrap_err();
+    assert!(matches!(err, Error::BadCredentials { .. }), "{err:?}");
+    assert!(err.is_permanent());
+    assert!(err.to_string().contains("invalid credentials"));
+    assert!(!err.to_string().contains("admin-pass"));
+    assert!(metrics.encode().contains(
+        r#"keeper_backend_requests_total{backend="storagegrid",operation="get_account",outcome="permanent"} 1"#
+    ));
+}
+
+#[tokio::test]
+async fn a_404_on_lookup_is_not_found() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    Mock::given(method("GET"))
+        .and(path(format!("/api/v4/grid/accounts/{ACCOUNT_ID}")))
+        .respond_with(error(404, "no such account"))
+        .mount(&server)
+        .await;
+    let (client, _) = client(&server);
+    let err = client.get_account(&admin(), ACCOUNT_ID).await.unwrap_err();
+    assert!(err.is_not_found(), "{err:?}");
+    assert!(err.to_string().contains("no such account"));
+}
+
+#[tokio::test]
+async fn a_500_on_lookup_is_not_gone() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    Mock::given(method("GET"))
+        .and(path(format!("/api/v4/grid/accounts/{ACCOUNT_ID}")))
+        .respond_with(error(500, "database unavailable"))
+        .mount(&server)
+        .await;
+    let (client, _) = client(&server);
+    let err = client.get_account(&admin(), ACCOUNT_ID).await.unwrap_err();
+    assert!(matches!(err, Error::Server { status: 500, .. }), "{err:?}");
+    assert!(!err.is_not_found());
+    assert!(!err.is_permanent());
+}
+
+#[tokio::test]
+async fn an_unparsable_body_is_transient_not_gone() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    Mock::given(method("GET"))
+        .and(path(format!("/api/v4/grid/accounts/{ACCOUNT_ID}")))
+        .respond_with(ResponseTemplate::new(200).set_body_string("<html>proxy login</html>"))
+        .mount(&server)
+        .await;
+    let (client, metrics) = client(&server);
+    let err = client.get_account(&admin(), ACCOUNT_ID).await.unwrap_err();
+    assert!(matches!(err, Error::InvalidResponse { .. }), "{err:?}");
+    assert!(!err.is_not_found() && !err.is_permanent());
+    assert!(metrics.encode().contains(r#"outcome="transient""#));
+}
+
+#[tokio::test]
+async fn a_timeout_is_transient() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    Mock::given(method("GET"))
+        .and(path(format!("/api/v4/grid/accounts/{ACCOUNT_ID}")))
+        .respond_with(ok(account_json(ACCOUNT_ID, "")).set_delay(Duration::from_secs(5)))
+        .mount(&server)
+        .await;
+    let metrics = Arc::new(Metrics::new());
+    let mut client = Client::new(
+        &Url::parse(&server.uri()).unwrap(),
+        &TlsConfig::default(),
+        metrics,
+    )
+    .unwrap();
+    client.http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let err = client.get_account(&admin(), ACCOUNT_ID).await.unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+    assert!(!err.is_not_found() && !err.is_permanent());
+}
+
+#[tokio::test]
+async fn a_closed_port_is_transient() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = Url::parse(&format!("http://127.0.0.1:{port}")).unwrap();
+    let client = Client::new(&url, &TlsConfig::default(), Arc::new(Metrics::new())).unwrap();
+    let err = client.get_account(&admin(), ACCOUNT_ID).await.unwrap_err();
+    assert!(matches!(err, Error::Transport { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn validation_errors_are_permanent_with_the_field_messages() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    Mock::given(method("POST"))
+        .and(path("/api/v4/grid/accounts"))
+        .respond_with(ResponseTemplate::new(422).set_body_json(json!({
+            "status": "error", "code": 422, "apiVersion": "4.0", "responseTime": "x",
+            "message": {"text": "Validation failed"},
+            "errors": [{"text": "quotaObjectBytes must be at least 1"}]
+        })))
+        .mount(&server)
+        .await;
+    let (client, _) = client(&server);
+    let err = client
+        .create_account(&admin(), &spec(), "p")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::Rejected { status: 422, .. }),
+        "{err:?}"
+    );
+    assert!(err.is_permanent());
+    assert!(
+        err.to_string()
+            .contains("Validation failed; quotaObjectBytes must be at least 1"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn throttling_is_transient() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    Mock::given(method("GET"))
+        .and(path(format!("/api/v4/grid/accounts/{ACCOUNT_ID}/usage")))
+        .respond_with(error(429, "slow down"))
+        .mount(&server)
+        .await;
+    let (client, _) = client(&server);
+    let err = client
+        .account_usage(&admin(), ACCOUNT_ID)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Server { status: 429, .. }), "{err:?}");
+}
