@@ -58,9 +58,8 @@ pub fn tenant_delete(tenant: &S3Tenant, buckets: Vec<String>) -> Verdict {
     let name = tenant.name_any();
     match plan::deletion_gate(&tenant.spec) {
         DeletionGate::Protected => Verdict::Deny(plan::deletion_protection_message(&name)),
-        DeletionGate::Retain => Verdict::Allow,
-        DeletionGate::Proceed if buckets.is_empty() => Verdict::Allow,
-        DeletionGate::Proceed => {
+        DeletionGate::Retain | DeletionGate::Proceed if buckets.is_empty() => Verdict::Allow,
+        DeletionGate::Retain | DeletionGate::Proceed => {
             let remaining = RemainingBuckets {
                 resources: buckets,
                 unmanaged: Vec::new(),
@@ -365,15 +364,23 @@ mod tests {
     }
 
     #[test]
-    fn empty_or_retained_tenants_are_admitted_silently() {
+    fn empty_tenants_are_admitted_silently_whatever_their_policy() {
         assert_eq!(tenant_delete(&tenant(json!({})), vec![]), Verdict::Allow);
         assert_eq!(
-            tenant_delete(
-                &tenant(json!({"deletionPolicy": "Retain"})),
-                vec!["logs".into()]
-            ),
+            tenant_delete(&tenant(json!({"deletionPolicy": "Retain"})), vec![]),
             Verdict::Allow
         );
+    }
+
+    #[test]
+    fn a_retained_tenant_with_buckets_is_admitted_with_the_same_warning() {
+        let Verdict::Warn(message) = tenant_delete(
+            &tenant(json!({"deletionPolicy": "Retain"})),
+            vec!["logs".into()],
+        ) else {
+            panic!("must warn: its buckets would lose their tenant");
+        };
+        assert!(message.contains("1 bucket(s): logs"), "{message}");
     }
 
     #[test]

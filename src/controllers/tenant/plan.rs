@@ -183,8 +183,8 @@ pub fn tenant_buckets<'a>(
 pub enum DeletionGate {
     /// `deletionProtection` is on: hold the tenant until it is turned off.
     Protected,
-    /// Policy `Retain`: release the resource and leave the account, without asking the backend
-    /// (which may be gone for good).
+    /// Policy `Retain`: once no S3Bucket resource references the tenant, release the resource
+    /// and leave the account, without asking the backend (which may be gone for good).
     Retain,
     /// Look at the backend.
     Proceed,

@@ -99,6 +99,16 @@ pub async fn cleanup<B: Backends>(
             outcome.deletion_blocked("DeletionProtection", message, generation);
             return Ok(outcome);
         }
+        // A retained account keeps working, but buckets still pointing at a tenant resource that
+        // is gone would lose their credentials source: Retain waits for them like Delete does.
+        DeletionGate::Retain if !resources.is_empty() => {
+            let buckets = RemainingBuckets::new(resources, Vec::<String>::new());
+            let message = plan::buckets_remain_message(&name, &buckets);
+            let mut outcome = Outcome::new(status, Next::Requeue(BLOCKED_RECHECK));
+            outcome.status.bucket_count = Some(buckets.count() as i64);
+            outcome.deletion_blocked("BucketsRemain", message, generation);
+            return Ok(outcome);
+        }
         DeletionGate::Retain => return Ok(Outcome::new(status, Next::Release)),
         DeletionGate::Proceed => {}
     }

@@ -526,6 +526,30 @@ async fn retain_releases_the_tenant_and_keeps_the_account() {
 }
 
 #[tokio::test]
+async fn a_retained_tenant_waits_for_its_bucket_resources_then_keeps_the_account() {
+    let h = harness();
+    let t = h
+        .ready(tenant(
+            "default",
+            serde_json::json!({"deletionPolicy": "Retain"}),
+        ))
+        .await;
+    h.kube.buckets.lock().unwrap().push(bucket("alpha", "t"));
+    let t = deleting(t);
+    h.reconcile(&t).await.unwrap();
+    assert!(!h.released(), "its buckets would lose their tenant");
+    let blocked = h.written(&t);
+    assert_eq!(
+        condition(&blocked, conditions::DELETION_BLOCKED).reason,
+        "BucketsRemain"
+    );
+    h.kube.buckets.lock().unwrap().clear();
+    h.reconcile(&t).await.unwrap();
+    assert!(h.released());
+    assert_eq!(h.accounts(), 1, "the account is retained");
+}
+
+#[tokio::test]
 async fn without_buckets_the_keys_and_the_account_go_then_the_tenant() {
     let h = harness();
     let t = deleting(h.ready(grid_tenant()).await);
