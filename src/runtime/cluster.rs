@@ -181,6 +181,15 @@ pub trait Kube: Send + Sync + 'static {
         data: BTreeMap<String, String>,
     ) -> BoxFuture<'a, Result<bool, SecretError>>;
 
+    /// Lets go of Secret `name` that keeper created for `owner` (deletion policy Retain): removes
+    /// `owner`'s owner reference so the garbage collector keeps it when `owner` goes, and the
+    /// credentials in it stay usable. Returns whether there was one to release.
+    fn release_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<bool>>;
+
     /// A JSON merge patch of the status subresource.
     fn patch_status<'a>(
         &'a self,
@@ -370,6 +379,37 @@ impl KubeApi {
 }
 
 impl Kube for KubeApi {
+    fn release_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<bool>> {
+        async move {
+            let Some(secret) = self.secret(&owner.namespace, name).await? else {
+                return Ok(false);
+            };
+            let Some(patch) = release_patch(&secret, owner) else {
+                return Ok(false);
+            };
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
+            match api
+                .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                .await
+            {
+                Ok(written) => {
+                    self.written
+                        .lock()
+                        .expect("written lock")
+                        .insert((owner.namespace.clone(), name.to_string()), written);
+                    Ok(true)
+                }
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+                Err(e) => Err(e),
+            }
+        }
+        .boxed()
+    }
+
     fn secret<'a>(
         &'a self,
         namespace: &'a str,
@@ -515,6 +555,19 @@ impl Kube for KubeApi {
     }
 }
 
+/// The JSON patch that removes `owner`'s reference from `secret` (tested, so a concurrent change
+/// fails instead of removing another owner's), or `None` when `owner` holds none.
+fn release_patch(secret: &Secret, owner: &Target) -> Option<json_patch::Patch> {
+    let references = secret.owner_references();
+    let index = references.iter().position(|r| r.uid == owner.uid)?;
+    let path = format!("/metadata/ownerReferences/{index}");
+    let ops = serde_json::json!([
+        {"op": "test", "path": format!("{path}/uid"), "value": owner.uid},
+        {"op": "remove", "path": path},
+    ]);
+    Some(serde_json::from_value(ops).expect("well-formed JSON patch"))
+}
+
 /// The Secret to write so that `name` holds exactly `data` for `owner`, or `None` when the
 /// existing one already does; a conflict when the name is taken by a Secret keeper did not create
 /// for `owner`. Shared by the real seam and the fake, so both decide alike.
@@ -578,6 +631,7 @@ pub mod fake {
     #[derive(Debug, Clone, PartialEq)]
     pub enum Call {
         ApplySecret { namespace: String, name: String },
+        ReleaseSecret { namespace: String, name: String },
         PatchStatus { name: String, patch: Value },
         PatchJson { name: String, patch: Value },
         Publish { name: String, note: Note },
@@ -677,6 +731,31 @@ pub mod fake {
     }
 
     impl Kube for FakeKube {
+        fn release_secret<'a>(
+            &'a self,
+            owner: &'a Target,
+            name: &'a str,
+        ) -> BoxFuture<'a, KubeResult<bool>> {
+            async move {
+                let key = (owner.namespace.clone(), name.to_string());
+                let mut secrets = self.secrets.lock().expect("lock");
+                let Some(secret) = secrets.get_mut(&key) else {
+                    return Ok(false);
+                };
+                if !owned_by(secret, owner) {
+                    return Ok(false);
+                }
+                secret.owner_references_mut().retain(|r| r.uid != owner.uid);
+                drop(secrets);
+                self.record(Call::ReleaseSecret {
+                    namespace: owner.namespace.clone(),
+                    name: name.to_string(),
+                });
+                Ok(true)
+            }
+            .boxed()
+        }
+
         fn secret<'a>(
             &'a self,
             namespace: &'a str,
@@ -871,5 +950,39 @@ mod tests {
             Some(theirs),
             "its owner reads it"
         );
+    }
+
+    #[tokio::test]
+    async fn a_released_secret_stays_with_its_data_and_no_longer_belongs_to_the_owner() {
+        let kube = FakeKube::default();
+        let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        kube.apply_secret(&owner(), "s", data.clone())
+            .await
+            .unwrap();
+        assert!(kube.release_secret(&owner(), "s").await.unwrap());
+        let kept = kube.secret("ns", "s").await.unwrap().expect("kept");
+        assert!(
+            !owned_by(&kept, &owner()),
+            "the garbage collector no longer deletes it"
+        );
+        assert_eq!(secret_data(&kept), data);
+        assert!(!kube.release_secret(&owner(), "s").await.unwrap(), "once");
+        assert!(!kube.release_secret(&owner(), "missing").await.unwrap());
+    }
+
+    #[test]
+    fn the_release_patch_removes_only_the_owners_reference_and_tests_it() {
+        let mut secret = Secret::default();
+        let other = Target {
+            uid: "uid-0".into(),
+            ..owner()
+        };
+        secret.metadata.owner_references =
+            Some(vec![other.owner_reference(), owner().owner_reference()]);
+        let patch = serde_json::to_value(release_patch(&secret, &owner()).unwrap()).unwrap();
+        assert_eq!(patch[0]["path"], "/metadata/ownerReferences/1/uid");
+        assert_eq!(patch[0]["value"], "uid-1");
+        assert_eq!(patch[1]["op"], "remove");
+        assert!(release_patch(&Secret::default(), &owner()).is_none());
     }
 }

@@ -134,6 +134,10 @@ async fn a_database_becomes_ready_with_secret_and_tags_and_each_policy_deletes_a
                     "Retain removes keeper's tags: {:?}",
                     instance.tag_list()
                 );
+                // The instance keeps running, so its connection details stay usable.
+                let secret = keeper_e2e_scenarios::secret_data(&env, &ns.name, "kept-connection")
+                    .expect("Retain keeps the connection Secret");
+                assert!(!secret["password"].is_empty());
             }
             _ => assert!(
                 instance.is_none(),

@@ -325,9 +325,17 @@ async fn cleanup_steps<B: DatabaseBackend>(
                     Err(e) if e.is_gone() => {}
                     Err(e) => return busy(e, out, deleting, generation),
                 }
+                // The instance keeps running and its connection details stay usable: the
+                // Secret is released from the resource so the garbage collector keeps it.
+                let secret = connection_secret_name(db);
+                let kept = cx.kube().release_secret(&Target::of(db), &secret).await?;
                 out.note(Note::normal(
                     "Retained",
-                    format!("deletionPolicy Retain: RDS instance {id} is left running, untagged"),
+                    if kept {
+                        format!("deletionPolicy Retain: RDS instance {id} is left running, untagged; its connection details stay in Secret {secret} (no longer owned by the CloudDatabase)")
+                    } else {
+                        format!("deletionPolicy Retain: RDS instance {id} is left running, untagged")
+                    },
                 ));
                 return Ok(Next::Release);
             }

@@ -556,6 +556,31 @@ async fn retain_removes_our_tags_and_leaves_the_instance() {
     assert!(left.tags.is_empty(), "{:?}", left.tags);
     assert_eq!(rds.calls("delete"), 0);
     assert!(cluster.events().contains(&"Retained".to_string()));
+    // The connection details stay usable: the Secret is kept, no longer owned by the resource.
+    let kept = cluster
+        .kube
+        .secrets
+        .lock()
+        .unwrap()
+        .get(&(
+            "shop".to_string(),
+            format!("{}-connection", db.metadata.name.as_deref().unwrap()),
+        ))
+        .cloned()
+        .expect("connection Secret kept");
+    assert!(
+        kept.metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty()
+    );
+    assert!(
+        !cluster.secret(&format!(
+            "{}-connection",
+            db.metadata.name.as_deref().unwrap()
+        ))["password"]
+            .is_empty()
+    );
 }
 
 #[tokio::test]

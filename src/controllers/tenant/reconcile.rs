@@ -109,7 +109,35 @@ pub async fn cleanup<B: Backends>(
             outcome.deletion_blocked("BucketsRemain", message, generation);
             return Ok(outcome);
         }
-        DeletionGate::Retain => return Ok(Outcome::new(status, Next::Release)),
+        DeletionGate::Retain => {
+            // The account stays, and so do its working credentials: the Secrets are released
+            // from the resource so the garbage collector keeps them.
+            let owner = Target::of(tenant);
+            let mut kept = Vec::new();
+            for secret in [credentials_secret_name(&name), root_secret_name(&name)] {
+                if cx.kube().release_secret(&owner, &secret).await? {
+                    kept.push(secret);
+                }
+            }
+            let mut outcome = Outcome::new(status, Next::Release);
+            let account = outcome
+                .status
+                .account_id
+                .as_deref()
+                .map_or(String::new(), |id| format!(" (account {id})"));
+            outcome.note(Note::normal(
+                "Retained",
+                if kept.is_empty() {
+                    format!("deletionPolicy Retain: the tenant's account{account} is kept")
+                } else {
+                    format!(
+                        "deletionPolicy Retain: the tenant's account{account} is kept, and its credentials stay usable in Secret(s) {} (no longer owned by the S3Tenant)",
+                        kept.join(", ")
+                    )
+                },
+            ));
+            return Ok(outcome);
+        }
         DeletionGate::Proceed => {}
     }
     let provider = match cx.shared.providers.get(&tenant.spec.provider) {

@@ -523,6 +523,34 @@ async fn retain_releases_the_tenant_and_keeps_the_account() {
     h.reconcile(&deleting(t)).await.unwrap();
     assert!(h.released());
     assert_eq!(h.accounts(), 1);
+    // Its credentials stay usable: the Secrets are kept, no longer owned by the S3Tenant.
+    for name in ["t-s3-credentials", "t-root-credentials"] {
+        let kept = h
+            .kube
+            .secrets
+            .lock()
+            .unwrap()
+            .get(&("ns".to_string(), name.to_string()))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} kept"));
+        assert!(
+            kept.metadata
+                .owner_references
+                .unwrap_or_default()
+                .is_empty(),
+            "{name}"
+        );
+    }
+    let retained = h.kube.notes();
+    let note = retained
+        .iter()
+        .find(|n| n.reason == "Retained")
+        .expect("a Retained event");
+    assert!(
+        note.message.contains("t-s3-credentials"),
+        "{}",
+        note.message
+    );
 }
 
 #[tokio::test]
