@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 
-use super::{BACKEND, MAX_DELETE_BATCH, S3Error, S3Store, classify};
+use super::{BACKEND, ErrorClass, MAX_DELETE_BATCH, S3Error, S3Store, classify};
 use crate::metrics::Metrics;
 
 /// Objects and bytes in a bucket, counting every version and delete marker (each must go before
@@ -80,8 +80,24 @@ impl S3Store {
             if usage.objects >= max_entries {
                 return Ok(Some(usage));
             }
-            key_marker = page.next_key_marker().map(str::to_string);
-            version_marker = page.next_version_id_marker().map(str::to_string);
+            let next = (
+                page.next_key_marker().map(str::to_string),
+                page.next_version_id_marker().map(str::to_string),
+            );
+            // A truncated page must say where to go on, and somewhere new: a server that
+            // repeats its marker would be listed forever.
+            if next.0.is_none() || next == (key_marker.clone(), version_marker.clone()) {
+                return Err(S3Error {
+                    operation: "list_object_versions",
+                    class: ErrorClass::Permanent,
+                    code: "RepeatedContinuationMarker".to_string(),
+                    message: format!(
+                        "the store answered a truncated listing of bucket {bucket} without a new continuation marker ({:?}); it does not page correctly",
+                        next.0
+                    ),
+                });
+            }
+            (key_marker, version_marker) = next;
         }
     }
 

@@ -374,3 +374,46 @@ async fn a_ca_bundle_makes_a_self_signed_store_trusted() {
         .is_err()
     );
 }
+
+#[tokio::test]
+async fn a_store_that_repeats_its_continuation_marker_is_an_error_not_an_endless_listing() {
+    use wiremock::matchers::{method, query_param};
+    use wiremock::{Mock, MockServer, ResponseTemplate};
+    let server = MockServer::builder()
+        .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+        .start()
+        .await;
+    let page = r#"<?xml version="1.0" encoding="UTF-8"?>
+<ListVersionsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+  <Name>b</Name><Prefix></Prefix><KeyMarker></KeyMarker><VersionIdMarker></VersionIdMarker>
+  <NextKeyMarker>a</NextKeyMarker><NextVersionIdMarker>1</NextVersionIdMarker>
+  <MaxKeys>1000</MaxKeys><IsTruncated>true</IsTruncated>
+  <Version><Key>a</Key><VersionId>1</VersionId><IsLatest>true</IsLatest><LastModified>2026-01-01T00:00:00.000Z</LastModified><Size>3</Size></Version>
+</ListVersionsResult>"#;
+    // Whatever the markers asked for, the same page (a store that ignores them).
+    Mock::given(method("GET"))
+        .and(query_param("versions", ""))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(page, "application/xml"))
+        .mount(&server)
+        .await;
+    let store = S3Store::new(&S3Settings {
+        endpoint: server.uri(),
+        region: "us-east-1".into(),
+        access_key_id: "AK".into(),
+        secret_access_key: "SK".into(),
+        force_path_style: true,
+        ca_bundle: None,
+    })
+    .unwrap();
+    let metrics = Metrics::new();
+    let err = tokio::time::timeout(Duration::from_secs(10), store.usage(&metrics, "b", 100_000))
+        .await
+        .expect("the listing ends")
+        .unwrap_err();
+    assert_eq!(err.code, "RepeatedContinuationMarker", "{err}");
+    assert_eq!(
+        server.received_requests().await.unwrap().len(),
+        2,
+        "one page, then the same marker again"
+    );
+}

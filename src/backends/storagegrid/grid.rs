@@ -84,6 +84,19 @@ impl Client {
                 .call::<(), _>(admin, "list_accounts", Method::GET, &path, None)
                 .await?;
             let done = page.len() < ACCOUNT_PAGE;
+            // A server that ignores the marker would answer the same page forever: a page must
+            // move past the previous one.
+            if let (Some(previous), Some(next)) = (all.last(), page.last())
+                && next.id <= previous.id
+            {
+                return Err(Error::InvalidResponse {
+                    operation: "list_accounts",
+                    message: format!(
+                        "the page after account {} ends at account {}: the grid does not honour the paging marker",
+                        previous.id, next.id
+                    ),
+                });
+            }
             all.extend(page);
             if done {
                 return Ok(all);

@@ -228,3 +228,27 @@ fn markers_match_whole_words_only() {
     ));
     assert!(!description_has_marker(None, "keeper.dev/owner-uid=1"));
 }
+
+#[tokio::test]
+async fn a_grid_that_ignores_the_paging_marker_is_an_error_not_an_endless_listing() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    let page: Vec<Value> = (0..ACCOUNT_PAGE)
+        .map(|i| account_json(&format!("{:020}", i + 1), "x"))
+        .collect();
+    Mock::given(method("GET"))
+        .and(path("/api/v4/grid/accounts"))
+        .respond_with(ok(Value::Array(page)))
+        .mount(&server)
+        .await;
+    let (client, _) = client(&server);
+    let err = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        client.list_accounts(&admin()),
+    )
+    .await
+    .expect("the listing ends")
+    .unwrap_err();
+    assert!(err.to_string().contains("paging marker"), "{err}");
+    assert!(!err.is_not_found(), "never read as gone");
+}
