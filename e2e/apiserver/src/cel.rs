@@ -248,7 +248,10 @@ fn check(
                 }
             });
             let field = match rule["fieldPath"].as_str() {
-                Some(f) if !f.is_empty() => format!("{}{f}", path),
+                Some(f) if !f.is_empty() && path.is_empty() => {
+                    f.trim_start_matches('.').to_string()
+                }
+                Some(f) if !f.is_empty() => format!("{path}{f}"),
                 _ => at.to_string(),
             };
             let cause = match rule["reason"].as_str() {
