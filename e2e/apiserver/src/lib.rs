@@ -55,6 +55,12 @@
 //!   with kube-apiserver's messages and causes, status subresource, printer columns, categories,
 //!   short names, `fieldValidation=Strict|Warn|Ignore` (Warn by default, as a `Warning` header);
 //!   no new objects while the CRD is terminating.
+//! - **CEL rules** (`x-kubernetes-validations`, module `cel`): evaluated on create and update
+//!   (also patch, apply and the status subresource) at every schema node with a value; transition
+//!   rules (`oldSelf`) only on update where the old object has a value at the same place;
+//!   `message`, `messageExpression`, `reason`, `fieldPath`, validation ratcheting; failures,
+//!   rules that do not compile and rules that fail to evaluate answer 422 Invalid with kube's
+//!   wording (`spec.provider: Invalid value: "string": <message>`).
 //! - **Events**: one store with core/v1 and events.k8s.io/v1 views (`note`↔`message`,
 //!   `regarding`↔`involvedObject`, `series`↔`count`/`lastTimestamp`, ...).
 //! - **Tables** (`as=Table;v=v1;g=meta.k8s.io`) for get, list and watch, `includeObject`;
@@ -86,8 +92,10 @@
 //!   ignored), and a field set by two managers is removed when either stops applying it.
 //! - Lists are served from the current state (a `continue` token does not pin a snapshot);
 //!   `resourceVersion`/`resourceVersionMatch` on lists are ignored.
-//! - CRD schemas: CEL `x-kubernetes-validations` (ignored), metadata constraints and `format`s
-//!   other than int32/int64 are not enforced; no version conversion (every served version
+//! - CEL rules (module `cel`): no static type checking or cost limits, CRDs with rules that do
+//!   not compile are accepted, no `optionalOldSelf`, `format`ted strings stay strings, no
+//!   Kubernetes CEL libraries (`quantity`, `url`, `ip`, ...).
+//! - CRD schemas: metadata constraints and `format`s other than int32/int64 are not enforced; no version conversion (every served version
 //!   returns the stored object with its `apiVersion` rewritten).
 //! - Built-in kinds are not schema-validated (beyond metadata and Secret data) and their OpenAPI
 //!   schemas are permissive, so `kubectl explain` shows no fields for them; strategic merge patch
@@ -101,6 +109,7 @@
 // are the exception on a test server, so boxing them would only add noise.
 #![allow(clippy::result_large_err)]
 
+pub mod cel;
 pub mod error;
 pub mod events;
 pub mod meta;

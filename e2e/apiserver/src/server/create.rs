@@ -204,7 +204,7 @@ pub(super) fn plan_create(
     }
     let mut warnings = Vec::new();
     strategy(st, def, &mut obj, None)?;
-    cr_schema(def, &mut obj, ctx, &mut warnings, &name)?;
+    cr_schema(def, &mut obj, None, ctx, &mut warnings, &name)?;
     let hooks = webhook::matching(st, def, "CREATE", &t.sub, &ns, Some(&view(def, &obj)), None);
     Ok(Plan {
         op: Op::Create,

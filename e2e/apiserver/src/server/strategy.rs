@@ -243,10 +243,12 @@ fn crd_strategy(obj: &mut Value, old: Option<&Value>) -> ApiResult<()> {
     Ok(())
 }
 
-/// Custom resources: prune unknown fields, apply defaults, validate.
+/// Custom resources: prune unknown fields, apply defaults, validate (the structural schema,
+/// then its CEL rules, with `old` for transition rules on update).
 pub(super) fn cr_schema(
     def: &ResDef,
     obj: &mut Value,
+    old: Option<&Value>,
     ctx: &Ctx,
     warnings: &mut Vec<String>,
     name: &str,
@@ -275,6 +277,7 @@ pub(super) fn cr_schema(
     schema::default(s, obj);
     let mut causes = Vec::new();
     schema::validate(s, obj, "", &mut causes);
+    crate::cel::validate(s, obj, old, &mut causes);
     if !causes.is_empty() {
         return Err(ApiError::invalid(&def.group, &def.kind, name, causes));
     }

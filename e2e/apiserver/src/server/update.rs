@@ -131,7 +131,7 @@ fn finish_update(
     }
     strategy(st, def, &mut new, Some(current))?;
     let mut warnings = Vec::new();
-    cr_schema(def, &mut new, ctx, &mut warnings, &name)?;
+    cr_schema(def, &mut new, Some(current), ctx, &mut warnings, &name)?;
     let spec_keys: &[&str] = if def.status_sub {
         &["metadata", "status"]
     } else {
