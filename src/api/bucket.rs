@@ -30,10 +30,10 @@ use super::names::{BUCKET_NAME_PATTERN, DURATION_PATTERN};
 )]
 #[x_kube(validation = Rule::new(
     "has(self.bucketName) == has(oldSelf.bucketName) && (!has(self.bucketName) || self.bucketName == oldSelf.bucketName)"
-).message("bucketName is immutable"))]
+).message("bucketName is immutable").field_path(".bucketName"))]
 #[x_kube(validation = Rule::new(
     "has(self.region) == has(oldSelf.region) && (!has(self.region) || self.region == oldSelf.region)"
-).message("region is immutable"))]
+).message("region is immutable").field_path(".region"))]
 #[serde(rename_all = "camelCase")]
 pub struct S3BucketSpec {
     /// The S3Tenant (in the same namespace) that owns the bucket. Immutable.

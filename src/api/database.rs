@@ -32,10 +32,10 @@ use serde::{Deserialize, Serialize};
 )]
 #[x_kube(validation = Rule::new(
     "has(self.databaseName) == has(oldSelf.databaseName) && (!has(self.databaseName) || self.databaseName == oldSelf.databaseName)"
-).message("databaseName is immutable: it is fixed when the instance is created"))]
+).message("databaseName is immutable: it is fixed when the instance is created").field_path(".databaseName"))]
 #[x_kube(validation = Rule::new(
     "has(self.masterUsername) == has(oldSelf.masterUsername) && (!has(self.masterUsername) || self.masterUsername == oldSelf.masterUsername)"
-).message("masterUsername is immutable: it is fixed when the instance is created"))]
+).message("masterUsername is immutable: it is fixed when the instance is created").field_path(".masterUsername"))]
 #[serde(rename_all = "camelCase")]
 pub struct CloudDatabaseSpec {
     /// Database engine. Immutable.

@@ -98,7 +98,7 @@ fn database_name_cannot_change() {
     );
     // The rule sits on `spec` (it compares presence too), so kube names `spec` as the field.
     assert!(
-        stderr.contains("The CloudDatabase \"orders\" is invalid: spec: Invalid value: \"object\": databaseName is immutable"),
+        stderr.contains("The CloudDatabase \"orders\" is invalid: spec.databaseName: Invalid value: \"object\": databaseName is immutable"),
         "{stderr}"
     );
     assert_eq!(spec(&env, n, "clouddatabase/orders"), before);

@@ -174,14 +174,14 @@ async fn has_rules_forbid_adding_removing_or_changing_optional_identity_fields()
     assert_eq!(code, 422, "{st}");
     assert_eq!(
         cause(&st),
-        "spec: Invalid value: \"object\": bucketName is immutable"
+        "spec.bucketName: Invalid value: \"object\": bucketName is immutable"
     );
     // region removed, then changed.
     let (code, st) = patch(&env, "s3buckets", "b", json!({"spec": {"region": null}})).await;
     assert_eq!(code, 422, "{st}");
     assert_eq!(
         cause(&st),
-        "spec: Invalid value: \"object\": region is immutable"
+        "spec.region: Invalid value: \"object\": region is immutable"
     );
     let (code, st) = patch(
         &env,
@@ -205,7 +205,7 @@ async fn has_rules_forbid_adding_removing_or_changing_optional_identity_fields()
     assert_eq!(code, 422, "{st}");
     assert_eq!(
         st["message"],
-        "CloudDatabase.keeper.dev \"d\" is invalid: [spec: Invalid value: \"object\": databaseName is immutable: it is fixed when the instance is created, spec: Invalid value: \"object\": masterUsername is immutable: it is fixed when the instance is created]"
+        "CloudDatabase.keeper.dev \"d\" is invalid: [spec.databaseName: Invalid value: \"object\": databaseName is immutable: it is fixed when the instance is created, spec.masterUsername: Invalid value: \"object\": masterUsername is immutable: it is fixed when the instance is created]"
     );
     let (code, st) = patch(
         &env,
