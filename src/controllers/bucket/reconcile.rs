@@ -350,7 +350,12 @@ async fn stop_drain_before_letting_go<B: BucketBackend>(
     else {
         return Ok(());
     };
-    backend.stop_drain(bucket).await?;
+    match backend.stop_drain(bucket).await {
+        Ok(()) => {}
+        // No bucket, nothing deleting in it.
+        Err(e) if e.is_gone() => tracing::info!(error = %e, "the bucket is gone from the backend"),
+        Err(e) => return Err(e.into()),
+    }
     out.note(drain::stopped_before_letting_go(&status, why));
     out.status.drain_status = None;
     out.observed = Cache::Forget;
