@@ -360,7 +360,11 @@ mod tests {
             panic!("must warn");
         };
         assert!(message.contains("2 bucket(s): logs, media"), "{message}");
-        assert!(message.contains("kubectl annotate s3bucket <name> keeper.dev/drain=true"));
+        assert!(
+            message.contains(
+                "kubectl annotate --overwrite s3bucket <name> keeper.dev/drain=$(date +%s)"
+            )
+        );
     }
 
     #[test]

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use super::DeletionPolicy;
 use super::names::{BUCKET_NAME_PATTERN, DURATION_PATTERN};
 
-/// A bucket inside an S3Tenant. Annotate it with `keeper.dev/drain=true` to delete every object in it;
-/// progress shows in `status.drainStatus` and in events.
+/// A bucket inside an S3Tenant. Annotate it with `keeper.dev/drain=<value>` (a new value, such as a
+/// timestamp, per request) to delete every object in it; progress shows in `status.drainStatus`
+/// and in events, the value handled last in `status.handledRequests.drain`.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "keeper.dev",
@@ -153,6 +154,22 @@ pub struct DrainStatus {
     /// Whether the backend or keeper deletes the objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<DrainMode>,
+    /// The value of the `keeper.dev/drain` annotation that started this drain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+}
+
+/// The last request keeper handled per request annotation: the annotation's value, copied
+/// literally. The same value again is no new request; a new value is.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HandledRequests {
+    /// The last `keeper.dev/drain` value handled (drained, found empty, or canceled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<String>,
+    /// The last `keeper.dev/rotate-credentials` value handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotate_credentials: Option<String>,
 }
 
 /// Observed state of an S3Bucket.
@@ -174,6 +191,10 @@ pub struct S3BucketStatus {
     /// Progress of the current drain, absent when no drain runs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain_status: Option<DrainStatus>,
+    /// The last request keeper handled per request annotation (never cleared; also recorded in
+    /// the annotations `keeper.dev/drain-handled` and `keeper.dev/rotate-credentials-handled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_requests: Option<HandledRequests>,
     /// Standard conditions: `Ready`, `DeletionBlocked`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,

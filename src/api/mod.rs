@@ -10,8 +10,8 @@ pub mod names;
 mod tenant;
 
 pub use bucket::{
-    BucketDrainSpec, BucketPhase, DrainMode, DrainStatus, S3Bucket, S3BucketSpec, S3BucketStatus,
-    TenantRef,
+    BucketDrainSpec, BucketPhase, DrainMode, DrainStatus, HandledRequests, S3Bucket, S3BucketSpec,
+    S3BucketStatus, TenantRef,
 };
 pub use database::{
     CloudDatabase, CloudDatabaseSpec, CloudDatabaseStatus, DatabaseDeletionPolicy,

@@ -149,8 +149,9 @@ async fn write_status<K: Keeper>(
 }
 
 /// The one place an outcome is written: the status (one patch, only when changed), the events
-/// (each distinct note once), and the consumed annotations (with `test` operations, so a value
-/// changed meanwhile is a new request and stays).
+/// (each distinct note once), the consumed annotations (with `test` operations, so a value
+/// changed meanwhile is a new request and stays) and the annotations keeper sets (in the same
+/// JSON patch, each `test`ed against the value read, so a concurrent write fails and retries).
 pub async fn write_outcome<K: Keeper>(
     kube: &dyn Kube,
     obj: &K,
@@ -165,17 +166,44 @@ pub async fn write_outcome<K: Keeper>(
             published.push(note);
         }
     }
-    let annotations = obj.meta().annotations.clone().unwrap_or_default();
+    let present = obj.meta().annotations.as_ref();
+    let annotations = present.cloned().unwrap_or_default();
+    let path = |key: &str| {
+        format!(
+            "/metadata/annotations/{}",
+            key.replace('~', "~0").replace('/', "~1")
+        )
+    };
     let mut ops = Vec::new();
     for key in &outcome.remove_annotations {
         if let Some(value) = annotations.get(*key) {
-            let path = format!(
-                "/metadata/annotations/{}",
-                key.replace('~', "~0").replace('/', "~1")
-            );
+            let path = path(key);
             ops.push(serde_json::json!({"op": "test", "path": path, "value": value}));
             ops.push(serde_json::json!({"op": "remove", "path": path}));
         }
+    }
+    let mut set: Vec<&(&'static str, String)> = outcome
+        .set_annotations
+        .iter()
+        .filter(|(key, value)| annotations.get(*key) != Some(value))
+        .collect();
+    if present.is_none() && !set.is_empty() {
+        // No annotations at all: create the map with every value at once.
+        let map: serde_json::Map<String, Value> = set
+            .drain(..)
+            .map(|(key, value)| (key.to_string(), Value::String(value.clone())))
+            .collect();
+        ops.push(serde_json::json!({"op": "test", "path": "/metadata/annotations", "value": null}));
+        ops.push(serde_json::json!({"op": "add", "path": "/metadata/annotations", "value": map}));
+    }
+    for (key, value) in set {
+        // `test` for null succeeds on a missing key (kube-apiserver's semantics).
+        let path = path(key);
+        let current = annotations
+            .get(*key)
+            .map_or(Value::Null, |v| v.as_str().into());
+        ops.push(serde_json::json!({"op": "test", "path": path, "value": current}));
+        ops.push(serde_json::json!({"op": "add", "path": path, "value": value}));
     }
     if !ops.is_empty() {
         let patch = serde_json::from_value(Value::Array(ops)).expect("well-formed JSON patch");

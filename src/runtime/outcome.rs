@@ -1,5 +1,5 @@
 //! Reporting as data: a reconcile returns an [`Outcome`] (the status it wants, the events to
-//! publish, annotations to remove, when to look again) and the shared flow writes it, once, in
+//! publish, annotations to remove or set, when to look again) and the shared flow writes it, once, in
 //! one place ([`super::write_outcome`]). Controllers never call the status patcher or the event
 //! recorder themselves.
 
@@ -74,6 +74,9 @@ pub struct Outcome<S> {
     pub notes: Vec<Note>,
     /// Annotations keeper consumed (a handled request) and removes.
     pub remove_annotations: Vec<&'static str>,
+    /// Annotations keeper owns and sets to a value (a record of a handled request); written only
+    /// when the object's value differs.
+    pub set_annotations: Vec<(&'static str, String)>,
     pub next: Next,
 }
 
@@ -83,6 +86,7 @@ impl<S: KeeperStatus> Outcome<S> {
             status,
             notes: Vec::new(),
             remove_annotations: Vec::new(),
+            set_annotations: Vec::new(),
             next,
         }
     }

@@ -164,6 +164,67 @@ async fn an_outcome_is_written_as_one_status_patch_its_events_and_annotation_rem
     );
 }
 
+/// The JSON patch the outcome wrote (annotations), if any.
+fn annotation_patch(kube: &FakeKube) -> Option<serde_json::Value> {
+    kube.calls().iter().find_map(|c| match c {
+        Call::PatchJson { patch, .. } => Some(patch.clone()),
+        _ => None,
+    })
+}
+
+#[tokio::test]
+async fn set_annotations_are_written_test_guarded_and_only_when_they_differ() {
+    let mut out = ready();
+    out.set_annotations
+        .push(("keeper.dev/drain-handled", "42".to_string()));
+    out.set_annotations
+        .push(("keeper.dev/drain", "true".to_string()));
+    let (kube, cx) = context(Ok(out.clone()));
+    testing::reconcile(&cx, tenant(true, false)).await.unwrap();
+    let patch = annotation_patch(&kube).expect("an annotation patch");
+    assert_eq!(
+        patch,
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/annotations/keeper.dev~1drain-handled", "value": null},
+            {"op": "add", "path": "/metadata/annotations/keeper.dev~1drain-handled", "value": "42"},
+        ]),
+        "a value already there is not written again"
+    );
+    // A value that changed is tested against what was read.
+    let (kube, cx) = context(Ok(out.clone()));
+    let mut obj = tenant(true, false);
+    obj.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("keeper.dev/drain-handled".into(), "7".into());
+    testing::reconcile(&cx, obj.clone()).await.unwrap();
+    let patch = annotation_patch(&kube).unwrap();
+    assert_eq!(patch[0]["value"], "7");
+    assert_eq!(patch[1]["value"], "42");
+    // Nothing to write when every value is already there.
+    obj.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("keeper.dev/drain-handled".into(), "42".into());
+    let (kube, cx) = context(Ok(out.clone()));
+    testing::reconcile(&cx, obj.clone()).await.unwrap();
+    assert_eq!(annotation_patch(&kube), None);
+    // An object without annotations gets the map, guarded by its absence.
+    obj.metadata.annotations = None;
+    let (kube, cx) = context(Ok(out));
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert_eq!(
+        annotation_patch(&kube).unwrap(),
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/annotations", "value": null},
+            {"op": "add", "path": "/metadata/annotations",
+             "value": {"keeper.dev/drain-handled": "42", "keeper.dev/drain": "true"}},
+        ])
+    );
+}
+
 #[tokio::test]
 async fn an_unchanged_status_writes_nothing() {
     let (kube, cx) = context(Ok(ready()));

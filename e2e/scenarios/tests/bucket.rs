@@ -175,7 +175,7 @@ async fn delete_blocked_then_drained_and_gone(env: &Env, ns: &str, provider: &st
         blocked["message"]
             .as_str()
             .unwrap()
-            .contains("kubectl annotate s3bucket big keeper.dev/drain=true"),
+            .contains("kubectl annotate --overwrite s3bucket big keeper.dev/drain=$(date +%s)"),
         "{blocked}"
     );
     std::thread::sleep(Duration::from_secs(3));
@@ -186,12 +186,18 @@ async fn delete_blocked_then_drained_and_gone(env: &Env, ns: &str, provider: &st
     );
     assert!(get(env, ns, "s3bucket/big").is_some());
 
+    // The command the message gives, with the value its `$(date +%s)` expands to.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
     env.kubectl(&[
         "annotate",
+        "--overwrite",
         "-n",
         ns,
         "s3bucket/big",
-        "keeper.dev/drain=true",
+        &format!("keeper.dev/drain={now}"),
     ])
     .unwrap();
     wait_until(
@@ -311,18 +317,24 @@ async fn drain_and_cancel(provider: &str) {
         "keeper.dev/drain=true",
     ])
     .unwrap();
+    // The request stays (keeper no longer removes it): the handled value is recorded instead.
     let obj = wait_for(
         &env,
         &ns.name,
         "s3bucket/full",
-        "drained, Ready, annotation removed",
+        "drained, Ready, request recorded as handled",
         Duration::from_secs(90),
         |o| {
             o["status"]["phase"] == "Ready"
                 && o["status"]["objectCount"] == 0
-                && o["metadata"]["annotations"]["keeper.dev/drain"].is_null()
+                && o["metadata"]["annotations"]["keeper.dev/drain-handled"] == "true"
         },
     );
+    assert_eq!(
+        obj["metadata"]["annotations"]["keeper.dev/drain"], "true",
+        "the request annotation stays: {obj:#}"
+    );
+    assert_eq!(obj["status"]["handledRequests"]["drain"], "true", "{obj:#}");
     assert!(
         obj["status"]["drainStatus"].is_null(),
         "drain status is cleaned up: {obj:#}"

@@ -1,5 +1,6 @@
 //! S3Bucket controller: creates the bucket in its tenant, publishes bucket credentials, refreshes
-//! usage on a timer, drains on request (annotation `keeper.dev/drain=true`) and deletes the bucket
+//! usage on a timer, drains on request (annotation `keeper.dev/drain=<value>`, a request per new
+//! value, see [`plan::requests`]) and deletes the bucket
 //! only once it is empty and only if keeper created it.
 //!
 //! Wiring only: the reconciler, its errors and `run`. Decisions live in [`plan`], storage calls
@@ -34,6 +35,10 @@ use reconcile::{Cache, Report};
 pub const DRAIN_ANNOTATION: &str = "keeper.dev/drain";
 pub const ADOPT_ANNOTATION: &str = "keeper.dev/adopt";
 pub const ROTATE_ANNOTATION: &str = "keeper.dev/rotate-credentials";
+/// keeper's record of the last `keeper.dev/drain` value it handled (see [`plan::requests`]).
+pub const DRAIN_HANDLED_ANNOTATION: &str = "keeper.dev/drain-handled";
+/// keeper's record of the last `keeper.dev/rotate-credentials` value it handled.
+pub const ROTATE_HANDLED_ANNOTATION: &str = "keeper.dev/rotate-credentials-handled";
 
 /// Usage is listed at most this often outside drains (listing can be expensive).
 const USAGE_REFRESH: Duration = runtime::RESYNC;

@@ -1,6 +1,6 @@
 //! Performs the plan: resolves the tenant and its storage, observes the bucket, decides with
 //! [`super::plan`], acts through [`BucketBackend`] and reports everything as an [`Outcome`] that
-//! the shared runtime writes (status, events, consumed annotations).
+//! the shared runtime writes (status, events, the handled-request annotations).
 //!
 //! [`apply_bucket`] and [`cleanup_bucket`] hold the state machine and talk to the storage only
 //! through the backend trait, so they are tested against an in-memory fake; [`apply`] and
@@ -15,9 +15,9 @@ use kube::ResourceExt;
 use super::backend::{BucketBackend, Connect, DesiredBucket, KeyPlan, Observed, Owner, Wait};
 use super::plan::drain::{self, DrainSettings, DrainStep};
 use super::plan::lifecycle::{self, TenantGate};
+use super::plan::requests::{self, Kind, Request};
 use super::{
-    ADOPT_ANNOTATION, CLIENT_DRAIN_CONTINUE, DRAIN_ANNOTATION, Error, ROTATE_ANNOTATION,
-    S3BucketReconciler, SHORT_RETRY, USAGE_REFRESH,
+    ADOPT_ANNOTATION, CLIENT_DRAIN_CONTINUE, Error, S3BucketReconciler, SHORT_RETRY, USAGE_REFRESH,
 };
 use crate::api::names::{default_bucket_name, validate_bucket_name};
 use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus};
@@ -30,6 +30,30 @@ use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
 /// Whether an annotation is set to `true`.
 pub fn annotated(obj: &S3Bucket, key: &str) -> bool {
     obj.annotations().get(key).is_some_and(|v| v == "true")
+}
+
+/// What request annotation `kind` asks for: none, a value already handled, or a new request.
+pub fn request(obj: &S3Bucket, kind: Kind) -> Request {
+    let annotation = |key: &str| obj.annotations().get(key).map(String::as_str);
+    requests::state(
+        annotation(kind.annotation()),
+        kind.recorded(
+            obj.status
+                .as_ref()
+                .and_then(|s| s.handled_requests.as_ref()),
+        ),
+        annotation(kind.handled_annotation()),
+    )
+}
+
+/// Records `value` as the request of `kind` handled last, in status and in keeper's annotation.
+/// Each is written only when it differs, so recording an already handled value again repairs a
+/// record that was lost (a failed write, a restore without status) and otherwise writes nothing.
+fn record_handled(out: &mut Outcome<S3BucketStatus>, kind: Kind, value: &str) {
+    kind.record(&mut out.status.handled_requests, value);
+    let key = kind.handled_annotation();
+    out.set_annotations.retain(|(k, _)| *k != key);
+    out.set_annotations.push((key, value.to_string()));
 }
 
 /// Everything the bucket logic reads besides the backend.
@@ -144,9 +168,13 @@ async fn run_drain<B: BucketBackend>(
     let obj = view.obj;
     let generation = obj.metadata.generation;
     let bucket = &view.desired.name;
-    let wants = annotated(obj, DRAIN_ANNOTATION);
+    let request = request(obj, Kind::Drain);
+    if let Request::Handled(value) = &request {
+        record_handled(out, Kind::Drain, value);
+    }
     let current = out.status.drain_status.clone();
     let ours = drain::is_ours(current.as_ref());
+    let wants = requests::wants_drain(&request, ours);
     let due = current
         .as_ref()
         .is_none_or(|status| drain::poll_due(status, view.now));
@@ -204,13 +232,14 @@ async fn run_drain<B: BucketBackend>(
         DrainStep::Idle => {}
         DrainStep::Initiate => {
             backend.start_drain(bucket).await?;
-            let (status, note) = drain::initiate(
+            let (mut status, note) = drain::initiate(
                 observed.objects,
                 observed.bytes,
                 mode,
                 &view.drain,
                 view.now,
             );
+            status.request = request.value().map(str::to_string);
             out.note(note);
             out.next = Next::Requeue(if client_side {
                 CLIENT_DRAIN_CONTINUE
@@ -221,7 +250,9 @@ async fn run_drain<B: BucketBackend>(
         }
         DrainStep::AlreadyEmpty => {
             out.note(drain::already_empty());
-            out.remove_annotations.push(DRAIN_ANNOTATION);
+            if let Some(value) = request.value() {
+                record_handled(out, Kind::Drain, value);
+            }
         }
         DrainStep::Poll => {
             let status = current.expect("a poll runs on our drain");
@@ -261,7 +292,11 @@ async fn run_drain<B: BucketBackend>(
             }
             out.notes.extend(drain::complete(&status));
             out.status.drain_status = None;
-            out.remove_annotations.push(DRAIN_ANNOTATION);
+            // The request annotation stays (a GitOps tool may own it): the value is recorded.
+            if let Some(value) = requests::drain_handled_value(&request, status.request.as_deref())
+            {
+                record_handled(out, Kind::Drain, value);
+            }
             // The observation still shows the backend draining: drop it, or the next reconcile
             // would take the stopped drain for an orphan.
             out.observed = Cache::Forget;
@@ -272,6 +307,11 @@ async fn run_drain<B: BucketBackend>(
             out.notes
                 .push(drain::cancel(&status, Some(observed.objects)));
             out.status.drain_status = None;
+            // The same value put back later is no new request.
+            if let Some(value) = requests::drain_handled_value(&request, status.request.as_deref())
+            {
+                record_handled(out, Kind::Drain, value);
+            }
             out.observed = Cache::Forget;
         }
         DrainStep::CancelOrphan => {
@@ -293,6 +333,35 @@ async fn run_drain<B: BucketBackend>(
     }
 }
 
+/// Every path that lets go of a bucket (deletionPolicy Retain, a bucket that turned out not to
+/// be ours) stops a drain of ours first, so that the backend does not go on deleting the objects
+/// of a bucket keeper no longer looks after, and says so in an event.
+async fn stop_drain_before_letting_go<B: BucketBackend>(
+    backend: &B,
+    bucket: &str,
+    out: &mut Report,
+    why: &str,
+) -> Result<(), Error> {
+    let Some(status) = out
+        .status
+        .drain_status
+        .clone()
+        .filter(|s| drain::is_ours(Some(s)))
+    else {
+        return Ok(());
+    };
+    match backend.stop_drain(bucket).await {
+        Ok(()) => {}
+        // No bucket, nothing deleting in it.
+        Err(e) if e.is_gone() => tracing::info!(error = %e, "the bucket is gone from the backend"),
+        Err(e) => return Err(e.into()),
+    }
+    out.note(drain::stopped_before_letting_go(&status, why));
+    out.status.drain_status = None;
+    out.observed = Cache::Forget;
+    Ok(())
+}
+
 /// Reconciles a live bucket: create or converge it, refresh usage, run the drain machine.
 pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result<Report, Error> {
     let obj = view.obj;
@@ -303,6 +372,13 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
         match backend.ensure(&view.desired).await? {
             Owner::Us => {}
             Owner::Someone(message) => {
+                stop_drain_before_letting_go(
+                    backend,
+                    &view.desired.name,
+                    &mut out,
+                    "the bucket is not keeper's",
+                )
+                .await?;
                 out.fail(
                     "BucketNotOwned",
                     format!(
@@ -372,6 +448,25 @@ pub async fn cleanup_bucket<B: BucketBackend>(
     }
 }
 
+/// Releases a resource with `deletionPolicy: Retain`: the bucket and its objects stay, and a drain
+/// of ours is stopped first (the user chose to keep what is left).
+pub async fn retain_bucket<B: BucketBackend>(
+    backend: &B,
+    view: &View<'_>,
+) -> Result<Report, Error> {
+    let mut out = Report::new(deleting_status(view.obj), USAGE_REFRESH);
+    stop_drain_before_letting_go(
+        backend,
+        &view.desired.name,
+        &mut out,
+        "deletionPolicy is Retain",
+    )
+    .await?;
+    out.note(Note::normal("BucketRetained", lifecycle::RETAINED_MESSAGE));
+    out.next = Next::Release;
+    Ok(out)
+}
+
 fn deleting_status(obj: &S3Bucket) -> S3BucketStatus {
     let mut status = obj.status.clone().unwrap_or_default();
     status.phase = Some(BucketPhase::Deleting);
@@ -390,6 +485,8 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
             return Ok(out);
         }
         Owner::Someone(message) => {
+            stop_drain_before_letting_go(backend, bucket, &mut out, "the bucket is not keeper's")
+                .await?;
             out.note(Note::normal(
                 "BucketRetained",
                 format!("{message}; released without deleting it"),
@@ -609,13 +706,11 @@ pub async fn cleanup<C: Connect>(
     cx: &Context<S3BucketReconciler<C>>,
     obj: &S3Bucket,
 ) -> Result<Outcome<S3BucketStatus>, Error> {
-    if obj.spec.deletion_policy == DeletionPolicy::Retain {
+    let draining = drain::is_ours(obj.status.as_ref().and_then(|s| s.drain_status.as_ref()));
+    if obj.spec.deletion_policy == DeletionPolicy::Retain && !draining {
         let mut out = Outcome::new(obj.status.clone().unwrap_or_default(), Next::Release);
         if !lifecycle::never_created(obj) {
-            out.note(Note::normal(
-                "BucketRetained",
-                "deletionPolicy is Retain: the bucket and its objects stay on the backend",
-            ));
+            out.note(Note::normal("BucketRetained", lifecycle::RETAINED_MESSAGE));
         }
         return Ok(out);
     }
@@ -631,7 +726,12 @@ pub async fn cleanup<C: Connect>(
         Ok(Err(wait)) => return Ok(waiting(obj, wait, true)),
         Err(e) => return Err(e),
     };
-    let report = cleanup_bucket(&resolved.backend, &resolved.view).await?;
+    let report = if obj.spec.deletion_policy == DeletionPolicy::Retain {
+        // A drain runs: it is stopped before the bucket is let go.
+        retain_bucket(&resolved.backend, &resolved.view).await?
+    } else {
+        cleanup_bucket(&resolved.backend, &resolved.view).await?
+    };
     cx.reconciler.settle(obj, &report);
     Ok(report.outcome)
 }
@@ -649,7 +749,11 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
     let name = format!("{}-credentials", obj.name_any());
     let current = owned_secret(cx.kube(), &Target::of(obj), &name).await?;
     let published = current.as_ref().and_then(lifecycle::keys_from);
-    let rotate = annotated(obj, ROTATE_ANNOTATION);
+    let rotation = request(obj, Kind::RotateCredentials);
+    if let Request::Handled(value) = &rotation {
+        record_handled(out, Kind::RotateCredentials, value);
+    }
+    let rotate = rotation.is_pending();
     let plan = backend.keys(bucket, published.as_ref(), rotate).await?;
     let issued = matches!(plan, KeyPlan::Publish { .. });
     let (keys, retire) = match (plan, published) {
@@ -683,7 +787,10 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
             )
         };
         out.note(Note::normal("CredentialsRotated", note));
-        out.remove_annotations.push(ROTATE_ANNOTATION);
+        // The request annotation stays (a GitOps tool may own it): the value is recorded.
+        if let Some(value) = rotation.value() {
+            record_handled(out, Kind::RotateCredentials, value);
+        }
     }
     Ok(())
 }

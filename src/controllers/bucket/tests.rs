@@ -57,10 +57,22 @@ fn s3bucket() -> S3Bucket {
 }
 
 fn annotate(b: &mut S3Bucket, key: &str) {
+    annotate_with(b, key, "true");
+}
+
+fn annotate_with(b: &mut S3Bucket, key: &str, value: &str) {
     b.metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(key.into(), "true".into());
+        .insert(key.into(), value.into());
+}
+
+fn annotation<'a>(b: &'a S3Bucket, key: &str) -> Option<&'a str> {
+    b.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
 }
 
 fn unannotate(b: &mut S3Bucket, keys: &[&str]) {
@@ -98,6 +110,9 @@ fn view<'a>(obj: &'a S3Bucket, now: Timestamp, cached: Option<Observed>) -> View
 fn write_back(obj: &mut S3Bucket, out: &Report) -> Vec<&'static str> {
     obj.status = Some(out.status.clone());
     unannotate(obj, &out.remove_annotations);
+    for (key, value) in &out.set_annotations {
+        annotate_with(obj, key, value);
+    }
     out.notes.iter().map(|n| n.reason).collect()
 }
 
@@ -226,7 +241,9 @@ async fn deletion_with_objects_blocks_once_then_drains_and_deletes_on_request() 
     assert!(
         blocked
             .message
-            .contains("kubectl annotate s3bucket b keeper.dev/drain=true")
+            .contains("kubectl annotate --overwrite s3bucket b keeper.dev/drain=$(date +%s)"),
+        "{}",
+        blocked.message
     );
     assert_eq!(write_back(&mut obj, &out), ["DeletionBlocked"]);
     // Someone adds objects meanwhile: the message follows the count, the warning is not repeated.
@@ -373,17 +390,37 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
     assert_eq!(out.status.phase, Some(BucketPhase::Ready));
     assert_eq!(out.status.drain_status, None);
     assert_eq!(out.status.object_count, Some(0));
-    assert_eq!(out.remove_annotations, [DRAIN_ANNOTATION]);
+    // The request stays; the value is recorded as handled in status and in keeper's annotation.
+    assert!(out.remove_annotations.is_empty());
+    assert_eq!(
+        out.status
+            .handled_requests
+            .as_ref()
+            .unwrap()
+            .drain
+            .as_deref(),
+        Some("true")
+    );
+    assert_eq!(
+        out.set_annotations,
+        [(DRAIN_HANDLED_ANNOTATION, "true".to_string())]
+    );
+    assert_eq!(annotation(&obj, DRAIN_ANNOTATION), Some("true"));
     // Completion returns the bucket to write mode.
     assert!(!fake.bucket(NAME).unwrap().draining);
-    // The annotation's removal that follows is not mistaken for an orphaned drain.
+    // The annotation that stays is a handled request: no new drain, and no orphan either.
     let cached = cache_of(&out, None);
     fake.take_calls();
     let after = apply_bucket(&fake, &view(&obj, at(541), cached))
         .await
         .unwrap();
     assert!(after.notes.is_empty(), "{:?}", after.notes);
-    assert!(!fake.take_calls().contains(&"stop_drain".to_string()));
+    assert_eq!(
+        after.status,
+        obj.status.clone().unwrap(),
+        "nothing to write"
+    );
+    assert!(!fake.take_calls().iter().any(|c| c.contains("drain")));
 }
 
 #[tokio::test]
@@ -462,8 +499,14 @@ async fn an_orphaned_backend_drain_is_stopped_and_an_empty_bucket_needs_no_drain
         .await
         .unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::ALREADY_EMPTY]);
-    assert_eq!(out.remove_annotations, [DRAIN_ANNOTATION]);
+    assert!(out.remove_annotations.is_empty());
+    assert_eq!(annotation(&obj, DRAIN_HANDLED_ANNOTATION), Some("true"));
     assert_eq!(out.status.drain_status, None);
+    // Handled: the same value again says nothing more.
+    let again = apply_bucket(&empty, &view(&obj, at(1), None))
+        .await
+        .unwrap();
+    assert!(again.notes.is_empty(), "{:?}", again.notes);
 }
 
 #[tokio::test]
@@ -699,4 +742,267 @@ async fn a_refused_delete_of_a_seemingly_empty_bucket_is_shown_and_retried() {
         .await
         .unwrap();
     assert_eq!(out.next, Next::Release);
+}
+
+/// A Ready bucket of ours, as recorded in status.
+fn ready_bucket() -> S3Bucket {
+    let mut obj = s3bucket();
+    obj.status = Some(S3BucketStatus {
+        phase: Some(BucketPhase::Ready),
+        bucket_name: Some(NAME.into()),
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    obj
+}
+
+/// Reconciles until the drain machine is idle again; returns the event reasons.
+async fn drain_to_the_end(fake: &Fake, obj: &mut S3Bucket, mut now: i64) -> Vec<&'static str> {
+    let mut reasons = Vec::new();
+    let deadline = now + 100_000;
+    loop {
+        let out = apply_bucket(fake, &view(obj, at(now), None)).await.unwrap();
+        reasons.extend(write_back(obj, &out));
+        if out.status.phase == Some(BucketPhase::Ready) {
+            return reasons;
+        }
+        now += 200;
+        assert!(
+            now < deadline,
+            "the drain never finished: {reasons:?} {:?} {:?}",
+            out.status,
+            fake.take_calls()
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_same_drain_value_again_is_a_no_op_and_a_new_value_drains_again() {
+    let fake = Fake::new(DrainMode::ClientSide).with(NAME, {
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 1500,
+            ..Default::default()
+        }
+    });
+    let mut obj = ready_bucket();
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "1700000000");
+    let reasons = drain_to_the_end(&fake, &mut obj, 0).await;
+    assert!(reasons.contains(&drain::COMPLETE), "{reasons:?}");
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 0);
+    assert_eq!(annotation(&obj, DRAIN_ANNOTATION), Some("1700000000"));
+    assert_eq!(
+        annotation(&obj, DRAIN_HANDLED_ANNOTATION),
+        Some("1700000000")
+    );
+    // New objects, the same request (a GitOps tool re-applying its manifest): they stay.
+    fake.buckets.lock().unwrap().get_mut(NAME).unwrap().objects = 40;
+    fake.take_calls();
+    for now in [100_000, 100_400] {
+        let out = apply_bucket(&fake, &view(&obj, at(now), None))
+            .await
+            .unwrap();
+        assert!(out.notes.is_empty(), "{:?}", out.notes);
+        assert_eq!(out.status.phase, Some(BucketPhase::Ready));
+        write_back(&mut obj, &out);
+    }
+    assert_eq!(fake.take_calls(), ["observe", "observe"], "no drain call");
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 40);
+    // `true` is a value like any other: a new request the first time.
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "true");
+    let reasons = drain_to_the_end(&fake, &mut obj, 101_000).await;
+    assert_eq!(reasons.first(), Some(&drain::STARTED));
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 0);
+    assert_eq!(
+        obj.status
+            .as_ref()
+            .unwrap()
+            .handled_requests
+            .as_ref()
+            .unwrap()
+            .drain
+            .as_deref(),
+        Some("true")
+    );
+}
+
+#[tokio::test]
+async fn a_handled_value_survives_a_restore_without_status_and_a_lost_annotation_write() {
+    let fake = Fake::new(DrainMode::ClientSide).with(NAME, {
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 30,
+            ..Default::default()
+        }
+    });
+    // Restored from a backup without status: only keeper's annotation remembers the request.
+    let mut obj = ready_bucket();
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "a");
+    annotate_with(&mut obj, DRAIN_HANDLED_ANNOTATION, "a");
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert!(out.notes.is_empty(), "{:?}", out.notes);
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 30, "nothing drained");
+    assert_eq!(
+        out.status
+            .handled_requests
+            .as_ref()
+            .unwrap()
+            .drain
+            .as_deref(),
+        Some("a"),
+        "status learns the handled value back"
+    );
+    // The annotation's write was lost: status alone is enough, and the annotation is repaired.
+    let mut obj = ready_bucket();
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "a");
+    obj.status.as_mut().unwrap().handled_requests = Some(crate::api::HandledRequests {
+        drain: Some("a".into()),
+        rotate_credentials: None,
+    });
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert!(
+        !out.notes
+            .iter()
+            .any(|n| n.reason.starts_with("BucketDrain")),
+        "{:?}",
+        out.notes
+    );
+    assert_eq!(
+        out.status.handled_requests,
+        obj.status.as_ref().unwrap().handled_requests
+    );
+    assert_eq!(
+        out.set_annotations,
+        [(DRAIN_HANDLED_ANNOTATION, "a".to_string())]
+    );
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 30);
+}
+
+#[tokio::test]
+async fn a_canceled_drain_records_its_value_so_putting_it_back_does_not_drain() {
+    let mut fake = Fake::new(DrainMode::ServerSide).with(NAME, {
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 900,
+            ..Default::default()
+        }
+    });
+    fake.server_rate = 100;
+    let mut obj = ready_bucket();
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "v1");
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    write_back(&mut obj, &out);
+    assert_eq!(
+        obj.status
+            .as_ref()
+            .unwrap()
+            .drain_status
+            .as_ref()
+            .unwrap()
+            .request
+            .as_deref(),
+        Some("v1"),
+        "the drain records the request it serves"
+    );
+    unannotate(&mut obj, &[DRAIN_ANNOTATION]);
+    let out = apply_bucket(&fake, &view(&obj, at(30), None))
+        .await
+        .unwrap();
+    assert_eq!(write_back(&mut obj, &out), [drain::CANCELED]);
+    assert!(!fake.bucket(NAME).unwrap().draining);
+    assert_eq!(annotation(&obj, DRAIN_HANDLED_ANNOTATION), Some("v1"));
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "v1");
+    let out = apply_bucket(&fake, &view(&obj, at(60), None))
+        .await
+        .unwrap();
+    assert!(out.notes.is_empty(), "{:?}", out.notes);
+    assert!(!fake.bucket(NAME).unwrap().draining);
+}
+
+/// A bucket of ours with a server-side drain running, as recorded in status.
+async fn server_side_drain_running() -> (Fake, S3Bucket) {
+    let fake = Fake::new(DrainMode::ServerSide).with(NAME, {
+        FakeBucket {
+            owner: Some(UID.into()),
+            objects: 900,
+            ..Default::default()
+        }
+    });
+    let mut obj = ready_bucket();
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "now");
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    write_back(&mut obj, &out);
+    assert!(fake.bucket(NAME).unwrap().draining);
+    fake.take_calls();
+    (fake, obj)
+}
+
+#[tokio::test]
+async fn a_retained_bucket_deleted_during_a_server_side_drain_stops_the_drain_first() {
+    let (fake, mut obj) = server_side_drain_running().await;
+    obj.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
+    obj.metadata.deletion_timestamp = Some(Time(at(10)));
+    let out = reconcile::retain_bucket(&fake, &view(&obj, at(10), None))
+        .await
+        .unwrap();
+    assert_eq!(out.next, Next::Release);
+    assert_eq!(fake.take_calls(), ["stop_drain"]);
+    let bucket = fake.bucket(NAME).unwrap();
+    assert!(!bucket.draining, "the grid stops deleting");
+    assert_eq!(bucket.objects, 900, "the retained bucket keeps its objects");
+    let reasons: Vec<_> = out.notes.iter().map(|n| n.reason).collect();
+    assert_eq!(reasons, [drain::CANCELED, "BucketRetained"]);
+    assert!(
+        out.notes[0].message.contains("deletionPolicy is Retain")
+            && out.notes[0].message.contains("told the backend to stop"),
+        "{:?}",
+        out.notes[0]
+    );
+    assert_eq!(out.status.drain_status, None);
+}
+
+#[tokio::test]
+async fn a_bucket_found_not_ours_during_a_drain_stops_the_drain_before_it_is_let_go() {
+    // Deletion: released without deleting the bucket, the drain stopped first.
+    let (fake, mut obj) = server_side_drain_running().await;
+    fake.buckets.lock().unwrap().get_mut(NAME).unwrap().owner = Some("someone".into());
+    obj.metadata.deletion_timestamp = Some(Time(at(10)));
+    let out = cleanup_bucket(&fake, &view(&obj, at(10), None))
+        .await
+        .unwrap();
+    assert_eq!(out.next, Next::Release);
+    assert_eq!(fake.take_calls(), ["owner", "stop_drain"]);
+    assert!(!fake.bucket(NAME).unwrap().draining);
+    let reasons: Vec<_> = out.notes.iter().map(|n| n.reason).collect();
+    assert_eq!(reasons, [drain::CANCELED, "BucketRetained"]);
+    // Live: a spec change finds the bucket someone else's (BucketNotOwned), the drain stops too.
+    let (fake, mut obj) = server_side_drain_running().await;
+    fake.buckets.lock().unwrap().get_mut(NAME).unwrap().owner = Some("someone".into());
+    obj.metadata.generation = Some(2);
+    let out = apply_bucket(&fake, &view(&obj, at(10), None))
+        .await
+        .unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Failed));
+    assert!(!fake.bucket(NAME).unwrap().draining);
+    assert_eq!(out.status.drain_status, None);
+    assert_eq!(out.notes[0].reason, drain::CANCELED);
+    assert!(out.notes[0].message.contains("not keeper's"));
+}
+
+#[tokio::test]
+async fn a_retained_bucket_gone_from_the_backend_mid_drain_is_still_released() {
+    let (fake, mut obj) = server_side_drain_running().await;
+    obj.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
+    *fake.fail_next.lock().unwrap() = Some(crate::backends::error::ErrorClass::NotFound);
+    let out = reconcile::retain_bucket(&fake, &view(&obj, at(10), None))
+        .await
+        .unwrap();
+    assert_eq!(out.next, Next::Release);
+    // Any other failure to stop the drain keeps the resource until the drain is stopped.
+    *fake.fail_next.lock().unwrap() = Some(crate::backends::error::ErrorClass::Transient);
+    assert!(
+        reconcile::retain_bucket(&fake, &view(&obj, at(20), None))
+            .await
+            .is_err()
+    );
 }

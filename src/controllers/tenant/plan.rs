@@ -243,7 +243,7 @@ pub fn buckets_remain_message(tenant: &str, buckets: &RemainingBuckets) -> Strin
     }
     let mut message = format!(
         "S3Tenant {tenant} still holds {count} bucket(s): {listed}. keeper does not delete buckets for you: \
-         drain each one with `kubectl annotate s3bucket <name> keeper.dev/drain=true`, \
+         drain each one with `kubectl annotate --overwrite s3bucket <name> keeper.dev/drain=$(date +%s)`, \
          then delete it with `kubectl delete s3bucket <name>`."
     );
     if !buckets.unmanaged.is_empty() {
@@ -443,7 +443,7 @@ mod tests {
         assert_eq!(
             message,
             "S3Tenant team-a still holds 2 bucket(s): logs, media. keeper does not delete buckets for you: \
-             drain each one with `kubectl annotate s3bucket <name> keeper.dev/drain=true`, \
+             drain each one with `kubectl annotate --overwrite s3bucket <name> keeper.dev/drain=$(date +%s)`, \
              then delete it with `kubectl delete s3bucket <name>`. \
              The tenant is deleted as soon as no bucket remains."
         );

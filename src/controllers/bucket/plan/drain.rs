@@ -1,5 +1,6 @@
-//! The drain state machine (annotation `keeper.dev/drain=true`): pure functions from the drain
-//! status, the annotation and the observed bucket to the next step, one function per transition.
+//! The drain state machine (annotation `keeper.dev/drain`, a request per value, see
+//! [`super::requests`]): pure functions from the drain status, whether a drain is wanted and the
+//! observed bucket to the next step, one function per transition.
 //! The controller performs the backend calls the step needs and publishes the events returned here.
 
 use std::time::Duration;
@@ -135,6 +136,7 @@ pub fn initiate(
             Duration::ZERO,
         ))),
         mode: Some(mode),
+        request: None,
     };
     let note = Note::normal(
         STARTED,
@@ -206,8 +208,8 @@ pub fn poll_due(current: &DrainStatus, now: Timestamp) -> bool {
     elapsed(current.last_checked_at.as_ref(), now) >= interval
 }
 
-/// Transition: the bucket is empty. The drain status goes (the caller also removes the
-/// annotation). The deletions since the last poll are reported as progress first, so that every
+/// Transition: the bucket is empty. The drain status goes (the caller records the request as
+/// handled; the annotation stays). The deletions since the last poll are reported as progress first, so that every
 /// drain that deleted something shows start, progress and completion.
 pub fn complete(current: &DrainStatus) -> Vec<Note> {
     let mut notes = Vec::new();
@@ -249,12 +251,28 @@ pub fn cancel(current: &DrainStatus, objects_left: Option<i64>) -> Note {
     )
 }
 
+/// Transition: keeper lets go of the bucket (deletionPolicy Retain, a bucket not keeper's) while a
+/// drain of ours runs: the drain is stopped first and what remains stays.
+pub fn stopped_before_letting_go(current: &DrainStatus, why: &str) -> Note {
+    let how = match current.mode {
+        Some(DrainMode::ServerSide) => "told the backend to stop deleting objects",
+        _ => "stopped deleting objects",
+    };
+    Note::normal(
+        CANCELED,
+        format!(
+            "Drain stopped before keeper lets go of the bucket ({why}): {how}; the objects not yet deleted stay (it started with {} objects, {} remained at the last check)",
+            current.initial_object_count, current.previous_object_count
+        ),
+    )
+}
+
 /// Transition: the backend runs a drain nobody asked for through this resource.
 pub fn cancel_orphan() -> Note {
     Note::warning(
         ORPHANED,
         format!(
-            "The backend was deleting objects from this bucket without a drain requested here; stopped it (annotate with {}=true to drain)",
+            "The backend was deleting objects from this bucket without a new drain requested here; stopped it (set {} to a new value to drain)",
             crate::controllers::bucket::DRAIN_ANNOTATION
         ),
     )

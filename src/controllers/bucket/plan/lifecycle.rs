@@ -76,10 +76,16 @@ pub fn never_created(bucket: &S3Bucket) -> bool {
         .is_none_or(|s| s.bucket_name.is_none())
 }
 
-/// The `DeletionBlocked` message: the object count and the exact command that unblocks it.
+/// The event of a resource released with `deletionPolicy: Retain`.
+pub const RETAINED_MESSAGE: &str =
+    "deletionPolicy is Retain: the bucket and its objects stay on the backend";
+
+/// The `DeletionBlocked` message: the object count and the exact command that unblocks it (a
+/// drain is a request per value: a value handled before asks for nothing, so the command sets a
+/// fresh one).
 pub fn not_empty_message(bucket: &S3Bucket, objects: i64) -> String {
     format!(
-        "the bucket holds {objects} objects and is not deleted while it holds data; to delete every object and then the bucket, run: kubectl annotate s3bucket {} {DRAIN_ANNOTATION}=true -n {}",
+        "the bucket holds {objects} objects and is not deleted while it holds data; to delete every object and then the bucket, run: kubectl annotate --overwrite s3bucket {} {DRAIN_ANNOTATION}=$(date +%s) -n {} (a drain is a request per value: a value keeper handled before does nothing)",
         bucket.name_any(),
         bucket.namespace().unwrap_or_default()
     )
@@ -238,7 +244,9 @@ mod tests {
     fn the_blocked_message_carries_the_count_and_the_command() {
         let message = not_empty_message(&bucket("b"), 2500);
         assert!(message.contains("2500 objects"));
-        assert!(message.contains("kubectl annotate s3bucket b keeper.dev/drain=true"));
+        assert!(message.contains(
+            "kubectl annotate --overwrite s3bucket b keeper.dev/drain=$(date +%s) -n ns"
+        ));
     }
 
     #[test]

@@ -19,7 +19,8 @@ use crate::api::{
 use crate::backends::error::{CONFLICT_RETRY, ErrorClass, PERMANENT_RETRY};
 use crate::config::OperatorConfig;
 use crate::controllers::bucket::{
-    DRAIN_ANNOTATION, ROTATE_ANNOTATION, S3BucketReconciler, USAGE_REFRESH,
+    DRAIN_ANNOTATION, ROTATE_ANNOTATION, ROTATE_HANDLED_ANNOTATION, S3BucketReconciler,
+    USAGE_REFRESH,
 };
 use crate::runtime::cluster::fake::{Call, FakeKube};
 use crate::runtime::{Context, Reconciler, testing};
@@ -229,7 +230,7 @@ async fn deleting_a_full_bucket_is_blocked_with_one_warning_then_released_once_d
         blocked["message"]
             .as_str()
             .unwrap()
-            .contains("kubectl annotate s3bucket b keeper.dev/drain=true -n ns")
+            .contains("kubectl annotate --overwrite s3bucket b keeper.dev/drain=$(date +%s) -n ns")
     );
     assert_eq!(
         kube.notes()
@@ -284,21 +285,66 @@ async fn an_invalid_bucket_name_is_a_permanent_failure_with_its_reason() {
 }
 
 #[tokio::test]
-async fn a_rotation_request_is_reported_and_consumed() {
+async fn a_rotation_request_is_reported_and_recorded_once_and_the_annotation_stays() {
     let (kube, _fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
     let mut obj = finalized();
     obj.metadata
         .annotations
         .get_or_insert_with(Default::default)
         .insert(ROTATE_ANNOTATION.into(), "true".into());
-    testing::reconcile(&cx, obj).await.unwrap();
+    testing::reconcile(&cx, obj.clone()).await.unwrap();
     assert!(
         kube.notes()
             .iter()
             .any(|n| n.reason == "CredentialsRotated")
     );
-    assert!(kube.calls().iter().any(|c| matches!(c,
-        Call::PatchJson { patch, .. } if patch.to_string().contains("rotate-credentials"))));
+    let patches: Vec<Value> = kube
+        .calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::PatchJson { patch, .. } => Some(patch),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    let ops = patches[0].as_array().unwrap();
+    assert!(
+        ops.iter().all(|op| op["op"] != "remove"),
+        "the request annotation stays: {ops:?}"
+    );
+    let set = ops.iter().find(|op| op["op"] == "add").unwrap();
+    assert_eq!(
+        set["path"],
+        "/metadata/annotations/keeper.dev~1rotate-credentials-handled"
+    );
+    assert_eq!(set["value"], "true");
+    let status = &status_patches(&kube)[0]["status"];
+    assert_eq!(status["handledRequests"]["rotateCredentials"], "true");
+    // The same value again (status and annotation written back): no second rotation.
+    let mut value = serde_json::to_value(obj.status.clone().unwrap_or_default()).unwrap();
+    json_patch::merge(&mut value, status);
+    obj.status = Some(serde_json::from_value(value).unwrap());
+    obj.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ROTATE_HANDLED_ANNOTATION.into(), "true".into());
+    let (kube, _fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(
+        !kube
+            .notes()
+            .iter()
+            .any(|n| n.reason == "CredentialsRotated")
+    );
+    assert!(
+        !kube
+            .calls()
+            .iter()
+            .any(|c| matches!(c, Call::PatchJson { .. })),
+        "{:?}",
+        kube.calls()
+    );
 }
 
 #[tokio::test]
@@ -349,5 +395,41 @@ async fn a_credentials_name_taken_by_another_secret_fails_with_secret_conflict_a
             .iter()
             .any(|c| matches!(c, Call::ApplySecret { .. })),
         "no Secret written"
+    );
+}
+
+#[tokio::test]
+async fn a_retained_bucket_deleted_while_draining_on_the_grid_stops_the_drain_then_is_released() {
+    let (kube, fake, cx) = context(
+        Fake::new(DrainMode::ServerSide).with(
+            NAME,
+            FakeBucket {
+                draining: true,
+                ..ours(5)
+            },
+        ),
+        TenantPhase::Ready,
+    );
+    let mut obj = deleting();
+    obj.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
+    let status = obj.status.as_mut().unwrap();
+    status.phase = Some(BucketPhase::Draining);
+    status.drain_status = Some(crate::api::DrainStatus {
+        started_at: Some(Time(Timestamp::now())),
+        mode: Some(DrainMode::ServerSide),
+        initial_object_count: 5,
+        previous_object_count: 5,
+        ..Default::default()
+    });
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(released(&kube), "{:?}", kube.calls());
+    assert_eq!(fake.take_calls(), ["stop_drain"]);
+    let bucket = fake.bucket(NAME).unwrap();
+    assert!(!bucket.draining);
+    assert_eq!(bucket.objects, 5);
+    let notes = kube.notes();
+    assert_eq!(
+        notes.iter().map(|n| n.reason).collect::<Vec<_>>(),
+        ["BucketDrainingCanceled", "BucketRetained"]
     );
 }

@@ -1,0 +1,230 @@
+//! Requests, not levels (issue 11, F2): `keeper.dev/drain` is a request identified by its value.
+//! A GitOps tool that re-applies its manifest (server-side apply, a field manager of its own)
+//! with the same value never drains the bucket again; a new value does. Driven with kubectl as a
+//! user (or the tool) would, on provider `s3` (moto, client-side drains).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use futures::StreamExt;
+use keeper_e2e_scenarios::{Env, Keeper, condition_is, s3_client, secret_data, wait_for};
+use serde_json::Value;
+
+/// `kubectl apply --server-side --field-manager=gitops -f -`, as a GitOps tool applies.
+fn gitops_apply(env: &Env, ns: &str, manifest: &str) {
+    let mut child = Command::new("kubectl")
+        .args([
+            "apply",
+            "--server-side",
+            "--field-manager=gitops",
+            "-n",
+            ns,
+            "-f",
+            "-",
+        ])
+        .env("KUBECONFIG", &env.kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kubectl runs");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(manifest.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl apply --server-side failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The S3Bucket manifest the GitOps tool owns, with the drain request `drain` if any.
+fn bucket_manifest(drain: Option<&str>) -> String {
+    let annotations = drain.map_or(String::new(), |v| {
+        format!("  annotations:\n    keeper.dev/drain: \"{v}\"\n")
+    });
+    format!(
+        "apiVersion: keeper.dev/v1alpha1\nkind: S3Bucket\nmetadata:\n  name: data\n{annotations}spec:\n  tenantRef:\n    name: t\n  drain:\n    pollInterval: 1s\n"
+    )
+}
+
+fn client_for(creds: &BTreeMap<String, String>) -> aws_sdk_s3::Client {
+    s3_client(
+        &creds["endpoint"],
+        &creds["accessKeyId"],
+        &creds["secretAccessKey"],
+        &creds["region"],
+    )
+}
+
+async fn put_objects(s3: &aws_sdk_s3::Client, bucket: &str, prefix: &str, count: usize) {
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let s3 = s3.clone();
+            async move {
+                s3.put_object()
+                    .bucket(bucket)
+                    .key(format!("{prefix}/{i:05}"))
+                    .body(aws_sdk_s3::primitives::ByteStream::from(
+                        format!("object {i}").into_bytes(),
+                    ))
+                    .send()
+                    .await
+                    .unwrap_or_else(|e| panic!("put {bucket}/{prefix}/{i}: {e:?}"))
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+async fn count_objects(s3: &aws_sdk_s3::Client, bucket: &str) -> usize {
+    let mut pages = s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .into_paginator()
+        .page_size(1000)
+        .send();
+    let mut count = 0;
+    while let Some(page) = pages.next().await {
+        count += page
+            .unwrap_or_else(|e| panic!("list {bucket}: {e:?}"))
+            .contents()
+            .len();
+    }
+    count
+}
+
+/// How many events of `reason` the bucket has.
+fn events_of(env: &Env, ns: &str, reason: &str) -> usize {
+    let out = env
+        .kubectl(&[
+            "get",
+            "events",
+            "-n",
+            ns,
+            "--field-selector",
+            "involvedObject.name=data,involvedObject.kind=S3Bucket",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+    let list: Value = serde_json::from_str(&out).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == reason)
+        .count()
+}
+
+/// Waits until keeper recorded `value` as the handled drain request, in status and annotation.
+fn wait_handled(env: &Env, ns: &str, value: &str) -> Value {
+    wait_for(
+        env,
+        ns,
+        "s3bucket/data",
+        &format!("drain request {value:?} handled"),
+        Duration::from_secs(90),
+        |o| {
+            o["status"]["phase"] == "Ready"
+                && o["status"]["handledRequests"]["drain"] == value
+                && o["metadata"]["annotations"]["keeper.dev/drain-handled"] == value
+        },
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn server_side_apply_of_the_same_drain_value_does_not_drain_again_and_a_new_value_does() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-requests").unwrap();
+    let ns = ns.name.clone();
+    let mut keeper = Keeper::start(&env).unwrap();
+    env.apply(
+        &ns,
+        "apiVersion: keeper.dev/v1alpha1\nkind: S3Tenant\nmetadata:\n  name: t\nspec:\n  provider: s3\n",
+    )
+    .unwrap();
+    wait_for(
+        &env,
+        &ns,
+        "s3tenant/t",
+        "Ready",
+        Duration::from_secs(60),
+        |o| condition_is(o, "Ready", "True"),
+    );
+    gitops_apply(&env, &ns, &bucket_manifest(None));
+    let obj = wait_for(
+        &env,
+        &ns,
+        "s3bucket/data",
+        "Ready",
+        Duration::from_secs(60),
+        |o| condition_is(o, "Ready", "True"),
+    );
+    let bucket = obj["status"]["bucketName"].as_str().unwrap().to_string();
+    let s3 = client_for(&secret_data(&env, &ns, "data-credentials").unwrap());
+    put_objects(&s3, &bucket, "before", 120).await;
+
+    // The GitOps manifest asks for a drain: it runs to the end; the request stays in place.
+    let first = bucket_manifest(Some("2026-01-01T00:00:00Z"));
+    gitops_apply(&env, &ns, &first);
+    let obj = wait_handled(&env, &ns, "2026-01-01T00:00:00Z");
+    assert_eq!(count_objects(&s3, &bucket).await, 0, "the drain emptied it");
+    assert_eq!(
+        obj["metadata"]["annotations"]["keeper.dev/drain"], "2026-01-01T00:00:00Z",
+        "keeper leaves the GitOps tool's annotation alone: {obj:#}"
+    );
+    assert_eq!(events_of(&env, &ns, "BucketDrainingStarted"), 1);
+
+    // New data, then the tool re-applies the very same manifest (a sync, a self-heal).
+    put_objects(&s3, &bucket, "after", 35).await;
+    gitops_apply(&env, &ns, &first);
+    // A restarted keeper reconciles every object afresh (and lists usage again): it still sees
+    // a handled request, not a new one.
+    keeper.kill();
+    keeper = Keeper::start(&env).unwrap();
+    let obj = wait_for(
+        &env,
+        &ns,
+        "s3bucket/data",
+        "keeper to look at the bucket again (usage 35)",
+        Duration::from_secs(60),
+        |o| o["status"]["objectCount"] == 35,
+    );
+    std::thread::sleep(Duration::from_secs(5));
+    assert_eq!(
+        count_objects(&s3, &bucket).await,
+        35,
+        "the re-applied request drained the bucket again: {}",
+        keeper.log_text()
+    );
+    let obj = env.get_json(&ns, "s3bucket/data").unwrap().unwrap_or(obj);
+    assert_eq!(obj["status"]["phase"], "Ready", "{obj:#}");
+    assert_eq!(
+        obj["metadata"]["annotations"]["keeper.dev/drain"],
+        "2026-01-01T00:00:00Z"
+    );
+    assert_eq!(
+        obj["metadata"]["annotations"]["keeper.dev/drain-handled"],
+        "2026-01-01T00:00:00Z"
+    );
+    assert_eq!(
+        events_of(&env, &ns, "BucketDrainingStarted"),
+        1,
+        "no second drain"
+    );
+
+    // A new value is a new request.
+    gitops_apply(&env, &ns, &bucket_manifest(Some("2026-02-01T00:00:00Z")));
+    wait_handled(&env, &ns, "2026-02-01T00:00:00Z");
+    assert_eq!(count_objects(&s3, &bucket).await, 0, "drained again");
+    assert_eq!(events_of(&env, &ns, "BucketDrainingStarted"), 2);
+    drop(keeper);
+}
