@@ -711,6 +711,7 @@ pub async fn cleanup<C: Connect>(
         let mut out = Outcome::new(obj.status.clone().unwrap_or_default(), Next::Release);
         if !lifecycle::never_created(obj) {
             out.note(Note::normal("BucketRetained", lifecycle::RETAINED_MESSAGE));
+            keep_credentials(cx, obj, &mut out).await?;
         }
         return Ok(out);
     }
@@ -726,14 +727,36 @@ pub async fn cleanup<C: Connect>(
         Ok(Err(wait)) => return Ok(waiting(obj, wait, true)),
         Err(e) => return Err(e),
     };
-    let report = if obj.spec.deletion_policy == DeletionPolicy::Retain {
+    let mut report = if obj.spec.deletion_policy == DeletionPolicy::Retain {
         // A drain runs: it is stopped before the bucket is let go.
         retain_bucket(&resolved.backend, &resolved.view).await?
     } else {
         cleanup_bucket(&resolved.backend, &resolved.view).await?
     };
+    if obj.spec.deletion_policy == DeletionPolicy::Retain {
+        keep_credentials(cx, obj, &mut report.outcome).await?;
+    }
     cx.reconciler.settle(obj, &report);
     Ok(report.outcome)
+}
+
+/// A retained bucket keeps working, and so do its keys: the credentials Secret is released from
+/// the resource (the garbage collector keeps it), and an event says so.
+async fn keep_credentials<C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &S3Bucket,
+    out: &mut Outcome<S3BucketStatus>,
+) -> Result<(), Error> {
+    let name = format!("{}-credentials", obj.name_any());
+    if cx.kube().release_secret(&Target::of(obj), &name).await? {
+        out.note(Note::normal(
+            "CredentialsKept",
+            format!(
+                "the bucket's keys stay usable in Secret {name} (no longer owned by the S3Bucket)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Publishes `<name>-credentials` and handles `keeper.dev/rotate-credentials`.

@@ -363,6 +363,41 @@ async fn a_retained_bucket_is_released_untouched() {
 }
 
 #[tokio::test]
+async fn a_retained_bucket_keeps_its_credentials_secret_usable() {
+    let (kube, _fake, cx) = context(
+        Fake::new(DrainMode::ClientSide).with(NAME, ours(5)),
+        TenantPhase::Ready,
+    );
+    let mut obj = deleting();
+    obj.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
+    let owner = crate::runtime::cluster::Target::of(&obj);
+    let keys = std::collections::BTreeMap::from([
+        ("accessKeyId".to_string(), "AK".to_string()),
+        ("secretAccessKey".to_string(), "SK".to_string()),
+    ]);
+    kube.put_owned_secret(&owner, "b-credentials", keys.clone());
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(released(&kube));
+    let kept = kube
+        .secrets
+        .lock()
+        .unwrap()
+        .get(&("ns".to_string(), "b-credentials".to_string()))
+        .cloned()
+        .expect("kept");
+    assert!(
+        kept.metadata
+            .owner_references
+            .unwrap_or_default()
+            .is_empty(),
+        "the garbage collector keeps it"
+    );
+    assert_eq!(kube.secret_data("ns", "b-credentials"), Some(keys));
+    let reasons: Vec<_> = kube.notes().iter().map(|n| n.reason).collect();
+    assert_eq!(reasons, ["BucketRetained", "CredentialsKept"]);
+}
+
+#[tokio::test]
 async fn a_credentials_name_taken_by_another_secret_fails_with_secret_conflict_and_touches_nothing()
 {
     let (kube, _fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
