@@ -406,6 +406,39 @@ pub fn s3_client(
     aws_sdk_s3::Client::from_conf(config)
 }
 
+/// An S3 client signing with the credentials of a Secret keeper published.
+pub fn client_for(creds: &std::collections::BTreeMap<String, String>) -> aws_sdk_s3::Client {
+    s3_client(
+        &creds["endpoint"],
+        &creds["accessKeyId"],
+        &creds["secretAccessKey"],
+        &creds["region"],
+    )
+}
+
+/// Puts `count` small objects `<prefix>/<n>` into `bucket`, 16 at a time.
+pub async fn put_objects(s3: &aws_sdk_s3::Client, bucket: &str, prefix: &str, count: usize) {
+    use futures::StreamExt;
+    futures::stream::iter(0..count)
+        .map(|i| {
+            let s3 = s3.clone();
+            async move {
+                s3.put_object()
+                    .bucket(bucket)
+                    .key(format!("{prefix}/{i:05}"))
+                    .body(aws_sdk_s3::primitives::ByteStream::from(
+                        format!("object {i}").into_bytes(),
+                    ))
+                    .send()
+                    .await
+                    .unwrap_or_else(|e| panic!("put {bucket}/{prefix}/{i}: {e:?}"))
+            }
+        })
+        .buffer_unordered(16)
+        .collect::<Vec<_>>()
+        .await;
+}
+
 /// The data of a Secret, decoded.
 pub fn secret_data(
     env: &Env,

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use futures::StreamExt;
 use keeper_e2e_scenarios::{
-    Env, Keeper, condition, condition_is, jitter, s3_client, secret_data, wait_for, wait_until,
+    Env, Keeper, client_for, condition, condition_is, jitter, put_objects, secret_data, wait_for,
+    wait_until,
 };
 use serde_json::Value;
 
@@ -34,36 +34,6 @@ fn get(env: &Env, ns: &str, resource: &str) -> Option<Value> {
 
 fn ready(obj: &Value) -> bool {
     condition_is(obj, "Ready", "True")
-}
-
-fn client_for(creds: &BTreeMap<String, String>) -> aws_sdk_s3::Client {
-    s3_client(
-        &creds["endpoint"],
-        &creds["accessKeyId"],
-        &creds["secretAccessKey"],
-        &creds["region"],
-    )
-}
-
-async fn put_objects(s3: &aws_sdk_s3::Client, bucket: &str, prefix: &str, count: usize) {
-    futures::stream::iter(0..count)
-        .map(|i| {
-            let s3 = s3.clone();
-            async move {
-                s3.put_object()
-                    .bucket(bucket)
-                    .key(format!("{prefix}/{i:05}"))
-                    .body(aws_sdk_s3::primitives::ByteStream::from(
-                        format!("object {i}").into_bytes(),
-                    ))
-                    .send()
-                    .await
-                    .unwrap_or_else(|e| panic!("put {bucket}/{prefix}/{i}: {e:?}"))
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await;
 }
 
 async fn count_objects(s3: &aws_sdk_s3::Client, bucket: &str) -> Option<usize> {

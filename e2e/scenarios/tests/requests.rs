@@ -3,13 +3,13 @@
 //! with the same value never drains the bucket again; a new value does. Driven with kubectl as a
 //! user (or the tool) would, on provider `s3` (moto, client-side drains).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use futures::StreamExt;
-use keeper_e2e_scenarios::{Env, Keeper, condition_is, s3_client, secret_data, wait_for};
+use keeper_e2e_scenarios::{
+    Env, Keeper, client_for, condition_is, put_objects, secret_data, wait_for,
+};
 use serde_json::Value;
 
 /// `kubectl apply --server-side --field-manager=gitops -f -`, as a GitOps tool applies.
@@ -52,36 +52,6 @@ fn bucket_manifest(drain: Option<&str>) -> String {
     format!(
         "apiVersion: keeper.dev/v1alpha1\nkind: S3Bucket\nmetadata:\n  name: data\n{annotations}spec:\n  tenantRef:\n    name: t\n  drain:\n    pollInterval: 1s\n"
     )
-}
-
-fn client_for(creds: &BTreeMap<String, String>) -> aws_sdk_s3::Client {
-    s3_client(
-        &creds["endpoint"],
-        &creds["accessKeyId"],
-        &creds["secretAccessKey"],
-        &creds["region"],
-    )
-}
-
-async fn put_objects(s3: &aws_sdk_s3::Client, bucket: &str, prefix: &str, count: usize) {
-    futures::stream::iter(0..count)
-        .map(|i| {
-            let s3 = s3.clone();
-            async move {
-                s3.put_object()
-                    .bucket(bucket)
-                    .key(format!("{prefix}/{i:05}"))
-                    .body(aws_sdk_s3::primitives::ByteStream::from(
-                        format!("object {i}").into_bytes(),
-                    ))
-                    .send()
-                    .await
-                    .unwrap_or_else(|e| panic!("put {bucket}/{prefix}/{i}: {e:?}"))
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await;
 }
 
 async fn count_objects(s3: &aws_sdk_s3::Client, bucket: &str) -> usize {
