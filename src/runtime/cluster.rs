@@ -50,6 +50,15 @@ pub enum SecretError {
 }
 
 impl SecretError {
+    /// `secret`, named `name` in `owner`'s namespace, is not `owner`'s.
+    fn conflict(owner: &Target, name: &str, secret: &Secret) -> Self {
+        SecretError::Conflict {
+            namespace: owner.namespace.clone(),
+            name: name.to_string(),
+            holder: holder(secret),
+        }
+    }
+
     /// The condition reason it shows (`SecretConflict` names the Secret and its holder).
     pub fn condition_reason(&self) -> &'static str {
         match self {
@@ -94,11 +103,7 @@ pub async fn owned_secret(
     match kube.secret(&owner.namespace, name).await? {
         None => Ok(None),
         Some(secret) if owned_by(&secret, owner) => Ok(Some(secret_data(&secret))),
-        Some(secret) => Err(SecretError::Conflict {
-            namespace: owner.namespace.clone(),
-            name: name.to_string(),
-            holder: holder(&secret),
-        }),
+        Some(secret) => Err(SecretError::conflict(owner, name, &secret)),
     }
 }
 
@@ -597,11 +602,9 @@ fn desired_secret(
             data: Some(encoded),
             ..Secret::default()
         })),
-        Some(existing) if !owned_by(&existing, owner) => Err(SecretError::Conflict {
-            namespace: owner.namespace.clone(),
-            name: name.to_string(),
-            holder: holder(&existing),
-        }),
+        Some(existing) if !owned_by(&existing, owner) => {
+            Err(SecretError::conflict(owner, name, &existing))
+        }
         Some(mut existing) => {
             let labelled =
                 existing.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1);

@@ -81,6 +81,25 @@ pub async fn apply<B: Backends>(
     Ok(outcome)
 }
 
+/// The deletion held while buckets remain (with either policy): the count, the names and the
+/// commands to run; looked at again on every bucket change and every minute (for buckets that
+/// live only on the backend).
+fn buckets_remain(
+    status: S3TenantStatus,
+    tenant: &str,
+    buckets: &RemainingBuckets,
+    generation: Option<i64>,
+) -> Outcome<S3TenantStatus> {
+    let mut outcome = Outcome::new(status, Next::Requeue(BLOCKED_RECHECK));
+    outcome.status.bucket_count = Some(buckets.count() as i64);
+    outcome.deletion_blocked(
+        "BucketsRemain",
+        plan::buckets_remain_message(tenant, buckets),
+        generation,
+    );
+    outcome
+}
+
 /// Deletes the account once no bucket remains; holds the tenant, saying why, until then.
 pub async fn cleanup<B: Backends>(
     cx: &Cx<B>,
@@ -103,11 +122,7 @@ pub async fn cleanup<B: Backends>(
         // is gone would lose their credentials source: Retain waits for them like Delete does.
         DeletionGate::Retain if !resources.is_empty() => {
             let buckets = RemainingBuckets::new(resources, Vec::<String>::new());
-            let message = plan::buckets_remain_message(&name, &buckets);
-            let mut outcome = Outcome::new(status, Next::Requeue(BLOCKED_RECHECK));
-            outcome.status.bucket_count = Some(buckets.count() as i64);
-            outcome.deletion_blocked("BucketsRemain", message, generation);
-            return Ok(outcome);
+            return Ok(buckets_remain(status, &name, &buckets, generation));
         }
         DeletionGate::Retain => {
             // The account stays, and so do its working credentials: the Secrets are released
@@ -169,11 +184,7 @@ pub async fn cleanup<B: Backends>(
     let next = match plan::deletion_step(account_id, remaining) {
         DeletionStep::Release => Next::Release,
         DeletionStep::Blocked(buckets) => {
-            let message = plan::buckets_remain_message(&name, &buckets);
-            let mut outcome = Outcome::new(status, Next::Requeue(BLOCKED_RECHECK));
-            outcome.status.bucket_count = Some(buckets.count() as i64);
-            outcome.deletion_blocked("BucketsRemain", message, generation);
-            return Ok(outcome);
+            return Ok(buckets_remain(status, &name, &buckets, generation));
         }
         DeletionStep::DeleteAccount { id } => {
             let grid = grid.expect("only grid tenants have accounts");
