@@ -25,7 +25,7 @@ use crate::backends::s3::DeleteOutcome;
 use crate::config::Provider;
 use crate::providers::ProviderClients;
 use crate::runtime::cluster::{Target, owned_secret};
-use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
+use crate::runtime::{Context, Next, Note, Outcome, conditions};
 
 /// Whether an annotation is set to `true`.
 pub fn annotated(obj: &S3Bucket, key: &str) -> bool {
@@ -560,9 +560,12 @@ fn conditions_message(status: &S3BucketStatus, type_: &str) -> String {
 /// the reason to wait is new. While deleting, the deletion is blocked on it too.
 fn waiting(obj: &S3Bucket, wait: Wait, deleting: bool) -> Outcome<S3BucketStatus> {
     let generation = obj.metadata.generation;
+    // The tenant's change that ends the wait arrives through the controller's watch, but the
+    // tenant is read from the seam's own cache, which may not have it yet: look again soon rather
+    // than at the next resync.
     let mut out = Outcome::new(
         obj.status.clone().unwrap_or_default(),
-        Next::Requeue(runtime::RESYNC),
+        Next::Requeue(SHORT_RETRY),
     );
     out.status.observed_generation = generation;
     out.status.phase = Some(BucketPhase::Pending);
