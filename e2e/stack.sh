@@ -25,7 +25,9 @@
 # Everything lives in .keeper-dev/ (git-ignored): env, kubeconfig, pids, logs, generated configs.
 # Environment: KEEPER_DEV_DIR (instead of .keeper-dev), KEEPER_VENV (instead of
 # ~/.cache/keeper/venv), KEEPER_DRAIN_RATE (the StorageGRID emulator's deletes per second, default
-# 200), CARGO_TARGET_DIR (where the binaries are built, default target/).
+# 200), CARGO_TARGET_DIR (where the binaries are built, default target/), KEEPER_BIN_DIR (a directory
+# holding prebuilt keeper, keeper-e2e-apiserver and keeper-e2e-storagegrid: used instead of building,
+# so that several checkouts sharing one CARGO_TARGET_DIR each test their own binaries).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -125,6 +127,10 @@ PY
 }
 
 build() {
+  if [ -n "${KEEPER_BIN_DIR:-}" ]; then
+    log "using the prebuilt binaries in $KEEPER_BIN_DIR"
+    return 0
+  fi
   log "building keeper and the emulators"
   (cd "$ROOT" && cargo build --quiet -p keeper -p keeper-e2e-apiserver -p keeper-e2e-storagegrid)
 }
@@ -139,7 +145,7 @@ cmd_up() {
   build
   mkdir -p "$DEV"
   rm -f "$DEV"/*.ready
-  local bin="$CARGO_TARGET_DIR/debug"
+  local bin="${KEEPER_BIN_DIR:-$CARGO_TARGET_DIR/debug}"
 
   local moto_port; moto_port=$(free_port)
   # Recording stays off until a scenario starts it (/moto-api/recorder/start-recording): it lets
