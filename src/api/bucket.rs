@@ -145,6 +145,10 @@ pub struct DrainStatus {
     /// Object count at the previous check, to detect progress.
     #[serde(default)]
     pub previous_object_count: i64,
+    /// Whether no object was deleted for the stuck threshold (`keeper_drains_stuck` counts these;
+    /// the `BucketDrainingStuck` event says so once). Progress clears it.
+    #[serde(default)]
+    pub stuck: bool,
     /// Human-readable progress.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

@@ -208,13 +208,28 @@ fn register_metrics(metrics: &Metrics, store: Store<S3Bucket>) -> anyhow::Result
     metrics.register(StoreGauge::new(
         "keeper_drain_active",
         "S3Buckets with a drain in progress.",
-        store,
+        store.clone(),
         &[],
         "",
         &[""],
         |b: &S3Bucket| {
             plan::drain::is_ours(b.status.as_ref().and_then(|s| s.drain_status.as_ref()))
                 .then(String::new)
+        },
+    ));
+    metrics.register(StoreGauge::new(
+        "keeper_drains_stuck",
+        "S3Buckets whose drain deleted no object for its stuck threshold.",
+        store,
+        &[],
+        "",
+        &[""],
+        |b: &S3Bucket| {
+            b.status
+                .as_ref()
+                .and_then(|s| s.drain_status.as_ref())
+                .filter(|d| plan::drain::is_ours(Some(d)) && d.stuck)
+                .map(|_| String::new())
         },
     ));
     let objects_deleted = IntCounter::new(

@@ -130,6 +130,7 @@ pub fn initiate(
         last_checked_at: Some(started.clone()),
         last_progress_at: Some(started),
         previous_object_count: objects,
+        stuck: false,
         message: Some(format!("deleting {objects} objects")),
         next_poll_interval: Some(format_duration(next_poll_interval(
             settings,
@@ -158,6 +159,7 @@ pub fn poll(
     let mut notes = Vec::new();
     if objects < current.previous_object_count {
         next.last_progress_at = Some(Time(now));
+        next.stuck = false;
         let deleted = current.initial_object_count - objects;
         notes.push(Note::normal(
             PROGRESS,
@@ -174,6 +176,7 @@ pub fn poll(
         let quiet_now = elapsed(progress_at, now);
         let last_checked = current.last_checked_at.as_ref().map_or(now, |t| t.0);
         let quiet_before = elapsed(progress_at, last_checked);
+        next.stuck = quiet_now >= settings.stuck_threshold;
         if quiet_now >= settings.stuck_threshold && quiet_before < settings.stuck_threshold {
             notes.push(Note::warning(
                 STUCK,
@@ -434,17 +437,22 @@ mod tests {
         let (start, _) = initiate(10, 0, DrainMode::ServerSide, &s, at(0));
         let (a, notes) = poll(&start, 10, &s, at(1800));
         assert!(notes.is_empty());
+        assert!(!a.stuck);
         let (b, notes) = poll(&a, 10, &s, at(3700));
         assert_eq!(notes.len(), 1);
         assert_eq!(notes[0].reason, STUCK);
         assert_eq!(notes[0].type_, EventType::Warning);
+        assert!(b.stuck, "status says stuck for keeper_drains_stuck");
         let (c, notes) = poll(&b, 10, &s, at(4600));
         assert!(notes.is_empty(), "the warning fires once");
-        // Progress resets the clock; a new stall warns again.
+        assert!(c.stuck, "still stuck while nothing moves");
+        // Progress resets the clock and the flag; a new stall warns again.
         let (d, notes) = poll(&c, 9, &s, at(5000));
         assert_eq!(notes[0].reason, PROGRESS);
-        let (_, notes) = poll(&d, 9, &s, at(8700));
+        assert!(!d.stuck);
+        let (e, notes) = poll(&d, 9, &s, at(8700));
         assert_eq!(notes[0].reason, STUCK);
+        assert!(e.stuck);
     }
 
     #[test]
