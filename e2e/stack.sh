@@ -6,6 +6,8 @@
 #                            curl and openssl (apt-get when root); checks that kubectl is installed
 #   e2e/stack.sh deps-moto   install only moto[server] into a Python venv (~/.cache/keeper/venv):
 #                            all that the unit tests and the emulators' suites need (`make unit`)
+#   e2e/stack.sh apt-install PKG...
+#                            install the Debian packages named (apt-get when root; else say how)
 #   e2e/stack.sh moto-path   print the path of that venv's moto_server (for KEEPER_MOTO_SERVER)
 #   e2e/stack.sh helm-path   print the path of helm, fetched once into ~/.cache/keeper/helm
 #   e2e/stack.sh webhook-cert DIR
@@ -88,14 +90,18 @@ cmd_deps() {
   command -v prometheus >/dev/null || missing+=(prometheus)
   command -v curl >/dev/null || missing+=(curl)
   command -v openssl >/dev/null || missing+=(openssl)
-  if [ ${#missing[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      log "installing Debian packages: ${missing[*]}"
-      DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null 2>&1 \
-        || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null; }
-    else
-      die "missing ${missing[*]}: run 'sudo apt-get install ${missing[*]}' (see README: Prerequisites)"
-    fi
+  cmd_apt_install "${missing[@]}"
+}
+
+# Installs Debian packages (apt-get, when root), or says which to install.
+cmd_apt_install() {
+  [ $# -gt 0 ] || return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing Debian packages: $*"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null 2>&1 \
+      || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null; }
+  else
+    die "missing $*: run 'sudo apt-get install $*' (see README: Prerequisites)"
   fi
 }
 
@@ -340,6 +346,7 @@ cmd_down() {
 case "${1:-}" in
   deps) cmd_deps ;;
   deps-moto) cmd_deps_moto ;;
+  apt-install) shift; cmd_apt_install "$@" ;;
   moto-path) echo "$VENV/bin/moto_server" ;;
   helm-path) cmd_helm_path ;;
   webhook-cert) cmd_webhook_cert "${2:?directory}" ;;

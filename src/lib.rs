@@ -12,6 +12,7 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod providers;
+pub mod release;
 pub mod runtime;
 pub mod server;
 pub mod telemetry;

@@ -3,7 +3,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 use keeper::manager::{self, RunArgs};
-use keeper::{crdgen, telemetry};
+use keeper::{crdgen, release, telemetry};
 
 /// keeper: S3 tenants, S3 buckets and RDS databases for Kubernetes, safe from creation to teardown.
 #[derive(Parser, Debug)]
@@ -23,6 +23,10 @@ enum Command {
         #[arg(long, default_value = "crds")]
         output_dir: PathBuf,
     },
+    /// List what removing keeper's finalizers would leave behind on the backends, and remove them
+    /// with --confirm: for the day keeper is uninstalled for good or a backend is gone. Refuses
+    /// while a keeper leader holds the election Lease.
+    ReleaseFinalizers(release::Args),
 }
 
 #[tokio::main]
@@ -48,6 +52,7 @@ async fn run() -> anyhow::Result<()> {
             telemetry::init(args.log_format);
             manager::run(*args).await
         }
+        Command::ReleaseFinalizers(args) => release::run(args).await,
         Command::Crdgen { output_dir } => {
             for name in crdgen::write(&output_dir)? {
                 println!("wrote {}", output_dir.join(name).display());
