@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 CARGO ?= cargo
 NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build crds fmt fmt-check clippy chart unit e2e test deps deps-moto dev-up dev-down demo
+.PHONY: all build crds fmt fmt-check clippy chart unit e2e test deps deps-moto dev-up dev-down demo image image-test
 
 all: build
 
@@ -49,8 +49,18 @@ chart: deps
 	  && charts/keeper/ci/check-schema.sh $$HELM \
 	  && charts/keeper/ci/check-monitoring.sh $$HELM
 
+## image: the OCI image (release build + buildah, no daemon, no registry) as an OCI archive at
+## $(CARGO_TARGET_DIR)/image/keeper.oci.tar (the last line printed)
+image:
+	e2e/image.sh build
+
+## image-test: build the image, then run keeper from its own root filesystem and check its user,
+## entrypoint, labels and size
+image-test: image
+	e2e/image.sh test
+
 ## test: everything CI runs
-test: fmt-check clippy chart unit e2e
+test: fmt-check clippy chart unit image-test e2e
 
 ## deps: install what the local stack needs (moto in a Python venv, Debian's prometheus, curl, openssl)
 deps:
