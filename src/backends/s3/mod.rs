@@ -6,7 +6,6 @@
 //! calls are grouped by concern: `bucket` (ownership, creation, tagging, versioning, deletion,
 //! listing) and `drain` (usage and the client-side drain).
 
-
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::timeout::TimeoutConfig;

@@ -670,6 +670,24 @@ fn buckets_map_to_their_tenant_in_their_namespace() {
 }
 
 #[test]
+fn a_namespace_change_maps_to_the_tenants_in_it() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::runtime::watcher::Event;
+    let (store, mut writer) = kube::runtime::reflector::store();
+    let mut elsewhere = tenant("default", Value::Null);
+    elsewhere.metadata.namespace = Some("other".into());
+    elsewhere.metadata.name = Some("u".into());
+    writer.apply_watcher_event(&Event::Apply(grid_tenant()));
+    writer.apply_watcher_event(&Event::Apply(elsewhere));
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some("ns".into());
+    assert_eq!(
+        tenants_in(&store, &namespace),
+        vec![ObjectRef::new("t").within("ns")]
+    );
+}
+
+#[test]
 fn gauges_classify_by_phase_and_blocked_condition() {
     let mut t = grid_tenant();
     assert_eq!(t.phase(), "Pending");
