@@ -238,11 +238,14 @@ providers:
       adminCredentialsSecret: {name: storagegrid-admin}
       s3Endpoint: $KEEPER_STORAGEGRID_S3_ENDPOINT
       region: us-east-1
+      # The local emulators speak plain http; keeper refuses that unless told it is meant.
+      tls: {allowPlainHttp: true}
   s3:
     s3Compatible:
       endpoint: $KEEPER_S3_ENDPOINT
       region: us-east-1
       credentialsSecret: {name: s3-credentials}
+      tls: {allowPlainHttp: true}
       # Slow enough that a client-side drain can be watched (and canceled) in the demo and tests.
       drain: {maxDeletesPerSecond: 200}
 rds:

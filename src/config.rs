@@ -9,10 +9,11 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Deserializer};
 
 use crate::api::DatabaseSize;
-use crate::api::names::parse_duration;
+use crate::api::names::{format_duration, parse_duration};
 
 /// Why the configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -37,7 +38,70 @@ pub struct OperatorConfig {
     /// Settings for CloudDatabase instances.
     #[serde(default)]
     pub rds: RdsConfig,
+    /// How the controllers run and how long backend calls may take.
+    #[serde(default)]
+    pub runtime: RuntimeConfig,
 }
+
+/// How the controllers run (audit F17: these were fixed in code).
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Reconciles of one kind that run at once (default 4, at most 64). Each holds at most one
+    /// backend call at a time, so this also bounds the load keeper puts on a backend.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: u16,
+    #[serde(default)]
+    pub backend_timeouts: BackendTimeouts,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            concurrency: default_concurrency(),
+            backend_timeouts: BackendTimeouts::default(),
+        }
+    }
+}
+
+fn default_concurrency() -> u16 {
+    4
+}
+
+/// How long a backend call may take before it counts as a (transient) failure and is retried
+/// with backoff, so a stalled backend never holds a reconcile slot for long.
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendTimeouts {
+    /// Establishing a connection (default 10s).
+    #[serde(default = "default_connect_timeout", deserialize_with = "duration")]
+    pub connect: Duration,
+    /// One request: a StorageGRID management call, one S3 or RDS attempt (default 60s; an RDS
+    /// call with the SDK's retries may take three times this).
+    #[serde(default = "default_request_timeout", deserialize_with = "duration")]
+    pub request: Duration,
+}
+
+impl Default for BackendTimeouts {
+    fn default() -> Self {
+        BackendTimeouts {
+            connect: default_connect_timeout(),
+            request: default_request_timeout(),
+        }
+    }
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+/// The shortest drain poll interval accepted, in the configuration and in `spec.drain`
+/// (`pollInterval: 0s` would poll the backend in a hot loop).
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
 /// One storage backend: exactly one of `storageGrid` or `s3Compatible`.
 #[derive(Deserialize, Debug, Clone, PartialEq)]
@@ -78,6 +142,26 @@ impl Provider {
             Provider::S3Compatible(p) => &p.drain,
         }
     }
+
+    /// The namespaces that may use the provider; `None`: every namespace.
+    pub fn allowed_namespaces(&self) -> Option<&AllowedNamespaces> {
+        match self {
+            Provider::StorageGrid(p) => p.allowed_namespaces.as_ref(),
+            Provider::S3Compatible(p) => p.allowed_namespaces.as_ref(),
+        }
+    }
+}
+
+/// Which namespaces may use a provider: those listed in `names`, and those whose labels match
+/// `selector` (a Kubernetes label selector). A provider without `allowedNamespaces` serves every
+/// namespace. Decided in [`crate::namespaces`].
+#[derive(Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AllowedNamespaces {
+    #[serde(default)]
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub selector: Option<LabelSelector>,
 }
 
 #[derive(Deserialize, Debug, Clone, PartialEq)]
@@ -92,6 +176,9 @@ pub struct StorageGridProvider {
     /// Region name published with the credentials.
     #[serde(default = "default_region")]
     pub region: String,
+    /// The namespaces whose S3Tenants may use this provider; absent: every namespace.
+    #[serde(default)]
+    pub allowed_namespaces: Option<AllowedNamespaces>,
     #[serde(default)]
     pub tls: TlsConfig,
     #[serde(default)]
@@ -105,6 +192,9 @@ pub struct S3CompatibleProvider {
     pub endpoint: Endpoint,
     #[serde(default = "default_region")]
     pub region: String,
+    /// The namespaces whose S3Tenants may use this provider; absent: every namespace.
+    #[serde(default)]
+    pub allowed_namespaces: Option<AllowedNamespaces>,
     /// Secret with keys `accessKeyId` and `secretAccessKey`.
     pub credentials_secret: SecretRef,
     /// Address buckets as `endpoint/bucket` instead of `bucket.endpoint` (MinIO and most
@@ -136,6 +226,11 @@ pub struct TlsConfig {
     /// Skip certificate verification. Only for test grids: keeper logs a warning at start.
     #[serde(default)]
     pub insecure_skip_verify: bool,
+    /// Accept `http://` endpoints. Off by default: plain http carries the grid administrator's
+    /// password, tokens and every S3 key unencrypted, so keeper refuses to start with one unless
+    /// this says it is meant (local emulators, test stores); keeper then logs a warning.
+    #[serde(default)]
+    pub allow_plain_http: bool,
 }
 
 /// Drain polling settings of a provider (precedence: bucket spec > provider > built-in defaults).
@@ -232,6 +327,10 @@ fn default_true() -> bool {
     true
 }
 
+fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    parse_duration(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
 fn duration_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     Option::<String>::deserialize(d)?
         .map(|s| parse_duration(&s).map_err(serde::de::Error::custom))
@@ -262,7 +361,40 @@ impl std::fmt::Display for Endpoint {
     }
 }
 
+impl RuntimeConfig {
+    fn validate(&self) -> Result<(), String> {
+        if !(1..=64).contains(&self.concurrency) {
+            return Err(format!(
+                "runtime.concurrency: must be between 1 and 64, got {}",
+                self.concurrency
+            ));
+        }
+        let BackendTimeouts { connect, request } = self.backend_timeouts;
+        if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&connect) {
+            return Err(format!(
+                "runtime.backendTimeouts.connect: must be between 1s and 1m, got {}",
+                format_duration(connect)
+            ));
+        }
+        if !(Duration::from_secs(5)..=Duration::from_secs(600)).contains(&request) {
+            return Err(format!(
+                "runtime.backendTimeouts.request: must be between 5s and 10m, got {}",
+                format_duration(request)
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl OperatorConfig {
+    /// Whether some provider admits namespaces by label: keeper then watches namespaces.
+    pub fn uses_namespace_selector(&self) -> bool {
+        self.providers.values().any(|p| {
+            p.allowed_namespaces()
+                .is_some_and(|allowed| allowed.selector.is_some())
+        })
+    }
+
     /// The (namespace, name) of every provider credentials Secret, with `default_namespace`
     /// (keeper's own) where the configuration names none: keeper watches these by name.
     pub fn provider_secrets(&self, default_namespace: &str) -> Vec<(String, String)> {
@@ -355,7 +487,29 @@ impl OperatorConfig {
             if secret.name.is_empty() {
                 return Err(format!("providers.{name}.{kind}.name: must not be empty"));
             }
+            if let Some(allowed) = provider.allowed_namespaces() {
+                crate::namespaces::Restriction::new(allowed).map_err(|e| {
+                    let kind = kind.split('.').next().unwrap_or_default();
+                    format!("providers.{name}.{kind}.allowedNamespaces: {e}")
+                })?;
+            }
         }
+        for (name, provider) in &self.providers {
+            let drain = provider.drain();
+            for (field, value) in [
+                ("initialPollInterval", drain.initial_poll_interval),
+                ("longRunningPollInterval", drain.long_running_poll_interval),
+                ("stuckThreshold", drain.stuck_threshold),
+            ] {
+                if value.is_some_and(|v| v < MIN_POLL_INTERVAL) {
+                    return Err(format!(
+                        "providers.{name}.drain.{field}: must be at least {}s",
+                        MIN_POLL_INTERVAL.as_secs()
+                    ));
+                }
+            }
+        }
+        self.runtime.validate()?;
         for (size, class) in &self.rds.sizes {
             let size = serde_json::to_value(size).unwrap_or_default();
             let size = size.as_str().unwrap_or_default();
@@ -477,6 +631,107 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.contains("credentialsSecret"), "{err}");
+    }
+
+    #[test]
+    fn allowed_namespaces_parse_and_an_empty_or_bad_one_is_named() {
+        let config = OperatorConfig::parse(
+            "providers:\n  s3:\n    s3Compatible:\n      endpoint: https://s3\n      credentialsSecret: {name: x}\n      allowedNamespaces:\n        names: [team-a]\n        selector: {matchLabels: {keeper.dev/s3: allowed}}\n",
+        )
+        .unwrap();
+        let allowed = config.providers["s3"].allowed_namespaces().unwrap();
+        assert_eq!(allowed.names, vec!["team-a".to_string()]);
+        assert!(config.uses_namespace_selector());
+        assert!(
+            !OperatorConfig::parse(SAMPLE)
+                .unwrap()
+                .uses_namespace_selector()
+        );
+        let err = OperatorConfig::parse(
+            "providers:\n  s3:\n    s3Compatible:\n      endpoint: https://s3\n      credentialsSecret: {name: x}\n      allowedNamespaces: {}\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("providers.s3.s3Compatible.allowedNamespaces"),
+            "{err}"
+        );
+        let err = OperatorConfig::parse(
+            "providers:\n  g:\n    storageGrid:\n      adminEndpoint: https://grid\n      adminCredentialsSecret: {name: x}\n      s3Endpoint: https://s3\n      allowedNamespaces:\n        selector: {matchExpressions: [{key: a, operator: Near}]}\n",
+        )
+        .unwrap_err();
+        assert!(
+            err.contains("providers.g.storageGrid.allowedNamespaces: selector"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn runtime_settings_default_parse_and_are_bounded() {
+        let config = OperatorConfig::parse("").unwrap();
+        assert_eq!(config.runtime.concurrency, 4);
+        assert_eq!(
+            config.runtime.backend_timeouts.request,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            config.runtime.backend_timeouts.connect,
+            Duration::from_secs(10)
+        );
+        let config = OperatorConfig::parse(
+            "runtime:\n  concurrency: 16\n  backendTimeouts: {connect: 3s, request: 2m}\n",
+        )
+        .unwrap();
+        assert_eq!(config.runtime.concurrency, 16);
+        assert_eq!(
+            config.runtime.backend_timeouts,
+            BackendTimeouts {
+                connect: Duration::from_secs(3),
+                request: Duration::from_secs(120)
+            }
+        );
+        for (yaml, field) in [
+            ("runtime: {concurrency: 0}\n", "runtime.concurrency"),
+            ("runtime: {concurrency: 500}\n", "runtime.concurrency"),
+            (
+                "runtime: {backendTimeouts: {request: 0s}}\n",
+                "runtime.backendTimeouts.request",
+            ),
+            (
+                "runtime: {backendTimeouts: {connect: 5m}}\n",
+                "runtime.backendTimeouts.connect",
+            ),
+            (
+                "runtime: {backendTimeouts: {request: soon}}\n",
+                "runtime.backendTimeouts.request",
+            ),
+        ] {
+            let err = OperatorConfig::parse(yaml).unwrap_err();
+            assert!(err.contains(field), "{yaml}: {err}");
+        }
+    }
+
+    #[test]
+    fn too_small_drain_intervals_are_refused_at_start() {
+        for field in [
+            "initialPollInterval",
+            "longRunningPollInterval",
+            "stuckThreshold",
+        ] {
+            let err = OperatorConfig::parse(&format!(
+                "providers:\n  s3:\n    s3Compatible:\n      endpoint: http://s3\n      credentialsSecret: {{name: x}}\n      drain:\n        {field}: 0s\n"
+            ))
+            .unwrap_err();
+            assert!(
+                err.contains(&format!("providers.s3.drain.{field}: must be at least 1s")),
+                "{err}"
+            );
+        }
+        assert!(
+            OperatorConfig::parse(
+                "providers:\n  s3:\n    s3Compatible:\n      endpoint: http://s3\n      credentialsSecret: {name: x}\n      drain: {initialPollInterval: 1s}\n"
+            )
+            .is_ok()
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod crdgen;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod namespaces;
 pub mod providers;
 pub mod release;
 pub mod runtime;

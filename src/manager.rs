@@ -149,8 +149,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let kube = Arc::new(KubeApi::start(
         client.clone(),
         &config.provider_secrets(&args.namespace),
+        config.uses_namespace_selector(),
     ));
-    let rds = RdsBackend::from_config(&config.rds, metrics.clone()).await;
+    let rds = RdsBackend::from_config(
+        &config.rds,
+        &config.runtime.backend_timeouts,
+        metrics.clone(),
+    )
+    .await;
     let providers = Arc::new(Providers::build(&config, metrics.clone(), rds)?);
     let shutdown = CancellationToken::new();
     let (leadership, election) = if args.leader_election {

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use crate::backends::rds::RdsBackend;
 use crate::backends::s3::{S3Settings, S3Store};
 use crate::backends::storagegrid;
-use crate::config::{OperatorConfig, Provider, SecretRef, TlsConfig};
+use crate::config::{BackendTimeouts, Endpoint, OperatorConfig, Provider, SecretRef, TlsConfig};
 use crate::metrics::Metrics;
 use crate::runtime::cluster::{Kube, secret_data};
 
@@ -60,6 +60,8 @@ pub struct ProviderClients {
     ca_bundle: Option<Vec<u8>>,
     /// S3 clients per set of keys, so connections are reused across reconciles.
     stores: Mutex<HashMap<Keys, S3Store>>,
+    /// `runtime.backendTimeouts` of the configuration, for every S3 client.
+    timeouts: BackendTimeouts,
 }
 
 impl ProviderClients {
@@ -91,17 +93,20 @@ impl ProviderClients {
         stores
             .entry(keys.clone())
             .or_insert_with(|| {
-                S3Store::new(&S3Settings {
-                    endpoint: self.s3_endpoint(),
-                    region: self.region().to_string(),
-                    access_key_id: keys.access_key_id.clone(),
-                    secret_access_key: keys.secret_access_key.clone(),
-                    force_path_style: match &self.config {
-                        Provider::StorageGrid(_) => true,
-                        Provider::S3Compatible(p) => p.force_path_style,
+                S3Store::with_timeouts(
+                    &S3Settings {
+                        endpoint: self.s3_endpoint(),
+                        region: self.region().to_string(),
+                        access_key_id: keys.access_key_id.clone(),
+                        secret_access_key: keys.secret_access_key.clone(),
+                        force_path_style: match &self.config {
+                            Provider::StorageGrid(_) => true,
+                            Provider::S3Compatible(p) => p.force_path_style,
+                        },
+                        ca_bundle: self.ca_bundle.clone(),
                     },
-                    ca_bundle: self.ca_bundle.clone(),
-                })
+                    &self.timeouts,
+                )
                 .expect("the CA bundle was checked when the registry was built")
             })
             .clone()
@@ -187,6 +192,31 @@ fn read_ca_bundle(tls: &TlsConfig) -> Result<Option<Vec<u8>>, String> {
     Ok(Some(pem))
 }
 
+/// Refuses `http://` endpoints unless `tls.allowPlainHttp` opts in (audit F20): credentials and
+/// keys would cross the network in clear text.
+fn refuse_plain_http(endpoints: &[(&str, &Endpoint)], tls: &TlsConfig) -> Result<(), String> {
+    let plain: Vec<String> = endpoints
+        .iter()
+        .filter(|(_, url)| url.0.scheme() == "http")
+        .map(|(field, url)| format!("{field} {url}"))
+        .collect();
+    if plain.is_empty() {
+        return Ok(());
+    }
+    if tls.allow_plain_http {
+        tracing::warn!(
+            endpoints = %plain.join(", "),
+            "plain-http endpoints allowed by tls.allowPlainHttp: credentials travel unencrypted"
+        );
+        return Ok(());
+    }
+    Err(format!(
+        "{} use plain http, which would send credentials and keys unencrypted: use https, or set \
+         tls.allowPlainHttp: true (test and local setups only)",
+        plain.join(" and ")
+    ))
+}
+
 impl Providers {
     /// Builds every provider's clients around `rds` (built from `rds:` in the configuration by
     /// [`RdsBackend::from_config`]); a provider that cannot be used stops keeper at start with
@@ -204,12 +234,26 @@ impl Providers {
             };
             let (grid, ca_bundle) = match provider {
                 Provider::StorageGrid(p) => {
-                    let client =
-                        storagegrid::Client::new(&p.admin_endpoint.0, &p.tls, metrics.clone())
-                            .map_err(|e| fail(e.to_string()))?;
+                    refuse_plain_http(
+                        &[
+                            ("storageGrid.adminEndpoint", &p.admin_endpoint),
+                            ("storageGrid.s3Endpoint", &p.s3_endpoint),
+                        ],
+                        &p.tls,
+                    )
+                    .map_err(fail)?;
+                    let client = storagegrid::Client::with_timeouts(
+                        &p.admin_endpoint.0,
+                        &p.tls,
+                        &config.runtime.backend_timeouts,
+                        metrics.clone(),
+                    )
+                    .map_err(|e| fail(e.to_string()))?;
                     (Some(client), read_ca_bundle(&p.tls).map_err(fail)?)
                 }
                 Provider::S3Compatible(p) => {
+                    refuse_plain_http(&[("s3Compatible.endpoint", &p.endpoint)], &p.tls)
+                        .map_err(fail)?;
                     if p.tls.insecure_skip_verify {
                         return Err(fail(
                             "tls.insecureSkipVerify is not supported for S3-compatible providers; trust the store's CA with tls.caBundleFile".to_string(),
@@ -226,6 +270,7 @@ impl Providers {
                     grid,
                     ca_bundle,
                     stores: Mutex::default(),
+                    timeouts: config.runtime.backend_timeouts,
                 }),
             );
         }
@@ -268,6 +313,35 @@ mod tests {
         let err = build(&config(&yaml)).err().expect("refused");
         assert_eq!(err.provider, "s3");
         assert!(err.message.contains("insecureSkipVerify"), "{err}");
+    }
+
+    #[test]
+    fn plain_http_endpoints_stop_keeper_at_start_unless_allowed() {
+        let grid = "providers:\n  grid:\n    storageGrid:\n      adminEndpoint: http://grid.example.com\n      adminCredentialsSecret: {name: admin}\n      s3Endpoint: https://s3.example.com\n";
+        let err = build(&config(grid)).err().expect("refused");
+        assert_eq!(err.provider, "grid");
+        assert!(
+            err.message
+                .contains("storageGrid.adminEndpoint http://grid.example.com use plain http"),
+            "{err}"
+        );
+        assert!(err.message.contains("tls.allowPlainHttp"), "{err}");
+        let s3 = S3.replace("https://", "http://");
+        let err = build(&config(&s3)).err().expect("refused");
+        assert!(err.message.contains("s3Compatible.endpoint"), "{err}");
+        assert!(
+            build(&config(&format!(
+                "{s3}      tls: {{allowPlainHttp: true}}\n"
+            )))
+            .is_ok()
+        );
+        assert!(
+            build(&config(&format!(
+                "{grid}      tls: {{allowPlainHttp: true}}\n"
+            )))
+            .is_ok()
+        );
+        assert!(build(&config(S3)).is_ok(), "https needs no opt-in");
     }
 
     #[test]

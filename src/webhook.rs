@@ -7,7 +7,16 @@
 //! - CREATE of an S3Bucket whose tenant is being deleted: denied.
 //!
 //! The webhook fails open (any lookup error admits): the tenant finalizer stays the safety net.
-//! Register it with `failurePolicy: Ignore` for the same reason.
+//! Register it with `failurePolicy: Ignore` for the same reason: everything it refuses, a
+//! finalizer also holds, so an unreachable webhook costs guidance, never safety; `Fail` would
+//! instead block every tenant deletion (namespace deletion, GitOps pruning) whenever keeper is
+//! down or its certificate is wrong.
+//!
+//! The webhook does not authenticate its caller (the API server presents no client certificate
+//! unless its admission configuration is set up to), so its answers name nothing beyond the
+//! objects of the request itself: the tenant and bucket being admitted, and a count of the
+//! tenant's buckets in the request's namespace. Which buckets they are, the tenant's
+//! `DeletionBlocked` condition says to whoever Kubernetes RBAC lets read the tenant.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -37,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{S3Bucket, S3Tenant};
 use crate::controllers::tenant::bucket_resources;
-use crate::controllers::tenant::plan::{self, DeletionGate, RemainingBuckets};
+use crate::controllers::tenant::plan::{self, DeletionGate};
 
 /// The path the ValidatingWebhookConfiguration points at.
 pub const PATH: &str = "/validate";
@@ -53,19 +62,18 @@ pub enum Verdict {
     Deny(String),
 }
 
-/// DELETE of a tenant, given the S3Bucket resources that reference it.
-pub fn tenant_delete(tenant: &S3Tenant, buckets: Vec<String>) -> Verdict {
+/// DELETE of a tenant, given how many S3Bucket resources reference it.
+pub fn tenant_delete(tenant: &S3Tenant, buckets: usize) -> Verdict {
     let name = tenant.name_any();
     match plan::deletion_gate(&tenant.spec) {
         DeletionGate::Protected => Verdict::Deny(plan::deletion_protection_message(&name)),
-        DeletionGate::Retain | DeletionGate::Proceed if buckets.is_empty() => Verdict::Allow,
-        DeletionGate::Retain | DeletionGate::Proceed => {
-            let remaining = RemainingBuckets {
-                resources: buckets,
-                unmanaged: Vec::new(),
-            };
-            Verdict::Warn(plan::buckets_remain_message(&name, &remaining))
-        }
+        DeletionGate::Retain | DeletionGate::Proceed if buckets == 0 => Verdict::Allow,
+        DeletionGate::Retain | DeletionGate::Proceed => Verdict::Warn(format!(
+            "S3Tenant {name} still holds {buckets} bucket(s); `kubectl describe s3tenant {name}` \
+             names them (condition DeletionBlocked). {} The tenant is deleted as soon as no \
+             bucket remains.",
+            plan::BUCKET_REMOVAL_GUIDANCE
+        )),
     }
 }
 
@@ -90,20 +98,30 @@ fn typed<K: serde::de::DeserializeOwned>(object: Option<&DynamicObject>) -> Opti
 
 /// The verdict for one request; lookups that fail admit (fail open), with a log line.
 async fn judge(client: &kube::Client, request: &AdmissionRequest<DynamicObject>) -> Verdict {
-    let namespace = request.namespace.clone().unwrap_or_default();
+    // Both kinds are namespaced: a request without a namespace, or about an object of another
+    // namespace, did not come from the API server, and an empty namespace would make the lookups
+    // below cluster-wide.
+    let namespace = match request.namespace.as_deref() {
+        Some(namespace) if !namespace.is_empty() => namespace.to_string(),
+        _ => return Verdict::Allow,
+    };
+    let in_namespace = |object: Option<&DynamicObject>| {
+        object.and_then(|o| o.metadata.namespace.as_deref()) == Some(namespace.as_str())
+    };
     match (request.kind.kind.as_str(), &request.operation) {
         ("S3Tenant", Operation::Delete) => {
+            if !in_namespace(request.old_object.as_ref()) {
+                return Verdict::Allow;
+            }
             let Some(tenant) = typed::<S3Tenant>(request.old_object.as_ref()) else {
                 return Verdict::Allow;
             };
             // A protected tenant is denied whatever its buckets: no lookup needed.
             if plan::deletion_gate(&tenant.spec) == DeletionGate::Protected {
-                return tenant_delete(&tenant, Vec::new());
+                return tenant_delete(&tenant, 0);
             }
             match bucket_resources(client, &namespace, &tenant.name_any()).await {
-                Ok(buckets) => {
-                    tenant_delete(&tenant, buckets.into_iter().map(|(name, _)| name).collect())
-                }
+                Ok(buckets) => tenant_delete(&tenant, buckets.len()),
                 Err(e) => {
                     tracing::warn!(error = %e, tenant = %tenant.name_any(), "webhook cannot list buckets; admitting");
                     Verdict::Allow
@@ -111,6 +129,9 @@ async fn judge(client: &kube::Client, request: &AdmissionRequest<DynamicObject>)
             }
         }
         ("S3Bucket", Operation::Create) => {
+            if !in_namespace(request.object.as_ref()) {
+                return Verdict::Allow;
+            }
             let Some(bucket) = typed::<S3Bucket>(request.object.as_ref()) else {
                 return Verdict::Allow;
             };
@@ -345,7 +366,7 @@ mod tests {
     #[test]
     fn protected_tenants_are_denied_with_how_to_lift_it() {
         let t = tenant(json!({"deletionProtection": true}));
-        let Verdict::Deny(message) = tenant_delete(&t, vec!["logs".into()]) else {
+        let Verdict::Deny(message) = tenant_delete(&t, 1) else {
             panic!("must deny");
         };
         assert!(message.contains(
@@ -356,10 +377,14 @@ mod tests {
     #[test]
     fn tenants_with_buckets_are_admitted_with_the_guidance() {
         let t = tenant(json!({}));
-        let Verdict::Warn(message) = tenant_delete(&t, vec!["logs".into(), "media".into()]) else {
+        let Verdict::Warn(message) = tenant_delete(&t, 2) else {
             panic!("must warn");
         };
-        assert!(message.contains("2 bucket(s): logs, media"), "{message}");
+        assert!(message.contains("2 bucket(s)"), "{message}");
+        assert!(
+            message.contains("kubectl describe s3tenant team-a"),
+            "{message}"
+        );
         assert!(
             message.contains(
                 "kubectl annotate --overwrite s3bucket <name> keeper.dev/drain=$(date +%s)"
@@ -369,22 +394,20 @@ mod tests {
 
     #[test]
     fn empty_tenants_are_admitted_silently_whatever_their_policy() {
-        assert_eq!(tenant_delete(&tenant(json!({})), vec![]), Verdict::Allow);
+        assert_eq!(tenant_delete(&tenant(json!({})), 0), Verdict::Allow);
         assert_eq!(
-            tenant_delete(&tenant(json!({"deletionPolicy": "Retain"})), vec![]),
+            tenant_delete(&tenant(json!({"deletionPolicy": "Retain"})), 0),
             Verdict::Allow
         );
     }
 
     #[test]
     fn a_retained_tenant_with_buckets_is_admitted_with_the_same_warning() {
-        let Verdict::Warn(message) = tenant_delete(
-            &tenant(json!({"deletionPolicy": "Retain"})),
-            vec!["logs".into()],
-        ) else {
+        let Verdict::Warn(message) = tenant_delete(&tenant(json!({"deletionPolicy": "Retain"})), 1)
+        else {
             panic!("must warn: its buckets would lose their tenant");
         };
-        assert!(message.contains("1 bucket(s): logs"), "{message}");
+        assert!(message.contains("1 bucket(s)"), "{message}");
     }
 
     #[test]
@@ -529,7 +552,34 @@ mod tests {
         assert_eq!(response["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
         assert_eq!(response["allowed"], true, "{answer}");
         let warning = response["warnings"][0].as_str().unwrap();
-        assert!(warning.contains("2 bucket(s): logs, media"), "{warning}");
+        assert!(warning.contains("2 bucket(s)"), "{warning}");
+        assert!(
+            !warning.contains("logs") && !warning.contains("media"),
+            "an unauthenticated caller learns no bucket names: {warning}"
+        );
+        webhook.stop().await;
+    }
+
+    #[tokio::test]
+    async fn a_review_without_a_namespace_or_for_another_namespace_looks_nothing_up() {
+        // No mock is mounted: any lookup would fail the request, and the answer would differ.
+        let apiserver = apiserver().await;
+        let webhook = start(&apiserver).await;
+        for namespace in [Value::Null, json!(""), json!("elsewhere")] {
+            let mut body = review_body("S3Tenant", "s3tenants", "DELETE", tenant_json(json!({})));
+            body["request"]["namespace"] = namespace;
+            let answer = webhook.post(&body).await;
+            assert_eq!(answer["response"]["allowed"], true, "{answer}");
+            assert!(answer["response"]["warnings"].is_null(), "{answer}");
+        }
+        assert!(
+            apiserver
+                .received_requests()
+                .await
+                .unwrap_or_default()
+                .is_empty(),
+            "the API server was not asked"
+        );
         webhook.stop().await;
     }
 

@@ -4,7 +4,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::DeletionPolicy;
-use super::names::{BUCKET_NAME_PATTERN, DURATION_PATTERN};
+use super::names::{BUCKET_NAME_PATTERN, DURATION_PATTERN, POLL_INTERVAL_RULE};
 
 /// A bucket inside an S3Tenant. Annotate it with `keeper.dev/drain=<value>` (a new value, such as a
 /// timestamp, per request) to delete every object in it; progress shows in `status.drainStatus`
@@ -81,13 +81,14 @@ pub struct TenantRef {
 }
 
 /// Per-bucket drain settings; they take precedence over the provider's configuration.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BucketDrainSpec {
-    /// How often drain progress is checked, as a duration such as `30s` or `5m`. Replaces both the
-    /// first-hour and the long-running intervals.
+    /// How often drain progress is checked, as a duration such as `30s` or `5m` (at least `1s`).
+    /// Replaces both the first-hour and the long-running intervals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
+    #[x_kube(validation = Rule::new(POLL_INTERVAL_RULE).message("pollInterval must be at least 1s (written with s, m or h)"))]
     pub poll_interval: Option<String>,
     /// How long the object count may stay unchanged before a `BucketDrainingStuck` warning, such as `3h`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -153,6 +153,14 @@ pub struct CloudDatabaseStatus {
     /// The RDS `DBInstanceIdentifier`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_id: Option<String>,
+    /// The AWS region the instance was created in, recorded with the identifier. keeper acts on
+    /// the instance only in this region: run with another region and it reports the mismatch
+    /// (condition `RegionMismatch`) instead of creating a second instance.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// The AWS account of the instance, read from its ARN once RDS reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
     /// Current lifecycle phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<DatabasePhase>,

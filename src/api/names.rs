@@ -12,6 +12,18 @@ pub const BUCKET_NAME_PATTERN: &str = r"^[a-z0-9](\.?[a-z0-9-])*\.?[a-z0-9]$";
 /// Go-style durations as Kubernetes users write them: `30s`, `5m`, `1h30m`.
 pub const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
 
+/// Durations (of [`DURATION_PATTERN`] shape) shorter than a second: all zero, milliseconds
+/// only, or a fraction of a second. A poll interval like that polls the backend in a hot loop.
+pub const SUB_SECOND_DURATION_PATTERNS: [&str; 3] = [
+    r"^(0+(\.0+)?(ms|s|m|h))+$",
+    r"^([0-9]+(\.[0-9]+)?ms)+$",
+    r"^0+\.[0-9]+s$",
+];
+
+/// The CEL rule a poll interval field carries: at least one second (CEL's `duration()` is not
+/// used because not every API server in use evaluates it; `matches` is core CEL).
+pub const POLL_INTERVAL_RULE: &str = "!self.matches('^(0+(\\\\.0+)?(ms|s|m|h))+$') && !self.matches('^([0-9]+(\\\\.[0-9]+)?ms)+$') && !self.matches('^0+\\\\.[0-9]+s$')";
+
 /// Kubernetes quantities keeper accepts for sizes: a decimal number with an optional binary
 /// (`Ki`..`Ei`) or decimal (`k`..`E`) suffix.
 pub const QUANTITY_PATTERN: &str = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$";
@@ -247,6 +259,30 @@ mod tests {
         }
         let re = regex_lite::Regex::new(DURATION_PATTERN).unwrap();
         assert!(re.is_match("1h30m") && !re.is_match("5") && !re.is_match("5d"));
+    }
+
+    #[test]
+    fn poll_intervals_below_a_second_are_refused_by_the_crd_rule() {
+        let sub_second: Vec<regex_lite::Regex> = SUB_SECOND_DURATION_PATTERNS
+            .iter()
+            .map(|p| regex_lite::Regex::new(p).unwrap())
+            .collect();
+        let refused = |v: &str| sub_second.iter().any(|re| re.is_match(v));
+        for v in ["0s", "0m0s", "0.0h", "500ms", "1500ms", "0.5s", "00s"] {
+            assert!(refused(v), "{v} must be refused");
+        }
+        for v in ["1s", "30s", "1m", "1h30m", "0.5m", "10s500ms", "1.5s"] {
+            assert!(!refused(v), "{v} must be accepted");
+            assert!(parse_duration(v).unwrap() >= Duration::from_secs(1), "{v}");
+        }
+        // The CEL rule is made of exactly these patterns (as CEL string literals).
+        for pattern in SUB_SECOND_DURATION_PATTERNS {
+            let literal = pattern.replace('\\', "\\\\");
+            assert!(
+                POLL_INTERVAL_RULE.contains(&format!("!self.matches('{literal}')")),
+                "{literal} not in {POLL_INTERVAL_RULE}"
+            );
+        }
     }
 
     #[test]

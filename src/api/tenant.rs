@@ -42,10 +42,11 @@ pub struct S3TenantSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("provider is immutable: the tenant's account lives on that provider"))]
     pub provider: String,
 
-    /// Account name shown in the StorageGRID console. Defaults to the resource name.
+    /// Account name shown in the StorageGRID console (at most 64 characters). Defaults to the
+    /// resource name, cut to 64 characters with a hash of the whole name when longer.
     /// Account names are not unique in StorageGRID; keeper identifies the account by `status.accountId`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(min = 1, max = 256))]
+    #[schemars(length(min = 1, max = 64))]
     pub display_name: Option<String>,
 
     /// Storage quota of the account as a Kubernetes quantity, for example `500Gi` or `2T`.

@@ -10,7 +10,6 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use aws_config::SdkConfig;
 use aws_sdk_rds::config::Region;
@@ -21,7 +20,7 @@ use aws_sdk_rds::types::Tag;
 
 use crate::api::{DatabaseEndpoint, Engine};
 use crate::backends::error::{BackendError, ErrorClass};
-use crate::config::RdsConfig;
+use crate::config::{BackendTimeouts, RdsConfig};
 use crate::metrics::{BackendOutcome, Metrics};
 
 /// A master password. `Debug` never shows it, so it cannot leak through a `{:?}` in a log line.
@@ -170,7 +169,11 @@ impl RdsBackend {
 
     /// A client for the configured region and endpoint; credentials come from the standard AWS
     /// chain (environment, profile, web identity, container or instance metadata).
-    pub async fn from_config(config: &RdsConfig, metrics: Arc<Metrics>) -> Self {
+    pub async fn from_config(
+        config: &RdsConfig,
+        timeouts: &BackendTimeouts,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
         if let Some(region) = &config.region {
             loader = loader.region(Region::new(region.clone()));
@@ -182,23 +185,34 @@ impl RdsBackend {
                  CloudDatabase reconciles will fail until one is set"
             );
         }
-        RdsBackend::with_sdk_config(&sdk, config, metrics)
+        RdsBackend::with_sdk_config(&sdk, config, timeouts, metrics)
     }
 
     /// Region and credentials from `sdk`, the endpoint override from `config`.
-    fn with_sdk_config(sdk: &SdkConfig, config: &RdsConfig, metrics: Arc<Metrics>) -> Self {
+    fn with_sdk_config(
+        sdk: &SdkConfig,
+        config: &RdsConfig,
+        timeouts: &BackendTimeouts,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let mut builder = aws_sdk_rds::config::Builder::from(sdk).timeout_config(
-            // A hung call must not hold a reconcile slot: give up and let backoff retry.
+            // A hung call must not hold a reconcile slot: give up and let backoff retry. The
+            // whole call covers the SDK's three attempts.
             TimeoutConfig::builder()
-                .connect_timeout(Duration::from_secs(5))
-                .operation_attempt_timeout(Duration::from_secs(30))
-                .operation_timeout(Duration::from_secs(90))
+                .connect_timeout(timeouts.connect)
+                .operation_attempt_timeout(timeouts.request)
+                .operation_timeout(timeouts.request * 3)
                 .build(),
         );
         if let Some(endpoint) = &config.endpoint {
             builder = builder.endpoint_url(endpoint.0.as_str().trim_end_matches('/'));
         }
         RdsBackend::new(aws_sdk_rds::Client::from_conf(builder.build()), metrics)
+    }
+
+    /// The region the client calls (from `rds.region`, `--rds-region` or the AWS chain).
+    pub fn region(&self) -> Option<String> {
+        self.client.config().region().map(|r| r.to_string())
     }
 
     /// Runs one call with its metrics and names the operation in its error.
@@ -503,7 +517,7 @@ pub(crate) mod moto {
             )),
             ..RdsConfig::default()
         };
-        RdsBackend::with_sdk_config(&sdk, &config, metrics)
+        RdsBackend::with_sdk_config(&sdk, &config, &BackendTimeouts::default(), metrics)
     }
 
     /// Final snapshots RDS lists for an instance.

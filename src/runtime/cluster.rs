@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{
     ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams,
@@ -222,6 +222,13 @@ pub trait Kube: Send + Sync + 'static {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, KubeResult<Option<Arc<S3Tenant>>>>;
+
+    /// The labels of a namespace (`None` when it does not exist), from the namespace cache when
+    /// keeper watches namespaces (some provider admits namespaces by label), else from the API.
+    fn namespace_labels<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<BTreeMap<String, String>>>>;
 }
 
 /// A reflector store and whether it has synced (reads fall back to the API until then).
@@ -289,6 +296,8 @@ pub struct KubeApi {
     managed_secrets: Cache<Secret>,
     /// The provider Secrets the configuration names, each watched by name.
     provider_secrets: Vec<((String, String), Cache<Secret>)>,
+    /// Namespaces, watched only when some provider admits namespaces by label.
+    namespaces: Option<Cache<Namespace>>,
     /// Secrets keeper wrote, until the cache has caught up with the write: a reconcile right
     /// after a write must see it, or it would generate a second password or key.
     written: Mutex<HashMap<(String, String), Secret>>,
@@ -296,8 +305,13 @@ pub struct KubeApi {
 
 impl KubeApi {
     /// Starts the caches. `provider_secrets` are (namespace, name) pairs watched by name, so a
-    /// rotated provider password or key is used without a restart.
-    pub fn start(client: Client, provider_secrets: &[(String, String)]) -> Self {
+    /// rotated provider password or key is used without a restart. `watch_namespaces` caches
+    /// namespaces (their labels decide which providers a namespace may use).
+    pub fn start(
+        client: Client,
+        provider_secrets: &[(String, String)],
+        watch_namespaces: bool,
+    ) -> Self {
         let managed =
             watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
         KubeApi {
@@ -315,6 +329,8 @@ impl KubeApi {
                     )
                 })
                 .collect(),
+            namespaces: watch_namespaces
+                .then(|| Cache::start(Api::all(client.clone()), watcher::Config::default())),
             recorders: Mutex::default(),
             written: Mutex::default(),
             client,
@@ -558,6 +574,23 @@ impl Kube for KubeApi {
         }
         .boxed()
     }
+
+    fn namespace_labels<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<BTreeMap<String, String>>>> {
+        async move {
+            let found = match self.namespaces.as_ref().filter(|c| c.synced()) {
+                Some(cache) => cache.store.get(&ObjectRef::new(name)),
+                None => Api::<Namespace>::all(self.client.clone())
+                    .get_opt(name)
+                    .await?
+                    .map(Arc::new),
+            };
+            Ok(found.map(|ns| ns.labels().clone()))
+        }
+        .boxed()
+    }
 }
 
 /// The JSON patch that removes `owner`'s reference from `secret` (tested, so a concurrent change
@@ -645,6 +678,8 @@ pub mod fake {
         pub secrets: Mutex<BTreeMap<(String, String), Secret>>,
         pub tenants: Mutex<Vec<Arc<S3Tenant>>>,
         pub buckets: Mutex<Vec<Arc<S3Bucket>>>,
+        /// Namespaces by name, with their labels.
+        pub namespaces: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
         pub calls: Mutex<Vec<Call>>,
         /// The next write (status, JSON patch or Secret) fails with this HTTP status.
         pub fail_next_write: Mutex<Option<u16>>,
@@ -866,6 +901,14 @@ pub mod fake {
                 .iter()
                 .find(|t| t.namespace().as_deref() == Some(namespace) && t.name_any() == name)
                 .cloned();
+            async move { Ok(found) }.boxed()
+        }
+
+        fn namespace_labels<'a>(
+            &'a self,
+            name: &'a str,
+        ) -> BoxFuture<'a, KubeResult<Option<BTreeMap<String, String>>>> {
+            let found = self.namespaces.lock().expect("lock").get(name).cloned();
             async move { Ok(found) }.boxed()
         }
     }

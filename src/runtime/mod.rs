@@ -438,8 +438,9 @@ pub async fn run<R: Reconciler>(
     });
     tracing::info!(controller = R::NAME, "starting controller");
     let acquired = cx.shared.leadership.acquired();
+    let concurrency = cx.shared.config.runtime.concurrency;
     controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(4))
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_all_on(acquired)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(observed::<R>, error_policy::<R>, cx)

@@ -24,4 +24,11 @@ refused "/controllers/0" --set 'controllers={tenant2}'
 refused "replicas" --set replicas=2
 refused "/replicaCount" --set replicaCount=two
 refused "/leaderElection/enabled" --set-string leaderElection.enabled=yes
-echo "values.schema.json: wrong values refused, chart value sets accepted"
+refused "/config/runtime/concurrency" --set config.runtime.concurrency=0
+refused "/config/runtime/backendTimeouts/request" --set config.runtime.backendTimeouts.request=60
+# keeper reads namespaces only when a provider admits namespaces by label.
+namespaces_rule() { "$helm" template keeper "$chart" "$@" | grep -c 'resources: \[namespaces\]' || true; }
+[ "$(namespaces_rule)" = 0 ] || { echo "namespaces RBAC granted without a selector" >&2; exit 1; }
+[ "$(namespaces_rule --set-json 'config.providers.p.s3Compatible.allowedNamespaces={"selector":{"matchLabels":{"a":"b"}}}')" = 1 ] \
+  || { echo "no namespaces RBAC for allowedNamespaces.selector" >&2; exit 1; }
+echo "values.schema.json: wrong values refused, chart value sets accepted; namespaces RBAC follows allowedNamespaces.selector"

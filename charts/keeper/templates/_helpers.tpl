@@ -26,3 +26,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- default "default" .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
+
+{{/*
+Non-empty when some provider in config.providers admits namespaces by label selector
+(allowedNamespaces.selector): keeper then needs to read namespaces.
+*/}}
+{{- define "keeper.namespaceSelector" -}}
+{{- range $name, $provider := (.Values.config.providers | default dict) }}
+{{- range $kind, $settings := $provider }}
+{{- if and (kindIs "map" $settings) $settings.allowedNamespaces }}
+{{- if $settings.allowedNamespaces.selector }}true{{ end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

@@ -471,6 +471,18 @@ pub fn storagegrid_state(env: &Env) -> anyhow::Result<Value> {
     Ok(serde_json::from_str(&body)?)
 }
 
+/// Accounts on the grid that carry the ownership marker of the tenant with `uid`.
+pub fn accounts_of(env: &Env, uid: &str) -> Vec<Value> {
+    let state = storagegrid_state(env).unwrap();
+    state["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["description"].as_str().is_some_and(|d| d.contains(uid)))
+        .cloned()
+        .collect()
+}
+
 /// Sends a JSON body to the StorageGRID emulator's debug API (fault injection).
 pub fn storagegrid_debug(env: &Env, method: &str, path: &str, body: Value) -> anyhow::Result<()> {
     let grid = env

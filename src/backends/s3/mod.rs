@@ -6,8 +6,6 @@
 //! calls are grouped by concern: `bucket` (ownership, creation, tagging, versioning, deletion,
 //! listing) and `drain` (usage and the client-side drain).
 
-use std::time::Duration;
-
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
@@ -16,6 +14,7 @@ use aws_sdk_s3::config::{
 };
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 
+use crate::config::BackendTimeouts;
 use crate::metrics::BackendOutcome;
 
 mod bucket;
@@ -194,6 +193,14 @@ pub struct S3Store {
 impl S3Store {
     /// A client for `settings`; fails only on an unusable CA bundle.
     pub fn new(settings: &S3Settings) -> Result<Self, String> {
+        Self::with_timeouts(settings, &BackendTimeouts::default())
+    }
+
+    /// As [`S3Store::new`], with the configured connect and per-attempt timeouts.
+    pub fn with_timeouts(
+        settings: &S3Settings,
+        timeouts: &BackendTimeouts,
+    ) -> Result<Self, String> {
         let credentials = Credentials::new(
             settings.access_key_id.clone(),
             settings.secret_access_key.clone(),
@@ -213,8 +220,8 @@ impl S3Store {
             // A reconcile must not hang on a stalled backend.
             .timeout_config(
                 TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(10))
-                    .operation_attempt_timeout(Duration::from_secs(60))
+                    .connect_timeout(timeouts.connect)
+                    .operation_attempt_timeout(timeouts.request)
                     .build(),
             );
         if let Some(pem) = &settings.ca_bundle {

@@ -34,16 +34,12 @@ pub use model::{
     Sensitive, Usage, User,
 };
 
-use crate::config::TlsConfig;
+use crate::config::{BackendTimeouts, TlsConfig};
 use crate::metrics::{BackendOutcome, Metrics};
 
 /// The `backend` label of keeper's backend metrics for this client.
 pub const BACKEND: &str = "storagegrid";
 
-/// How long one management call may take. Bucket deletes can take a while on a real grid (the
-/// docs warn of "a few minutes"); a timeout is transient, so the caller looks again later.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Tokens are dropped this long before the server says they expire, so a call never races
 /// the expiry.
 const EXPIRY_MARGIN: Duration = Duration::from_secs(60);
@@ -197,9 +193,21 @@ impl Client {
     /// system roots plus the configured CA bundle; `insecureSkipVerify` turns verification off
     /// and says so in the log.
     pub fn new(endpoint: &Url, tls: &TlsConfig, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
+        Self::with_timeouts(endpoint, tls, &BackendTimeouts::default(), metrics)
+    }
+
+    /// As [`Client::new`], with the configured timeouts. Bucket deletes can take a while on a
+    /// real grid (the docs warn of "a few minutes"); a timeout is transient, so the caller looks
+    /// again later.
+    pub fn with_timeouts(
+        endpoint: &Url,
+        tls: &TlsConfig,
+        timeouts: &BackendTimeouts,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, BuildError> {
         let mut builder = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .connect_timeout(CONNECT_TIMEOUT)
+            .timeout(timeouts.request)
+            .connect_timeout(timeouts.connect)
             .user_agent(concat!("keeper/", env!("CARGO_PKG_VERSION")));
         if let Some(path) = &tls.ca_bundle_file {
             let pem = std::fs::read(path).map_err(|source| BuildError::CaBundleRead {

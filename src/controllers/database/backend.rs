@@ -17,6 +17,9 @@ pub enum Created {
 /// The RDS operations the CloudDatabase controller uses. Errors are classified by the client:
 /// `NotFound` only for `DBInstanceNotFound`, `Conflict` for a busy instance.
 pub trait DatabaseBackend: Send + Sync + 'static {
+    /// The AWS region the client calls (`None` when none is configured).
+    fn region(&self) -> Option<String>;
+
     /// The instance, or `None` when RDS reports it absent.
     fn describe(
         &self,
@@ -44,6 +47,10 @@ pub trait DatabaseBackend: Send + Sync + 'static {
 }
 
 impl DatabaseBackend for RdsBackend {
+    fn region(&self) -> Option<String> {
+        RdsBackend::region(self)
+    }
+
     async fn describe(&self, id: &str) -> Result<Option<DbInstance>, BackendError> {
         self.describe_db_instance(id).await
     }

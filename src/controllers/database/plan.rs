@@ -34,6 +34,58 @@ fn owned_by(instance: &DbInstance, db: &CloudDatabase) -> bool {
     !uid.is_empty() && instance.tags.get(TAG_OWNER_UID) == Some(&uid)
 }
 
+/// Where the instance lives, compared with the region keeper now calls (audit F8: a changed
+/// operator region must never read as "instance gone" and create a second one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    /// No region recorded yet (a new resource, or one from before keeper recorded regions):
+    /// record the current one with the identity.
+    Record(String),
+    /// The recorded region is the one keeper calls (or no region is configured to compare: every
+    /// RDS call then fails on its own).
+    Same,
+    /// keeper calls another region than the instance's: act on nothing, say so.
+    Moved { recorded: String, current: String },
+}
+
+pub fn placement(recorded: Option<&str>, current: Option<&str>) -> Placement {
+    match (recorded, current) {
+        (_, None) => Placement::Same,
+        (None, Some(current)) => Placement::Record(current.to_string()),
+        (Some(recorded), Some(current)) if recorded == current => Placement::Same,
+        (Some(recorded), Some(current)) => Placement::Moved {
+            recorded: recorded.to_string(),
+            current: current.to_string(),
+        },
+    }
+}
+
+/// The `Ready=False` message of a live resource whose instance is in another region.
+pub fn region_mismatch_message(id: &str, recorded: &str, current: &str) -> String {
+    format!(
+        "RDS instance {id} was created in region {recorded}, but keeper now calls region \
+         {current}: keeper creates no second instance and changes nothing. Run keeper with \
+         rds.region (or --rds-region) {recorded} again; to move the database, create a new \
+         CloudDatabase and migrate the data"
+    )
+}
+
+/// The `DeletionBlocked` message of a resource being deleted whose instance is in another region.
+pub fn region_mismatch_deletion_message(id: &str, recorded: &str, current: &str) -> String {
+    format!(
+        "deletion of RDS instance {id} waits: it was created in region {recorded}, but keeper \
+         now calls region {current}, where the instance cannot be seen (it would wrongly count as \
+         gone). Run keeper with rds.region (or --rds-region) {recorded} to delete it; if the \
+         instance no longer exists, remove the finalizer keeper.dev/database-cleanup by hand"
+    )
+}
+
+/// The AWS account in an RDS ARN (`arn:aws:rds:<region>:<account>:db:<id>`).
+pub fn arn_account(arn: &str) -> Option<String> {
+    let account = arn.split(':').nth(4)?;
+    (!account.is_empty()).then(|| account.to_string())
+}
+
 /// The instance the spec asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Desired {
@@ -251,6 +303,43 @@ mod tests {
 
     fn desired_of(db: &CloudDatabase) -> Desired {
         desired(&db.spec, &RdsConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn the_region_is_recorded_once_and_a_changed_region_is_a_mismatch() {
+        assert_eq!(
+            placement(None, Some("eu-west-1")),
+            Placement::Record("eu-west-1".into())
+        );
+        assert_eq!(
+            placement(Some("eu-west-1"), Some("eu-west-1")),
+            Placement::Same
+        );
+        assert_eq!(
+            placement(Some("eu-west-1"), Some("us-east-1")),
+            Placement::Moved {
+                recorded: "eu-west-1".into(),
+                current: "us-east-1".into()
+            }
+        );
+        // Without a configured region nothing can be compared (and every RDS call fails).
+        assert_eq!(placement(Some("eu-west-1"), None), Placement::Same);
+        assert_eq!(placement(None, None), Placement::Same);
+        let message = region_mismatch_message("shop-orders-x", "eu-west-1", "us-east-1");
+        assert!(
+            message.contains("eu-west-1") && message.contains("us-east-1"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_account_comes_from_the_arn() {
+        assert_eq!(
+            arn_account("arn:aws:rds:eu-central-1:123456789012:db:shop-orders-x").as_deref(),
+            Some("123456789012")
+        );
+        assert_eq!(arn_account("not-an-arn"), None);
+        assert_eq!(arn_account("arn:aws:rds:eu-central-1::db:x"), None);
     }
 
     #[test]

@@ -10,9 +10,9 @@ use kube::ResourceExt;
 
 use super::backend::{Created, DatabaseBackend};
 use super::plan::{
-    self, ApplyStep, CleanupStep, DEFAULT_USERNAME, connection_details, connection_secret_name,
-    credentials, final_snapshot_identifier, generate_password, instance_identifier, ownership_tags,
-    plan_apply, plan_cleanup, summarize,
+    self, ApplyStep, CleanupStep, DEFAULT_USERNAME, Placement, connection_details,
+    connection_secret_name, credentials, final_snapshot_identifier, generate_password,
+    instance_identifier, ownership_tags, plan_apply, plan_cleanup, summarize,
 };
 use super::{
     CloudDatabaseReconciler, Error, MAX_STEPS, POLL, TAG_NAME, TAG_NAMESPACE, TAG_OWNER_UID,
@@ -86,6 +86,21 @@ async fn apply_steps<B: DatabaseBackend>(
     let id = out.status.instance_id.clone().unwrap_or_else(|| {
         instance_identifier(&db.namespace().unwrap_or_default(), &db.name_any())
     });
+    // Before any RDS call: an instance created in another region is never looked for here (it
+    // would read as absent, and a second one would be created).
+    match plan::placement(out.status.region.as_deref(), backend.region().as_deref()) {
+        Placement::Record(region) => out.status.region = Some(region),
+        Placement::Same => {}
+        Placement::Moved { recorded, current } => {
+            out.fail(
+                "RegionMismatch",
+                plan::region_mismatch_message(&id, &recorded, &current),
+                generation,
+                false,
+            );
+            return Ok(Next::Requeue(PERMANENT_RETRY));
+        }
+    }
     let secret_name = connection_secret_name(db);
     // A Secret of that name that keeper did not create for this database is a conflict: its
     // data (a password, say) is never used, and it is never written.
@@ -231,6 +246,9 @@ async fn apply_steps<B: DatabaseBackend>(
                     .endpoint
                     .clone()
                     .expect("planned only with an endpoint");
+                if out.status.account_id.is_none() {
+                    out.status.account_id = plan::arn_account(&instance.arn);
+                }
                 let details = connection_details(&secret, db.spec.engine, &endpoint);
                 cx.kube()
                     .apply_secret(&target, &secret_name, details)
@@ -295,6 +313,18 @@ async fn cleanup_steps<B: DatabaseBackend>(
     let backend = &cx.reconciler.backend;
     let generation = db.metadata.generation;
     let deleting = DatabasePhase::Deleting;
+    // In another region the instance cannot be seen, and "not found" would release the
+    // finalizer over a running instance: hold the deletion and say why.
+    if let Placement::Moved { recorded, current } =
+        plan::placement(out.status.region.as_deref(), backend.region().as_deref())
+    {
+        out.deletion_blocked(
+            "RegionMismatch",
+            plan::region_mismatch_deletion_message(id, &recorded, &current),
+            generation,
+        );
+        return Ok(Next::Requeue(PERMANENT_RETRY));
+    }
     let mut instance = match backend.describe(id).await {
         Ok(instance) => instance,
         Err(e) => return busy(e, out, deleting, generation),

@@ -215,6 +215,18 @@ impl<B: DatabaseBackend> Cluster<B> {
         notes.iter().map(|n| n.reason.to_string()).collect()
     }
 
+    /// Runs one apply that must fail permanently with `reason`; returns the status written.
+    async fn fails_with(&self, db: &CloudDatabase, reason: &str) -> CloudDatabaseStatus {
+        assert_eq!(
+            self.apply(db).await.unwrap(),
+            Action::requeue(PERMANENT_RETRY)
+        );
+        let status = self.status();
+        assert_eq!(status.phase, Some(DatabasePhase::Failed));
+        assert_eq!(ready(&status), Some(("False".into(), reason.into())));
+        status
+    }
+
     /// Reasons of the Warning events published, in order.
     fn warnings(&self) -> Vec<String> {
         self.kube
@@ -469,16 +481,7 @@ async fn permanent_errors_fail_with_the_message_and_transient_ones_back_off() {
             "not authorized to rds:DescribeDBInstances",
         ),
     );
-    assert_eq!(
-        cluster.apply(&db).await.unwrap(),
-        Action::requeue(PERMANENT_RETRY)
-    );
-    let status = cluster.status();
-    assert_eq!(status.phase, Some(DatabasePhase::Failed));
-    assert_eq!(
-        ready(&status),
-        Some(("False".into(), "AccessDenied".into()))
-    );
+    let status = cluster.fails_with(&db, "AccessDenied").await;
     assert!(
         status.conditions[0]
             .message
@@ -729,4 +732,58 @@ async fn every_deletion_policy_against_moto() {
             _ => assert!(left.unwrap().tags.is_empty()),
         }
     }
+}
+
+#[tokio::test]
+async fn a_changed_region_never_creates_a_second_instance_nor_reads_the_first_as_gone() {
+    let cluster = Cluster::default();
+    let rds = cluster.rds();
+    rds.state.lock().unwrap().region = Some("eu-west-1".into());
+    let db = cluster.ready_database(postgres()).await;
+    let status = cluster.status();
+    assert_eq!(status.region.as_deref(), Some("eu-west-1"));
+    assert_eq!(status.account_id.as_deref(), Some("000000000000"));
+
+    // keeper restarted with another region: the instance is not in it, and that is reported,
+    // not taken as a reason to create one.
+    rds.state.lock().unwrap().region = Some("us-east-1".into());
+    let describes = rds.calls("describe");
+    let status = cluster.fails_with(&db, "RegionMismatch").await;
+    let message = &status.conditions[0].message;
+    assert!(
+        message.contains("eu-west-1") && message.contains("us-east-1"),
+        "{message}"
+    );
+    assert_eq!(rds.calls("create"), 1);
+    assert_eq!(rds.calls("describe"), describes, "RDS was not asked");
+    assert_eq!(cluster.warnings(), vec!["RegionMismatch".to_string()]);
+
+    // Deleting it is held, not released over a running instance.
+    let db = deleting(cluster.observe(db));
+    assert!(matches!(
+        cluster.cleanup(&db).await.unwrap(),
+        Cleanup::Wait(_)
+    ));
+    let status = cluster.status();
+    let blocked = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == DELETION_BLOCKED)
+        .expect("DeletionBlocked");
+    assert_eq!(blocked.reason, "RegionMismatch");
+    assert_eq!(rds.calls("delete"), 0);
+    assert_eq!(rds.state.lock().unwrap().instances.len(), 1);
+
+    // Back in the instance's region, the deletion proceeds.
+    rds.state.lock().unwrap().region = Some("eu-west-1".into());
+    let db = cluster.observe(db);
+    let mut done = false;
+    for _ in 0..4 {
+        if cluster.cleanup(&cluster.observe(db.clone())).await.unwrap() == Cleanup::Done {
+            done = true;
+            break;
+        }
+    }
+    assert!(done, "deleted in its own region");
+    assert_eq!(rds.calls("delete"), 1);
 }

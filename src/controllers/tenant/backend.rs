@@ -356,7 +356,7 @@ mod tests {
             .start()
             .await;
         let config = OperatorConfig::parse(&format!(
-            "providers:\n  s3:\n    s3Compatible:\n      endpoint: {}\n      region: us-east-1\n      forcePathStyle: true\n      credentialsSecret: {{name: s3-creds}}\n",
+            "providers:\n  s3:\n    s3Compatible:\n      endpoint: {}\n      region: us-east-1\n      forcePathStyle: true\n      credentialsSecret: {{name: s3-creds}}\n      tls: {{allowPlainHttp: true}}\n",
             server.uri()
         ))
         .unwrap();

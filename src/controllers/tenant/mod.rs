@@ -14,9 +14,10 @@ pub mod reconcile;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ListParams;
 use kube::runtime::controller::Controller;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -55,6 +56,9 @@ pub enum Error {
     ProviderUnavailable { secret: String, message: String },
     #[error("cannot use provider {provider:?}: {message}")]
     ProviderClient { provider: String, message: String },
+    /// The provider's `allowedNamespaces` does not admit the tenant's namespace.
+    #[error("{0}")]
+    NamespaceNotAllowed(String),
 }
 
 impl From<ProviderError> for Error {
@@ -76,6 +80,7 @@ impl ReconcileError for Error {
             Error::Backend(_) => "backend",
             Error::Secret(_) => "secret",
             Error::UnknownProvider(_) | Error::ProviderClient { .. } => "config",
+            Error::NamespaceNotAllowed(_) => "namespace_not_allowed",
             Error::InvalidSpec(_) => "spec",
             Error::ProviderSecret(_) | Error::ProviderUnavailable { .. } => "secret",
         }
@@ -90,7 +95,8 @@ impl ReconcileError for Error {
             Error::UnknownProvider(_)
             | Error::InvalidSpec(_)
             | Error::ProviderSecret(_)
-            | Error::ProviderClient { .. } => ErrorClass::Permanent,
+            | Error::ProviderClient { .. }
+            | Error::NamespaceNotAllowed(_) => ErrorClass::Permanent,
         }
     }
 
@@ -104,6 +110,7 @@ impl ReconcileError for Error {
             Error::ProviderSecret(_) => "ProviderSecretInvalid",
             Error::ProviderUnavailable { .. } => "ProviderSecretUnavailable",
             Error::ProviderClient { .. } => "ProviderConfigInvalid",
+            Error::NamespaceNotAllowed(_) => "NamespaceNotAllowed",
             Error::Kube(_) => "KubernetesError",
         }
     }
@@ -172,17 +179,38 @@ impl<B: Backends> Reconciler for S3TenantReconciler<B> {
     }
 }
 
+/// The tenants of a namespace: a change of its labels may allow or deny their provider.
+fn tenants_in(store: &Store<S3Tenant>, namespace: &Namespace) -> Vec<ObjectRef<S3Tenant>> {
+    let name = namespace.name_any();
+    store
+        .state()
+        .iter()
+        .filter(|t| t.namespace().as_deref() == Some(name.as_str()))
+        .map(|t| ObjectRef::from_obj(t.as_ref()))
+        .collect()
+}
+
 pub async fn run(
     shared: Shared,
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let api = Api::<S3Tenant>::all(shared.client.clone());
-    let controller = Controller::new(api, watcher::Config::default()).watches(
+    let mut controller = Controller::new(api, watcher::Config::default()).watches(
         Api::<S3Bucket>::all(shared.client.clone()),
         watcher::Config::default(),
         bucket_to_tenant,
     );
+    if shared.config.uses_namespace_selector() {
+        // Labelling or unlabelling a namespace allows or denies its tenants at once (and their
+        // buckets follow the tenant's phase).
+        let store = controller.store();
+        controller = controller.watches(
+            Api::<Namespace>::all(shared.client.clone()),
+            watcher::Config::default(),
+            move |namespace| tenants_in(&store, &namespace),
+        );
+    }
     let cx = Arc::new(Context::new(shared, S3TenantReconciler::new(Live)));
     runtime::run(controller, cx, readiness, shutdown).await;
     Ok(())

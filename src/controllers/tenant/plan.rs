@@ -2,6 +2,7 @@
 //! [`super::reconcile`] observes, asks here what to do next, and does it.
 
 use kube::ResourceExt;
+use sha2::{Digest, Sha256};
 
 use crate::api::names::default_bucket_name;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
@@ -77,13 +78,46 @@ pub fn desired_settings(tenant_name: &str, spec: &S3TenantSpec) -> Result<Accoun
         return Err("quota: must be at least one byte; leave it out for no quota".to_string());
     }
     Ok(AccountSettings {
-        name: spec
-            .display_name
-            .clone()
-            .unwrap_or_else(|| tenant_name.to_string()),
+        name: account_name(tenant_name, spec.display_name.as_deref())?,
         quota_bytes,
         allow_platform_services: spec.allow_platform_services,
     })
+}
+
+/// The longest account name StorageGRID accepts.
+pub const MAX_ACCOUNT_NAME: usize = 64;
+
+/// The account's name on the grid: `displayName`, which must fit (a clear error otherwise), or
+/// the resource name. A resource name may be 253 characters; a longer one than the grid takes is
+/// cut and followed by a hash of the whole name, so two long names never share an account name
+/// (names are display only: keeper finds its account by id and ownership marker, never by name).
+pub fn account_name(tenant_name: &str, display_name: Option<&str>) -> Result<String, String> {
+    const HASH_LEN: usize = 8;
+    if let Some(display) = display_name {
+        let length = display.chars().count();
+        if length > MAX_ACCOUNT_NAME {
+            return Err(format!(
+                "displayName: StorageGRID account names have at most {MAX_ACCOUNT_NAME} \
+                 characters, this one has {length}"
+            ));
+        }
+        return Ok(display.to_string());
+    }
+    if tenant_name.len() <= MAX_ACCOUNT_NAME {
+        return Ok(tenant_name.to_string());
+    }
+    let digest = Sha256::digest(tenant_name.as_bytes());
+    let hash: String = digest
+        .iter()
+        .take(HASH_LEN / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    // Resource names are ASCII (DNS subdomain), so byte and character lengths agree.
+    let mut base = tenant_name[..MAX_ACCOUNT_NAME - HASH_LEN - 1].to_string();
+    while base.ends_with(['-', '.']) {
+        base.pop();
+    }
+    Ok(format!("{base}-{hash}"))
 }
 
 /// What to do about the tenant's S3 keys so that exactly one key set exists and is published.
@@ -242,9 +276,7 @@ pub fn buckets_remain_message(tenant: &str, buckets: &RemainingBuckets) -> Strin
         listed.push_str(&format!(" and {} more", count - MAX_NAMED_BUCKETS));
     }
     let mut message = format!(
-        "S3Tenant {tenant} still holds {count} bucket(s): {listed}. keeper does not delete buckets for you: \
-         drain each one with `kubectl annotate --overwrite s3bucket <name> keeper.dev/drain=$(date +%s)`, \
-         then delete it with `kubectl delete s3bucket <name>`."
+        "S3Tenant {tenant} still holds {count} bucket(s): {listed}. {BUCKET_REMOVAL_GUIDANCE}"
     );
     if !buckets.unmanaged.is_empty() {
         message
@@ -253,6 +285,11 @@ pub fn buckets_remain_message(tenant: &str, buckets: &RemainingBuckets) -> Strin
     message.push_str(" The tenant is deleted as soon as no bucket remains.");
     message
 }
+
+/// How to remove a tenant's buckets, shared by the finalizer's condition and the webhook.
+pub const BUCKET_REMOVAL_GUIDANCE: &str = "keeper does not delete buckets for you: drain each one \
+     with `kubectl annotate --overwrite s3bucket <name> keeper.dev/drain=$(date +%s)`, then delete \
+     it with `kubectl delete s3bucket <name>`.";
 
 /// The guidance given while `deletionProtection` holds a tenant.
 pub fn deletion_protection_message(tenant: &str) -> String {
@@ -265,6 +302,36 @@ pub fn deletion_protection_message(tenant: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn account_names_fit_the_grid_and_long_resource_names_never_collide() {
+        assert_eq!(account_name("team-a", None).unwrap(), "team-a");
+        let exact = "a".repeat(MAX_ACCOUNT_NAME);
+        assert_eq!(account_name(&exact, None).unwrap(), exact);
+        // Kubernetes names may have 253 characters; two that share a long prefix stay apart.
+        let long_a = format!("{}-a", "x".repeat(250));
+        let long_b = format!("{}-b", "x".repeat(250));
+        let (a, b) = (
+            account_name(&long_a, None).unwrap(),
+            account_name(&long_b, None).unwrap(),
+        );
+        assert_eq!(a.len(), MAX_ACCOUNT_NAME);
+        assert_eq!(b.len(), MAX_ACCOUNT_NAME);
+        assert_ne!(a, b);
+        assert_eq!(a, account_name(&long_a, None).unwrap(), "deterministic");
+        assert!(a.starts_with(&"x".repeat(50)), "{a}");
+        // A cut never leaves a separator before the hash.
+        let dashed = format!("{}-{}", "y".repeat(54), "z".repeat(100));
+        let cut = account_name(&dashed, None).unwrap();
+        assert!(!cut.contains("--"), "{cut}");
+        // displayName is the user's: a name too long is an error, never cut silently.
+        assert_eq!(account_name(&long_a, Some("Team A")).unwrap(), "Team A");
+        let err = account_name("t", Some(&"n".repeat(65))).unwrap_err();
+        assert!(err.contains("displayName") && err.contains("64"), "{err}");
+        let spec: S3TenantSpec =
+            serde_json::from_value(serde_json::json!({"displayName": "d".repeat(65)})).unwrap();
+        assert!(desired_settings("t", &spec).is_err());
+    }
 
     fn spec() -> S3TenantSpec {
         serde_json::from_value(serde_json::json!({})).unwrap()

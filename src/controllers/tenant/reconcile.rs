@@ -18,6 +18,7 @@ use super::{
 use crate::api::{S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::storagegrid::Login;
 use crate::config::Provider;
+use crate::namespaces::{self, Access};
 use crate::providers::{Keys, ProviderClients};
 use crate::runtime::cluster::{Target, owned_secret};
 use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
@@ -36,6 +37,10 @@ pub async fn apply<B: Backends>(
     // A live object is never blocked from deletion.
     conditions::remove(&mut status.conditions, conditions::DELETION_BLOCKED);
     let provider = cx.shared.providers.get(&tenant.spec.provider)?;
+    // Before any backend call: a namespace the provider does not serve gets nothing, and an
+    // existing tenant whose namespace stopped being allowed is no longer changed (its deletion
+    // still cleans up what keeper created: `cleanup` does not ask).
+    namespace_allowed(cx, tenant, &provider).await?;
     match &provider.config {
         Provider::StorageGrid(_) => {
             let desired =
@@ -79,6 +84,27 @@ pub async fn apply<B: Backends>(
         outcome.note(Note::normal("Ready", message));
     }
     Ok(outcome)
+}
+
+/// Whether the provider's `allowedNamespaces` admits the tenant's namespace (its labels are read
+/// only when a selector needs them).
+async fn namespace_allowed<B: Backends>(
+    cx: &Cx<B>,
+    tenant: &S3Tenant,
+    provider: &ProviderClients,
+) -> Result<(), Error> {
+    let Some(allowed) = provider.config.allowed_namespaces() else {
+        return Ok(());
+    };
+    let namespace = tenant.namespace().unwrap_or_default();
+    let labels = match allowed.selector {
+        Some(_) => cx.kube().namespace_labels(&namespace).await?,
+        None => None,
+    };
+    match namespaces::access(&provider.name, Some(allowed), &namespace, labels.as_ref()) {
+        Access::Allowed => Ok(()),
+        Access::Denied(message) => Err(Error::NamespaceNotAllowed(message)),
+    }
 }
 
 /// The deletion held while buckets remain (with either policy): the count, the names and the

@@ -670,6 +670,24 @@ fn buckets_map_to_their_tenant_in_their_namespace() {
 }
 
 #[test]
+fn a_namespace_change_maps_to_the_tenants_in_it() {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::runtime::watcher::Event;
+    let (store, mut writer) = kube::runtime::reflector::store();
+    let mut elsewhere = tenant("default", Value::Null);
+    elsewhere.metadata.namespace = Some("other".into());
+    elsewhere.metadata.name = Some("u".into());
+    writer.apply_watcher_event(&Event::Apply(grid_tenant()));
+    writer.apply_watcher_event(&Event::Apply(elsewhere));
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some("ns".into());
+    assert_eq!(
+        tenants_in(&store, &namespace),
+        vec![ObjectRef::new("t").within("ns")]
+    );
+}
+
+#[test]
 fn gauges_classify_by_phase_and_blocked_condition() {
     let mut t = grid_tenant();
     assert_eq!(t.phase(), "Pending");
@@ -701,4 +719,98 @@ fn gauges_classify_by_phase_and_blocked_condition() {
 fn the_requeue_intervals_are_unchanged() {
     assert_eq!(BLOCKED_RECHECK, Duration::from_secs(60));
     assert_eq!(DELETE_CONFIRM, Duration::from_secs(5));
+}
+
+/// A harness whose grid serves only namespaces labelled `keeper.dev/grid=allowed`, and whose
+/// S3-compatible store serves only namespace `ops`.
+fn restricted_harness() -> Harness {
+    let config = CONFIG
+        .replace(
+            "      region: eu-1\n",
+            "      region: eu-1\n      allowedNamespaces:\n        selector: {matchLabels: {keeper.dev/grid: allowed}}\n",
+        )
+        .replace(
+            "      credentialsSecret: {name: store-creds}\n",
+            "      credentialsSecret: {name: store-creds}\n      allowedNamespaces: {names: [ops]}\n",
+        );
+    let h = harness();
+    let shared = testing::shared(h.kube.clone(), OperatorConfig::parse(&config).unwrap());
+    Harness {
+        cx: Arc::new(Context::new(
+            shared,
+            S3TenantReconciler::new(h.backends.clone()),
+        )),
+        ..h
+    }
+}
+
+impl Harness {
+    /// Namespace `ns` exists with exactly these labels.
+    fn label_namespace(&self, labels: &[(&str, &str)]) {
+        self.kube
+            .namespaces
+            .lock()
+            .unwrap()
+            .insert("ns".into(), data(labels));
+    }
+}
+
+#[tokio::test]
+async fn a_namespace_the_provider_does_not_serve_fails_the_tenant_before_any_backend_call() {
+    let h = restricted_harness();
+    h.label_namespace(&[("team", "a")]);
+    let (reason, message) = failure(&h, grid_tenant()).await;
+    assert_eq!(reason, "NamespaceNotAllowed");
+    assert!(
+        message.contains(r#"provider "default" may not be used from namespace "ns""#)
+            && message.contains("keeper.dev/grid=allowed"),
+        "{message}"
+    );
+    assert!(
+        h.backends.grid.state.lock().unwrap().admin.is_none(),
+        "keeper never signed in to the grid"
+    );
+    assert_eq!(h.accounts(), 0);
+    let (reason, _) = failure(&h, tenant("store", Value::Null)).await;
+    assert_eq!(reason, "NamespaceNotAllowed");
+    assert!(
+        h.backends.verified.lock().unwrap().is_empty(),
+        "the store's keys were never used"
+    );
+    assert!(h.kube.secret_data("ns", "t-s3-credentials").is_none());
+    let notes = h.kube.notes();
+    assert!(
+        notes
+            .iter()
+            .all(|n| (n.type_, n.reason) == (EventType::Warning, "NamespaceNotAllowed")),
+        "{notes:?}"
+    );
+
+    // Labelling the namespace lets the tenant proceed.
+    h.label_namespace(&[("keeper.dev/grid", "allowed")]);
+    let t = h.ready(grid_tenant()).await;
+    assert_eq!(status(&t).phase, Some(TenantPhase::Ready));
+    assert_eq!(h.accounts(), 1);
+}
+
+#[tokio::test]
+async fn a_tenant_whose_namespace_stops_being_allowed_is_left_alone_but_still_cleaned_up() {
+    let h = restricted_harness();
+    h.label_namespace(&[("keeper.dev/grid", "allowed")]);
+    let t = h.ready(grid_tenant()).await;
+    let steps = h.backends.grid.steps_taken();
+    h.kube.namespaces.lock().unwrap().clear();
+    let (reason, _) = failure(&h, t.clone()).await;
+    assert_eq!(reason, "NamespaceNotAllowed");
+    assert_eq!(
+        h.backends.grid.steps_taken(),
+        steps,
+        "no change on the grid"
+    );
+    assert_eq!(h.accounts(), 1, "nothing is deleted by the denial");
+    // Deleting it still removes the account keeper created.
+    h.forget_calls();
+    h.reconcile(&deleting(t)).await.unwrap();
+    assert_eq!(h.accounts(), 0);
+    assert!(h.released());
 }

@@ -118,7 +118,7 @@ fn authorize_calls(requests: &[Request]) -> usize {
 fn a_missing_ca_bundle_is_a_clear_error() {
     let tls = TlsConfig {
         ca_bundle_file: Some("/nonexistent/ca.pem".into()),
-        insecure_skip_verify: false,
+        ..TlsConfig::default()
     };
     let err = Client::new(
         &Url::parse("https://grid.example.com").unwrap(),

@@ -214,6 +214,30 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_kubernetes_names_give_identifiers_rds_accepts() {
+        // Namespaces have at most 63 characters, resource names 253 (audit F21).
+        let namespace = "n".repeat(63);
+        let name = format!("{}.{}", "a".repeat(200), "b".repeat(52));
+        assert_eq!(name.len(), 253);
+        let id = instance_identifier(&namespace, &name);
+        assert_valid_rds_identifier(&id);
+        assert_ne!(
+            id,
+            instance_identifier(&namespace, &name.replace('b', "c")),
+            "names that differ past the cut stay apart"
+        );
+        // The final snapshot of the longest identifier fits RDS's 255 characters.
+        let snapshot = final_snapshot_identifier(&id, "2026-03-04T05:06:07Z".parse().unwrap());
+        assert!(snapshot.len() <= 255, "{snapshot}");
+        assert!(
+            snapshot.starts_with(|c: char| c.is_ascii_lowercase())
+                && !snapshot.contains("--")
+                && !snapshot.ends_with('-'),
+            "{snapshot}"
+        );
+    }
+
+    #[test]
     fn final_snapshot_identifiers_carry_the_instance_and_a_utc_timestamp() {
         let at: Timestamp = "2026-03-04T05:06:07Z".parse().unwrap();
         let snapshot = final_snapshot_identifier("shop-orders-1a2b3c4d", at);

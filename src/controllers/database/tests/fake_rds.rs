@@ -25,6 +25,8 @@ pub struct FakeRds {
 
 #[derive(Default)]
 pub struct FakeRdsState {
+    /// The region the client calls (`None`: none configured).
+    pub region: Option<String>,
     pub instances: BTreeMap<String, DbInstance>,
     pub passwords: BTreeMap<String, Password>,
     /// snapshot id -> instance id
@@ -93,6 +95,10 @@ impl FakeRds {
 }
 
 impl DatabaseBackend for FakeRds {
+    fn region(&self) -> Option<String> {
+        self.state.lock().unwrap().region.clone()
+    }
+
     async fn describe(&self, id: &str) -> Result<Option<DbInstance>, BackendError> {
         let mut state = self.call("describe")?;
         if state.stale_describes > 0 {
