@@ -260,3 +260,127 @@ async fn deletion_removes_keys_then_the_user_and_a_missing_user_is_success() {
     // Already gone: nothing to do, no error.
     users.delete(BUCKET).await.unwrap();
 }
+
+/// The real IAM calls and policy against a moto that enforces IAM: the keys keeper issues reach
+/// their bucket and nothing else, and deletion leaves no user behind.
+#[tokio::test]
+async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
+    use crate::backends::iam::{IamSettings, IamStore};
+    use crate::test_support::MotoServer;
+
+    let Some(moto) = MotoServer::start("per-bucket IAM users test", &[]) else {
+        return;
+    };
+    let endpoint = moto.url("http");
+    let metrics = Arc::new(Metrics::new());
+    let s3 = |keys: &Keys| S3Settings {
+        endpoint: endpoint.clone(),
+        region: "us-east-1".into(),
+        access_key_id: keys.access_key_id.clone(),
+        secret_access_key: keys.secret_access_key.clone(),
+        force_path_style: true,
+        ca_bundle: None,
+    };
+    let iam = |keys: &Keys| {
+        IamStore::new(&IamSettings {
+            endpoint: Some(endpoint.clone()),
+            region: "us-east-1".into(),
+            keys: keys.clone(),
+        })
+    };
+    // An admin user, created while moto still lets everything through.
+    let bootstrap = iam(&Keys {
+        access_key_id: "bootstrap".into(),
+        secret_access_key: "bootstrap".into(),
+    });
+    bootstrap
+        .create_user(&metrics, "admin", "/", &[])
+        .await
+        .unwrap();
+    bootstrap
+        .put_user_policy(
+            &metrics,
+            "admin",
+            "all",
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*","iam:*"],"Resource":"*"}]}"#,
+        )
+        .await
+        .unwrap();
+    let admin = bootstrap
+        .create_access_key(&metrics, "admin")
+        .await
+        .unwrap();
+    // From here on moto checks every request against IAM.
+    reqwest::Client::new()
+        .post(format!("{endpoint}/moto-api/reset-auth"))
+        .body("0")
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    let store = S3Store::new(&s3(&admin)).unwrap();
+    for bucket in ["keeper-mine", "keeper-theirs"] {
+        store
+            .create_bucket(&metrics, bucket, "us-east-1", false)
+            .await
+            .unwrap();
+    }
+    let made_up = Keys {
+        access_key_id: "made-up".into(),
+        secret_access_key: "made-up".into(),
+    };
+    let anyone = S3Store::new(&s3(&made_up)).unwrap();
+    assert_eq!(
+        anyone.access(&metrics, "keeper-mine").await.unwrap(),
+        Access::Refused("InvalidAccessKeyId".into()),
+        "moto must enforce IAM, or nothing below proves anything"
+    );
+
+    let users = BucketUsers {
+        identity: Iam {
+            iam: iam(&admin),
+            s3: s3(&admin),
+            metrics: metrics.clone(),
+        },
+        admin_key_id: admin.access_key_id.clone(),
+        tenant: "ns/team".into(),
+    };
+    let keys = published(users.keys("keeper-mine", None, false).await.unwrap());
+    assert_eq!(
+        users.check("keeper-mine", &keys).await.unwrap(),
+        KeyCheck::Works
+    );
+    assert_eq!(
+        users.check("keeper-theirs", &keys).await.unwrap(),
+        KeyCheck::NotYet("AccessDenied".into())
+    );
+    // A failed publication and a retry: still one key.
+    let retried = published(users.keys("keeper-mine", None, false).await.unwrap());
+    let user = plan::user_name("keeper-mine");
+    assert_eq!(
+        users
+            .identity
+            .iam
+            .access_keys(&metrics, &user)
+            .await
+            .unwrap(),
+        std::slice::from_ref(&retried.access_key_id)
+    );
+    users.delete("keeper-mine").await.unwrap();
+    assert_eq!(
+        users.check("keeper-mine", &retried).await.unwrap(),
+        KeyCheck::NotYet("InvalidAccessKeyId".into())
+    );
+    assert!(
+        users
+            .identity
+            .iam
+            .access_keys(&metrics, &user)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Already gone: success.
+    users.delete("keeper-mine").await.unwrap();
+}
