@@ -200,3 +200,65 @@ async fn bucket_keys_reach_their_own_bucket_only_and_their_user_goes_with_the_bu
     );
     assert_eq!(code, "InvalidAccessKeyId", "the key itself is gone");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rotating_a_buckets_keys_replaces_them_and_the_old_key_stops_working() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-rotate").unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    let old = ready_bucket(&env, &ns.name);
+    let bucket = old["bucket"].clone();
+    env.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "-n",
+        &ns.name,
+        "s3bucket/data",
+        "keeper.dev/rotate-credentials=first",
+    ])
+    .unwrap();
+    wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/data",
+        "rotation handled and Ready",
+        Duration::from_secs(60),
+        |b| {
+            b["status"]["handledRequests"]["rotateCredentials"] == "first"
+                && condition_is(b, "Ready", "True")
+        },
+    );
+    let new = secret_data(&env, &ns.name, "data-credentials").unwrap();
+    assert_ne!(new["accessKeyId"], old["accessKeyId"]);
+    client_for(&new)
+        .list_objects_v2()
+        .bucket(&bucket)
+        .send()
+        .await
+        .expect("the new keys work");
+    let code = refused(
+        "ListObjects with the rotated-out key",
+        client_for(&old)
+            .list_objects_v2()
+            .bucket(&bucket)
+            .send()
+            .await,
+    );
+    assert_eq!(code, "InvalidAccessKeyId", "the old key is deleted");
+    // One user, one key: the rotation left nothing behind.
+    let iam = iam_client(&env).await;
+    let users = users_of(&iam, &bucket).await;
+    assert_eq!(users.len(), 1);
+    let keys = iam
+        .list_access_keys()
+        .user_name(&users[0])
+        .send()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = keys
+        .access_key_metadata()
+        .iter()
+        .filter_map(|k| k.access_key_id())
+        .collect();
+    assert_eq!(ids, [new["accessKeyId"].as_str()]);
+}
