@@ -9,6 +9,7 @@ use std::time::Duration;
 use aws_sdk_s3::primitives::ByteStream;
 use keeper_e2e_scenarios::{
     Env, Keeper, client_for, condition, condition_is, iam_client, s3_client, secret_data, wait_for,
+    wait_until,
 };
 
 fn manifest(kind: &str, name: &str, spec: &str) -> String {
@@ -261,4 +262,68 @@ async fn rotating_a_buckets_keys_replaces_them_and_the_old_key_stops_working() {
         .filter_map(|k| k.access_key_id())
         .collect();
     assert_eq!(ids, [new["accessKeyId"].as_str()]);
+}
+
+/// A Secret as an older keeper published it for `owner` (`kind`/`name`), with the provider's keys.
+fn old_keeper_secret(env: &Env, ns: &str, kind: &str, owner: &str, name: &str) -> String {
+    let obj = env
+        .get_json(ns, &format!("{}/{owner}", kind.to_lowercase()))
+        .unwrap()
+        .unwrap();
+    let uid = obj["metadata"]["uid"].as_str().unwrap();
+    let (key, secret) = env.admin_keys.clone().unwrap();
+    format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  labels: {{app.kubernetes.io/managed-by: keeper}}\n  ownerReferences:\n  - {{apiVersion: keeper.dev/v1alpha1, kind: {kind}, name: {owner}, uid: {uid}}}\nstringData:\n  accessKeyId: {key}\n  secretAccessKey: {secret}\n"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_upgrade_replaces_the_providers_keys_in_bucket_secrets_and_deletes_the_tenants() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-upgrade").unwrap();
+    // What an older keeper left: the provider's keys in the tenant's and the bucket's Secrets.
+    env.apply(&ns.name, &manifest("S3Tenant", "t", "  provider: s3\n"))
+        .unwrap();
+    env.apply(
+        &ns.name,
+        &manifest("S3Bucket", "data", "  tenantRef: {name: t}\n"),
+    )
+    .unwrap();
+    for (kind, owner, name) in [
+        ("S3Tenant", "t", "t-s3-credentials"),
+        ("S3Bucket", "data", "data-credentials"),
+    ] {
+        env.apply(
+            &ns.name,
+            &old_keeper_secret(&env, &ns.name, kind, owner, name),
+        )
+        .unwrap();
+    }
+    let admin = env.admin_keys.clone().unwrap();
+
+    let _keeper = Keeper::start(&env).unwrap();
+    wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/data",
+        "Ready with keys of its own",
+        Duration::from_secs(90),
+        |b| condition_is(b, "Ready", "True"),
+    );
+    let creds = secret_data(&env, &ns.name, "data-credentials").unwrap();
+    assert_ne!(
+        creds["accessKeyId"], admin.0,
+        "the provider's keys are replaced"
+    );
+    let code = refused(
+        "ListBuckets with the bucket's new keys",
+        client_for(&creds).list_buckets().send().await,
+    );
+    assert_eq!(code, "AccessDenied");
+    wait_until(
+        Duration::from_secs(30),
+        "the tenant's Secret with the provider's keys is deleted",
+        || Ok(env.get_json(&ns.name, "secret/t-s3-credentials")?.is_none()),
+    )
+    .unwrap();
 }
