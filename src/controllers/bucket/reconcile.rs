@@ -9,6 +9,7 @@
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
@@ -886,7 +887,8 @@ fn keys_not_yet_valid(
     now: Timestamp,
     out: &mut Outcome<S3BucketStatus>,
 ) {
-    let waited = key_plan::keys_unverified_since(obj.status.as_ref())
+    let since = key_plan::keys_unverified_since(obj.status.as_ref());
+    let waited = since
         .and_then(|since| now.duration_since(since).try_into().ok())
         .unwrap_or(Duration::ZERO);
     let retry = key_plan::keys_check_backoff(waited);
@@ -898,11 +900,24 @@ fn keys_not_yet_valid(
         false,
         KEYS_NOT_YET_VALID,
         format!(
-            "the keys in Secret {secret:?} are not accepted by the store yet (it answered {answer}; new IAM keys take a few seconds to be in force); keeper tries them again in {}s",
-            retry.as_secs()
+            "the keys in Secret {secret:?} are not accepted by the store yet (it answered {answer}; new IAM keys take a few seconds to be in force); keeper tries them again, waiting longer each time (at most a minute)"
         ),
         obj.metadata.generation,
         false,
     );
+    if let Some(since) = since {
+        // Still refused, as at the last look: no news (no second event), and the condition has
+        // not transitioned (this reconcile's own Ready=True was never written), so the time it
+        // has been refused keeps counting for the backoff.
+        out.notes.retain(|n| n.reason != KEYS_NOT_YET_VALID);
+        if let Some(ready) = out
+            .status
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == conditions::READY)
+        {
+            ready.last_transition_time = Time(since);
+        }
+    }
     out.next = Next::Requeue(retry);
 }

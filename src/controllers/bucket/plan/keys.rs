@@ -114,9 +114,9 @@ pub fn keys_unverified_since(status: Option<&S3BucketStatus>) -> Option<Timestam
 }
 
 /// How soon to try refused keys again: as long as they have been refused so far (so the wait
-/// doubles), between 2 seconds and a minute.
+/// doubles), in whole seconds between 2 seconds and a minute.
 pub fn keys_check_backoff(refused_for: Duration) -> Duration {
-    refused_for.clamp(Duration::from_secs(2), Duration::from_secs(60))
+    Duration::from_secs(refused_for.as_secs().clamp(2, 60))
 }
 
 #[cfg(test)]
@@ -127,7 +127,7 @@ mod tests {
     fn refused_keys_are_tried_again_sooner_first_then_at_most_every_minute() {
         assert_eq!(keys_check_backoff(Duration::ZERO), Duration::from_secs(2));
         assert_eq!(
-            keys_check_backoff(Duration::from_secs(7)),
+            keys_check_backoff(Duration::from_millis(7400)),
             Duration::from_secs(7)
         );
         assert_eq!(

@@ -475,7 +475,7 @@ async fn a_retained_bucket_deleted_while_draining_on_the_grid_stops_the_drain_th
 #[tokio::test]
 async fn a_bucket_is_ready_only_once_its_new_keys_are_accepted() {
     let fake = Fake::new(DrainMode::ClientSide);
-    *fake.keys_not_yet_valid.lock().unwrap() = 1;
+    *fake.keys_not_yet_valid.lock().unwrap() = 2;
     let (kube, fake, cx) = context(fake, TenantPhase::Ready);
     let action = testing::reconcile(&cx, finalized()).await.unwrap();
     // Published, but the store refuses the keys yet: looked at again soon, not Ready.
@@ -500,9 +500,25 @@ async fn a_bucket_is_ready_only_once_its_new_keys_are_accepted() {
         "{:?}",
         kube.notes()
     );
-    // The next look tries the published keys again (no new key) and calls the bucket Ready.
+    // Refused again a while later: no second event, and the wait grows with the time refused.
+    let mut refused: crate::api::S3BucketStatus = serde_json::from_value(status).unwrap();
+    let ten_seconds_ago = Timestamp::now() - std::time::Duration::from_secs(10);
+    refused.conditions[0].last_transition_time = Time(ten_seconds_ago);
     let mut again = finalized();
-    again.status = Some(serde_json::from_value(status).unwrap());
+    again.status = Some(refused);
+    let events = kube.notes().len();
+    let patches = status_patches(&kube).len();
+    let action = testing::reconcile(&cx, again.clone()).await.unwrap();
+    assert!(
+        [10, 11]
+            .map(|s| Action::requeue(std::time::Duration::from_secs(s)))
+            .contains(&action),
+        "{action:?}"
+    );
+    assert_eq!(kube.notes().len(), events, "{:?}", kube.notes());
+    // Nothing changed (the condition keeps its transition time): nothing to write.
+    assert_eq!(status_patches(&kube).len(), patches);
+    // The next look tries the published keys again (no new key) and calls the bucket Ready.
     fake.calls.lock().unwrap().clear();
     testing::reconcile(&cx, again).await.unwrap();
     let calls = fake.calls.lock().unwrap().clone();
