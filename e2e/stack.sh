@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The local control plane: a Kubernetes API emulator, a StorageGRID emulator, a moto server (S3 and
-# RDS) and Prometheus, started as plain processes on free 127.0.0.1 ports.
+# The local control plane: a Kubernetes API emulator, a StorageGRID emulator (with a moto of its own),
+# a moto server (S3, IAM and RDS; it enforces IAM, see start_enforcing_moto) and Prometheus, started
+# as plain processes on free 127.0.0.1 ports.
 #
 #   e2e/stack.sh deps        install everything the stack needs: deps-moto, plus Debian's prometheus,
 #                            curl and openssl (apt-get when root); checks that kubectl is installed
@@ -70,6 +71,53 @@ start() {
 }
 
 recorded_pid() { [ -f "$DEV/pids" ] && awk -v n="$1" '$1==n {p=$2} END {print p}' "$DEV/pids"; }
+
+# The IAM calls that create the stack's admin user (CreateUser, PutUserPolicy, CreateAccessKey):
+# moto lets exactly these through unsigned, then checks every request against IAM.
+MOTO_BOOTSTRAP_CALLS=3
+
+# Starts the moto behind provider `s3` and RDS with IAM enforced after the bootstrap calls, creates
+# an admin IAM user allowed everything keeper and the tests do (s3:*, iam:*, rds:*), checks that
+# made-up keys are refused (a stack that accepts any keys would let keeper's per-bucket keys pass
+# every test), and prints "PID URL ACCESS_KEY_ID SECRET_ACCESS_KEY".
+start_enforcing_moto() {
+  local port; port=$(free_port)
+  # Recording stays off until a scenario starts it (/moto-api/recorder/start-recording): it lets
+  # the database scenario read back the passwords keeper sent to RDS.
+  local pid; pid=$(INITIAL_NO_AUTH_ACTION_COUNT=$MOTO_BOOTSTRAP_CALLS MOTO_ENABLE_RECORDING=true \
+    MOTO_RECORDER_FILEPATH="$DEV/moto-recording" start moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port")
+  local url="http://127.0.0.1:$port"
+  wait_for 30 curl -sf "$url/moto-api/" || die "moto did not start (see $DEV/logs/moto.log)"
+  local keys
+  keys=$("$VENV/bin/python" - "$url" <<'PY'
+import json, sys
+import boto3
+from botocore.exceptions import ClientError
+
+url = sys.argv[1]
+def client(service, key, secret):
+    return boto3.client(service, endpoint_url=url, region_name="us-east-1",
+                        aws_access_key_id=key, aws_secret_access_key=secret)
+
+iam = client("iam", "bootstrap", "bootstrap")
+iam.create_user(UserName="keeper-admin")
+iam.put_user_policy(UserName="keeper-admin", PolicyName="allow-all", PolicyDocument=json.dumps({
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Action": ["s3:*", "iam:*", "rds:*"], "Resource": "*"}],
+}))
+key = iam.create_access_key(UserName="keeper-admin")["AccessKey"]
+try:
+    client("s3", "testing", "testing").list_buckets()
+    sys.exit("moto accepted made-up keys: IAM is not enforced")
+except ClientError as e:
+    if e.response["Error"]["Code"] not in ("InvalidAccessKeyId", "AccessDenied"):
+        raise
+client("s3", key["AccessKeyId"], key["SecretAccessKey"]).list_buckets()
+print(key["AccessKeyId"], key["SecretAccessKey"])
+PY
+) || die "cannot set up moto's admin user (see $DEV/logs/moto.log)"
+  echo "$pid $url $keys"
+}
 
 # moto (the S3 and RDS server of the unit tests, the emulators' suites and the stack) in a venv.
 cmd_deps_moto() {
@@ -153,13 +201,15 @@ cmd_up() {
   rm -f "$DEV"/*.ready
   local bin="${KEEPER_BIN_DIR:-$CARGO_TARGET_DIR/debug}"
 
-  local moto_port; moto_port=$(free_port)
-  # Recording stays off until a scenario starts it (/moto-api/recorder/start-recording): it lets
-  # the database scenario read back the passwords keeper sent to RDS.
-  local moto_pid; moto_pid=$(MOTO_ENABLE_RECORDING=true MOTO_RECORDER_FILEPATH="$DEV/moto-recording" \
-    start moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$moto_port")
-  local moto="http://127.0.0.1:$moto_port"
-  wait_for 30 curl -sf "$moto/moto-api/" || die "moto did not start (see $DEV/logs/moto.log)"
+  local moto_pid moto admin_key admin_secret
+  read -r moto_pid moto admin_key admin_secret < <(start_enforcing_moto)
+  [ -n "$admin_secret" ] || die "moto did not start with an admin user (see $DEV/logs/moto.log)"
+  # The StorageGRID emulator signs its own requests to moto with made-up keys and passes tenants'
+  # requests through: it gets a moto of its own, without IAM enforcement.
+  local grid_moto_port; grid_moto_port=$(free_port)
+  local grid_moto_pid; grid_moto_pid=$(start grid-moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$grid_moto_port")
+  local grid_moto="http://127.0.0.1:$grid_moto_port"
+  wait_for 30 curl -sf "$grid_moto/moto-api/" || die "moto did not start (see $DEV/logs/grid-moto.log)"
 
   local api_pid; api_pid=$(start apiserver "$bin/keeper-e2e-apiserver" --listen 127.0.0.1:0 \
     --kubeconfig "$DEV/kubeconfig" --ready-file "$DEV/apiserver.ready")
@@ -168,7 +218,7 @@ cmd_up() {
 
   local admin_password; admin_password=$(openssl rand -hex 16)
   local sg_pid; sg_pid=$(start storagegrid "$bin/keeper-e2e-storagegrid" --listen 127.0.0.1:0 --s3-listen 127.0.0.1:0 \
-    --moto-endpoint "$moto" --admin-user "$ADMIN_USER" --admin-password "$admin_password" \
+    --moto-endpoint "$grid_moto" --admin-user "$ADMIN_USER" --admin-password "$admin_password" \
     --drain-rate "${KEEPER_DRAIN_RATE:-200}" --ready-file "$DEV/storagegrid.ready")
   wait_for 30 test -s "$DEV/storagegrid.ready" || die "the StorageGRID emulator did not start (see $DEV/logs/storagegrid.log)"
   local sg_mgmt sg_s3
@@ -200,6 +250,9 @@ export KUBECONFIG="$DEV/kubeconfig"
 export KEEPER_APISERVER_URL="$apiserver"
 export KEEPER_S3_ENDPOINT="$moto"
 export KEEPER_RDS_ENDPOINT="$moto"
+# The admin IAM user of that moto (provider s3's keys, keeper's RDS keys, the tests' keys).
+export KEEPER_S3_ACCESS_KEY_ID="$admin_key"
+export KEEPER_S3_SECRET_ACCESS_KEY="$admin_secret"
 export KEEPER_MOTO_SERVER="$VENV/bin/moto_server"
 export KEEPER_STORAGEGRID_ENDPOINT="$sg_mgmt"
 export KEEPER_STORAGEGRID_S3_ENDPOINT="$sg_s3"
@@ -210,6 +263,7 @@ export KEEPER_METRICS_ADDR="127.0.0.1:$metrics_port"
 export KEEPER_BIN="$bin/keeper"
 export KEEPER_DEV_DIR="$DEV"
 export KEEPER_MOTO_PID=$moto_pid
+export KEEPER_GRID_MOTO_PID=$grid_moto_pid
 export KEEPER_APISERVER_PID=$api_pid
 export KEEPER_STORAGEGRID_PID=$sg_pid
 export KEEPER_PROMETHEUS_PID=$prom_pid
@@ -226,9 +280,9 @@ write_keeper_config() {
     --from-literal=username="$KEEPER_STORAGEGRID_ADMIN_USER" \
     --from-literal=password="$KEEPER_STORAGEGRID_ADMIN_PASSWORD" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
-  # moto accepts any keys; a real S3-compatible store would get real ones here.
+  # The admin user of the moto behind provider s3 (it enforces IAM).
   kubectl -n keeper-system create secret generic s3-credentials \
-    --from-literal=accessKeyId=testing --from-literal=secretAccessKey=testing \
+    --from-literal=accessKeyId="$KEEPER_S3_ACCESS_KEY_ID" --from-literal=secretAccessKey="$KEEPER_S3_SECRET_ACCESS_KEY" \
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
   cat >"$DEV/keeper.yaml" <<YAML
 providers:
@@ -246,6 +300,8 @@ providers:
       region: us-east-1
       credentialsSecret: {name: s3-credentials}
       tls: {allowPlainHttp: true}
+      # moto serves IAM at its S3 endpoint: each bucket gets an IAM user of its own.
+      iam: {endpoint: $KEEPER_S3_ENDPOINT}
       # Slow enough that a client-side drain can be watched (and canceled) in the demo and tests.
       drain: {maxDeletesPerSecond: 200}
 rds:
@@ -288,8 +344,8 @@ cmd_keeper() {
   . "$DEV/env"
   cmd_webhook_cert "$DEV/webhook"
   local webhook_port; webhook_port=$(free_port)
-  # keeper reaches RDS through the standard AWS chain; moto accepts these test keys.
-  local pid; pid=$(AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1 \
+  # keeper reaches RDS through the standard AWS chain, as moto's admin user.
+  local pid; pid=$(AWS_ACCESS_KEY_ID="$KEEPER_S3_ACCESS_KEY_ID" AWS_SECRET_ACCESS_KEY="$KEEPER_S3_SECRET_ACCESS_KEY" AWS_REGION=us-east-1 \
     start keeper "$KEEPER_BIN" run --config "$DEV/keeper.yaml" --namespace keeper-system --leader-election=false \
     --metrics-bind-address "$KEEPER_METRICS_ADDR" \
     --webhook-bind-address "127.0.0.1:$webhook_port" --webhook-cert-dir "$DEV/webhook")

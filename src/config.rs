@@ -205,6 +205,56 @@ pub struct S3CompatibleProvider {
     pub tls: TlsConfig,
     #[serde(default)]
     pub drain: DrainDefaults,
+    /// The store's IAM API (AWS IAM, Ceph RGW): each bucket gets its own IAM user whose keys
+    /// reach that bucket only, and tenants get no tenant-wide keys. Absent: the store has no
+    /// identity API keeper can use.
+    #[serde(default)]
+    pub iam: Option<IamConfig>,
+    /// For stores without an identity API (MinIO): publish the provider's own keys in every
+    /// tenant's and bucket's Secret. Those keys reach every bucket of the store, so this must be
+    /// chosen explicitly.
+    #[serde(default)]
+    pub shared_credentials: bool,
+}
+
+/// Where the IAM API of an S3-compatible provider is (AWS IAM is not at the S3 endpoint).
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct IamConfig {
+    /// URL of the IAM API; absent: AWS IAM (`https://iam.amazonaws.com`).
+    #[serde(default)]
+    pub endpoint: Option<Endpoint>,
+    /// Region IAM requests are signed for (AWS IAM: `us-east-1`).
+    #[serde(default = "default_region")]
+    pub region: String,
+}
+
+/// How the buckets of an S3-compatible provider get their keys.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BucketKeys<'a> {
+    /// A per-bucket IAM user with a policy on that bucket only.
+    PerBucketUser(&'a IamConfig),
+    /// The provider's own keys (`sharedCredentials: true`).
+    Shared,
+    /// Neither `iam` nor `sharedCredentials` is set: keeper has no keys to give out.
+    Unconfigured,
+}
+
+impl S3CompatibleProvider {
+    pub fn bucket_keys(&self) -> BucketKeys<'_> {
+        match (&self.iam, self.shared_credentials) {
+            (Some(iam), _) => BucketKeys::PerBucketUser(iam),
+            (None, true) => BucketKeys::Shared,
+            (None, false) => BucketKeys::Unconfigured,
+        }
+    }
+}
+
+/// Why an S3-compatible provider without `iam` or `sharedCredentials` cannot serve tenants.
+pub fn unconfigured_keys_message(provider: &str) -> String {
+    format!(
+        "provider {provider:?} has neither `iam` (per-bucket IAM users) nor `sharedCredentials: true` (publish the provider's own keys) in keeper's configuration (providers.{provider}.s3Compatible); keeper gives out no keys until one is set"
+    )
 }
 
 /// A Secret keeper reads; the namespace defaults to keeper's own namespace.
@@ -493,6 +543,14 @@ impl OperatorConfig {
                     format!("providers.{name}.{kind}.allowedNamespaces: {e}")
                 })?;
             }
+            if let Provider::S3Compatible(p) = provider
+                && p.iam.is_some()
+                && p.shared_credentials
+            {
+                return Err(format!(
+                    "providers.{name}.s3Compatible: `iam` and `sharedCredentials: true` exclude each other (per-bucket IAM users, or the provider's own keys for everyone)"
+                ));
+            }
         }
         for (name, provider) in &self.providers {
             let drain = provider.drain();
@@ -732,6 +790,40 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn iam_and_shared_credentials_choose_how_buckets_get_keys() {
+        let base = "providers:\n  s3:\n    s3Compatible:\n      endpoint: http://s3\n      credentialsSecret: {name: x}\n";
+        let keys = |extra: &str| {
+            let config = OperatorConfig::parse(&format!("{base}{extra}")).unwrap();
+            let Some(Provider::S3Compatible(p)) = config.providers.get("s3") else {
+                panic!("an S3-compatible provider");
+            };
+            match p.bucket_keys() {
+                BucketKeys::PerBucketUser(iam) => {
+                    format!(
+                        "iam {:?} {}",
+                        iam.endpoint.as_ref().map(|e| e.to_string()),
+                        iam.region
+                    )
+                }
+                other => format!("{other:?}"),
+            }
+        };
+        assert_eq!(keys(""), "Unconfigured");
+        assert_eq!(keys("      sharedCredentials: true\n"), "Shared");
+        assert_eq!(keys("      iam: {}\n"), "iam None us-east-1");
+        assert_eq!(
+            keys("      iam: {endpoint: http://iam:9000, region: eu-west-1}\n"),
+            "iam Some(\"http://iam:9000\") eu-west-1"
+        );
+        let err = OperatorConfig::parse(&format!(
+            "{base}      iam: {{}}\n      sharedCredentials: true\n"
+        ))
+        .unwrap_err();
+        assert!(err.contains("providers.s3.s3Compatible"), "{err}");
+        assert!(err.contains("exclude each other"), "{err}");
     }
 
     #[test]

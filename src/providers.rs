@@ -7,10 +7,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use crate::backends::iam::{IamSettings, IamStore};
 use crate::backends::rds::RdsBackend;
 use crate::backends::s3::{S3Settings, S3Store};
 use crate::backends::storagegrid;
-use crate::config::{BackendTimeouts, Endpoint, OperatorConfig, Provider, SecretRef, TlsConfig};
+use crate::config::{
+    BackendTimeouts, BucketKeys, Endpoint, OperatorConfig, Provider, SecretRef, TlsConfig,
+};
 use crate::metrics::Metrics;
 use crate::runtime::cluster::{Kube, secret_data};
 
@@ -62,6 +65,8 @@ pub struct ProviderClients {
     stores: Mutex<HashMap<Keys, S3Store>>,
     /// `runtime.backendTimeouts` of the configuration, for every S3 client.
     timeouts: BackendTimeouts,
+    /// IAM clients per set of admin keys (a rotated admin key gets a new client).
+    iam: Mutex<HashMap<Keys, IamStore>>,
 }
 
 impl ProviderClients {
@@ -87,29 +92,55 @@ impl ProviderClients {
     }
 
     /// An S3 client of the provider's endpoint signing with `keys`, trusting the provider's CA
-    /// bundle.
+    /// bundle. Cached per set of keys: for the provider's and tenants' keys, which are few.
     pub fn s3(&self, keys: &Keys) -> S3Store {
         let mut stores = self.stores.lock().expect("store cache lock");
         stores
             .entry(keys.clone())
             .or_insert_with(|| {
-                S3Store::with_timeouts(
-                    &S3Settings {
-                        endpoint: self.s3_endpoint(),
-                        region: self.region().to_string(),
-                        access_key_id: keys.access_key_id.clone(),
-                        secret_access_key: keys.secret_access_key.clone(),
-                        force_path_style: match &self.config {
-                            Provider::StorageGrid(_) => true,
-                            Provider::S3Compatible(p) => p.force_path_style,
-                        },
-                        ca_bundle: self.ca_bundle.clone(),
-                    },
-                    &self.timeouts,
-                )
-                .expect("the CA bundle was checked when the registry was built")
+                S3Store::with_timeouts(&self.s3_settings(keys), &self.timeouts)
+                    .expect("the CA bundle was checked when the registry was built")
             })
             .clone()
+    }
+
+    /// How to reach the provider's S3 endpoint signing with `keys` (for a client that is not
+    /// kept, such as the check of one bucket's keys).
+    pub fn s3_settings(&self, keys: &Keys) -> S3Settings {
+        S3Settings {
+            endpoint: self.s3_endpoint(),
+            region: self.region().to_string(),
+            access_key_id: keys.access_key_id.clone(),
+            secret_access_key: keys.secret_access_key.clone(),
+            force_path_style: match &self.config {
+                Provider::StorageGrid(_) => true,
+                Provider::S3Compatible(p) => p.force_path_style,
+            },
+            ca_bundle: self.ca_bundle.clone(),
+        }
+    }
+
+    /// The provider's IAM API signing with the provider's `admin` keys, when it has one.
+    pub fn iam(&self, admin: &Keys) -> Option<IamStore> {
+        let Provider::S3Compatible(p) = &self.config else {
+            return None;
+        };
+        let BucketKeys::PerBucketUser(iam) = p.bucket_keys() else {
+            return None;
+        };
+        let mut clients = self.iam.lock().expect("iam cache lock");
+        Some(
+            clients
+                .entry(admin.clone())
+                .or_insert_with(|| {
+                    IamStore::new(&IamSettings {
+                        endpoint: iam.endpoint.as_ref().map(ToString::to_string),
+                        region: iam.region.clone(),
+                        keys: admin.clone(),
+                    })
+                })
+                .clone(),
+        )
     }
 
     /// The provider's credentials Secret: `username`/`password` of a grid administrator, or
@@ -271,6 +302,7 @@ impl Providers {
                     ca_bundle,
                     stores: Mutex::default(),
                     timeouts: config.runtime.backend_timeouts,
+                    iam: Mutex::default(),
                 }),
             );
         }

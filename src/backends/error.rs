@@ -101,6 +101,12 @@ impl fmt::Display for BackendError {
 
 impl std::error::Error for BackendError {}
 
+impl crate::metrics::BackendOutcome for BackendError {
+    fn outcome(&self) -> &'static str {
+        self.class.label()
+    }
+}
+
 /// Classifies a Kubernetes API error the same way: 404 is gone, 409 a conflict (retry on fresh
 /// state), 400/403/422 need a change, everything else (5xx, 429, transport) is transient.
 pub fn classify_kube(error: &kube::Error) -> ErrorClass {

@@ -16,7 +16,8 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{
-    ApiResource, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams, PostParams,
+    ApiResource, DeleteParams, DynamicObject, ListParams, ObjectMeta, Patch, PatchParams,
+    PostParams, Preconditions,
 };
 use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -190,6 +191,14 @@ pub trait Kube: Send + Sync + 'static {
     /// `owner`'s owner reference so the garbage collector keeps it when `owner` goes, and the
     /// credentials in it stay usable. Returns whether there was one to release.
     fn release_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<bool>>;
+
+    /// Deletes Secret `name` if keeper created it for `owner` (a Secret of that name keeper did
+    /// not create is never touched). Returns whether there was one to delete.
+    fn delete_secret<'a>(
         &'a self,
         owner: &'a Target,
         name: &'a str,
@@ -400,6 +409,38 @@ impl KubeApi {
 }
 
 impl Kube for KubeApi {
+    fn delete_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<bool>> {
+        async move {
+            let ours = self.secret(&owner.namespace, name).await?;
+            let Some(secret) = ours.filter(|s| owned_by(s, owner)) else {
+                return Ok(false);
+            };
+            // Only the Secret that was looked at: one replaced meanwhile is left alone.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: secret.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            self.written
+                .lock()
+                .expect("written lock")
+                .remove(&(owner.namespace.clone(), name.to_string()));
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
+            match api.delete(name, &params).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+                Err(e) => Err(e),
+            }
+        }
+        .boxed()
+    }
+
     fn release_secret<'a>(
         &'a self,
         owner: &'a Target,
@@ -668,6 +709,7 @@ pub mod fake {
     pub enum Call {
         ApplySecret { namespace: String, name: String },
         ReleaseSecret { namespace: String, name: String },
+        DeleteSecret { namespace: String, name: String },
         PatchStatus { name: String, patch: Value },
         PatchJson { name: String, patch: Value },
         Publish { name: String, note: Note },
@@ -769,6 +811,29 @@ pub mod fake {
     }
 
     impl Kube for FakeKube {
+        fn delete_secret<'a>(
+            &'a self,
+            owner: &'a Target,
+            name: &'a str,
+        ) -> BoxFuture<'a, KubeResult<bool>> {
+            async move {
+                let key = (owner.namespace.clone(), name.to_string());
+                let deleted = {
+                    let mut secrets = self.secrets.lock().expect("lock");
+                    let ours = secrets.get(&key).is_some_and(|s| owned_by(s, owner));
+                    ours && secrets.remove(&key).is_some()
+                };
+                if deleted {
+                    self.record(Call::DeleteSecret {
+                        namespace: owner.namespace.clone(),
+                        name: name.to_string(),
+                    });
+                }
+                Ok(deleted)
+            }
+            .boxed()
+        }
+
         fn release_secret<'a>(
             &'a self,
             owner: &'a Target,

@@ -29,6 +29,9 @@ pub struct Env {
     pub storagegrid_url: Option<String>,
     pub s3_endpoint: Option<String>,
     pub rds_endpoint: Option<String>,
+    /// The admin keys of the store behind provider `s3` and RDS (moto enforces IAM locally), for
+    /// what an operator does beside keeper; `None`: the standard AWS chain.
+    pub admin_keys: Option<(String, String)>,
 }
 
 fn var(name: &str) -> anyhow::Result<String> {
@@ -50,16 +53,22 @@ impl Env {
                 storagegrid_url: None,
                 s3_endpoint: std::env::var("KEEPER_S3_ENDPOINT").ok(),
                 rds_endpoint: std::env::var("KEEPER_RDS_ENDPOINT").ok(),
+                admin_keys: None,
             });
         }
         let dev = var("KEEPER_DEV_DIR")?;
+        // The moto behind provider `s3` and RDS enforces IAM: everyone signs as its admin user.
+        let admin_keys = (
+            var("KEEPER_S3_ACCESS_KEY_ID")?,
+            var("KEEPER_S3_SECRET_ACCESS_KEY")?,
+        );
         Ok(Env {
             kubeconfig: var("KUBECONFIG")?.into(),
             keeper_bin: var("KEEPER_BIN")?.into(),
             keeper_config: Path::new(&dev).join("keeper.yaml"),
             keeper_env: [
-                ("AWS_ACCESS_KEY_ID", "testing"),
-                ("AWS_SECRET_ACCESS_KEY", "testing"),
+                ("AWS_ACCESS_KEY_ID", admin_keys.0.as_str()),
+                ("AWS_SECRET_ACCESS_KEY", admin_keys.1.as_str()),
                 ("AWS_REGION", "us-east-1"),
             ]
             .into_iter()
@@ -70,6 +79,7 @@ impl Env {
             storagegrid_url: Some(var("KEEPER_STORAGEGRID_ENDPOINT")?),
             s3_endpoint: Some(var("KEEPER_S3_ENDPOINT")?),
             rds_endpoint: Some(var("KEEPER_RDS_ENDPOINT")?),
+            admin_keys: Some(admin_keys),
         })
     }
 
@@ -362,18 +372,24 @@ pub fn wait_until(
     }
 }
 
-/// An RDS client for the environment's RDS endpoint (moto locally; AWS with a real cluster).
-pub async fn rds_client(env: &Env) -> aws_sdk_rds::Client {
+/// The AWS configuration of the environment: the admin keys of the local moto, or the
+/// standard AWS chain.
+async fn aws_config(env: &Env) -> aws_config::SdkConfig {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-    if env.apiserver_url.is_some() {
+    if let Some((key, secret)) = &env.admin_keys {
         loader = loader
             .region(aws_config::Region::new("us-east-1"))
             .credentials_provider(aws_sdk_rds::config::Credentials::new(
-                "testing", "testing", None, None, "e2e",
+                key, secret, None, None, "e2e",
             ));
     }
-    let sdk = loader.load().await;
+    loader.load().await
+}
+
+/// An RDS client for the environment's RDS endpoint (moto locally; AWS with a real cluster).
+pub async fn rds_client(env: &Env) -> aws_sdk_rds::Client {
+    let sdk = aws_config(env).await;
     let mut config = aws_sdk_rds::config::Builder::from(&sdk);
     if let Some(endpoint) = &env.rds_endpoint {
         config = config.endpoint_url(endpoint);
@@ -404,6 +420,40 @@ pub fn s3_client(
         ))
         .build();
     aws_sdk_s3::Client::from_conf(config)
+}
+
+/// An IAM client of the store behind provider `s3` (moto serves IAM at its S3 endpoint; AWS IAM
+/// with a real cluster).
+pub async fn iam_client(env: &Env) -> aws_sdk_iam::Client {
+    let sdk = aws_config(env).await;
+    let mut config = aws_sdk_iam::config::Builder::from(&sdk);
+    if env.admin_keys.is_some()
+        && let Some(endpoint) = &env.s3_endpoint
+    {
+        config = config.endpoint_url(endpoint);
+    }
+    aws_sdk_iam::Client::from_conf(config.build())
+}
+
+/// Keys reaching every bucket of a tenant on `provider`, as an operator holds them: the
+/// tenant's own Secret on StorageGRID (its root user), the provider's keys on provider `s3`
+/// (whose tenants get no tenant-wide keys: each bucket has its own IAM user).
+pub fn tenant_wide_credentials(
+    env: &Env,
+    namespace: &str,
+    tenant: &str,
+    provider: &str,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    if provider != "s3" {
+        return secret_data(env, namespace, &format!("{tenant}-s3-credentials"));
+    }
+    let mut creds = secret_data(env, &env.operator_namespace, "s3-credentials")?;
+    creds.insert(
+        "endpoint".into(),
+        env.s3_endpoint.clone().context("no S3 endpoint")?,
+    );
+    creds.insert("region".into(), "us-east-1".into());
+    Ok(creds)
 }
 
 /// An S3 client signing with the credentials of a Secret keeper published.

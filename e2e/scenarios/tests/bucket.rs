@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use keeper_e2e_scenarios::{
-    Env, Keeper, client_for, condition, condition_is, jitter, put_objects, secret_data, wait_for,
-    wait_until,
+    Env, Keeper, client_for, condition, condition_is, jitter, put_objects, secret_data,
+    tenant_wide_credentials, wait_for, wait_until,
 };
 use serde_json::Value;
 
@@ -76,7 +76,8 @@ fn events(env: &Env, ns: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
-/// Sets up a Ready tenant on `provider` and returns its root (or provider) credentials.
+/// Sets up a Ready tenant on `provider` and returns keys reaching all its buckets (its root
+/// user's on StorageGRID, the provider's on provider `s3`).
 fn ready_tenant(env: &Env, ns: &str, name: &str, provider: &str) -> BTreeMap<String, String> {
     env.apply(ns, &tenant(name, provider)).unwrap();
     wait_for(
@@ -87,11 +88,11 @@ fn ready_tenant(env: &Env, ns: &str, name: &str, provider: &str) -> BTreeMap<Str
         Duration::from_secs(60),
         ready,
     );
-    secret_data(env, ns, &format!("{name}-s3-credentials")).unwrap()
+    tenant_wide_credentials(env, ns, name, provider).unwrap()
 }
 
 async fn delete_blocked_then_drained_and_gone(env: &Env, ns: &str, provider: &str) {
-    ready_tenant(env, ns, "t", provider);
+    let tenant_creds = ready_tenant(env, ns, "t", provider);
     env.apply(ns, &bucket("big", "t", "")).unwrap();
     let obj = wait_for(
         env,
@@ -183,7 +184,6 @@ async fn delete_blocked_then_drained_and_gone(env: &Env, ns: &str, provider: &st
             "no {reason} event: {reasons:?}"
         );
     }
-    let tenant_creds = secret_data(env, ns, "t-s3-credentials").unwrap();
     let root = client_for(&tenant_creds);
     let head = root.head_bucket().bucket(&name).send().await;
     assert!(head.is_err(), "the bucket is gone from the backend");

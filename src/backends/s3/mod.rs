@@ -17,11 +17,13 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use crate::config::BackendTimeouts;
 use crate::metrics::BackendOutcome;
 
+mod access;
 mod bucket;
 mod drain;
 #[cfg(test)]
 pub(crate) mod tests;
 
+pub use access::Access;
 pub use bucket::{CreateOutcome, DeleteOutcome, Ownership};
 pub use drain::{DrainRound, Usage};
 

@@ -9,11 +9,15 @@
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::backend::{BucketBackend, Connect, DesiredBucket, KeyPlan, Observed, Owner, Wait};
+use super::backend::{
+    BucketBackend, Connect, DesiredBucket, KeyCheck, KeyPlan, Observed, Owner, Wait,
+};
 use super::plan::drain::{self, DrainSettings, DrainStep};
+use super::plan::keys::{self as key_plan, KEYS_NOT_YET_VALID};
 use super::plan::lifecycle::{self, TenantGate};
 use super::plan::requests::{self, Kind, Request};
 use super::{
@@ -647,7 +651,13 @@ async fn resolve<'a, C: Connect>(
     let backend = match cx
         .reconciler
         .connector
-        .connect(cx.kube(), &cx.shared.metrics, &tenant, &clients)
+        .connect(
+            cx.kube(),
+            &cx.shared.metrics,
+            &tenant,
+            &clients,
+            &cx.shared.operator_namespace,
+        )
         .await?
     {
         Ok(backend) => backend,
@@ -799,6 +809,22 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
     if let Some(old) = &retire {
         backend.retire_key(bucket, old).await?;
     }
+    // New keys (and keys still refused at the last look) are tried before the bucket is called
+    // Ready: an application handed the Secret must be able to use it.
+    let unverified = key_plan::keys_unverified_since(obj.status.as_ref()).is_some();
+    let refused = if issued || unverified {
+        match backend.check_keys(bucket, &keys).await? {
+            KeyCheck::Works => None,
+            KeyCheck::NotYet(answer) => Some(answer),
+        }
+    } else {
+        None
+    };
+    if let Some(answer) = refused {
+        keys_not_yet_valid(obj, &name, &answer, view.now, out);
+    } else if backend.shares_provider_keys() {
+        say_keys_are_shared(out, &name, &clients.name, obj.metadata.generation);
+    }
     if rotate {
         let note = if issued {
             let retired = if retire.is_some() {
@@ -809,7 +835,8 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
             format!("Published new keys in Secret {name:?}{retired}")
         } else {
             format!(
-                "Secret {name:?} carries the tenant's keys on this provider: rotate the tenant's keys instead"
+                "Secret {name:?} carries provider {:?}'s own keys (sharedCredentials: true): rotate the provider's keys instead",
+                clients.name
             )
         };
         out.note(Note::normal("CredentialsRotated", note));
@@ -819,4 +846,78 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
         }
     }
     Ok(())
+}
+
+/// On a provider with `sharedCredentials: true` a Ready bucket's condition says whose keys its
+/// Secret carries: they reach every bucket of the provider, not this one only.
+fn say_keys_are_shared(
+    out: &mut Outcome<S3BucketStatus>,
+    secret: &str,
+    provider: &str,
+    generation: Option<i64>,
+) {
+    let Some(ready) = out
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::READY && c.status == "True")
+        .cloned()
+    else {
+        return;
+    };
+    out.condition(
+        conditions::READY,
+        true,
+        &ready.reason,
+        format!(
+            "{}; Secret {secret:?} carries provider {provider:?}'s own keys (sharedCredentials: true), which reach every bucket of that provider",
+            ready.message
+        ),
+        generation,
+    );
+}
+
+/// The bucket's keys are published but the store does not accept them yet (IAM is eventually
+/// consistent; AWS takes seconds). Not a failure: `Ready=False` says so, the "ready" event of
+/// this reconcile is withdrawn, and keeper looks again, waiting longer the longer it lasts.
+fn keys_not_yet_valid(
+    obj: &S3Bucket,
+    secret: &str,
+    answer: &str,
+    now: Timestamp,
+    out: &mut Outcome<S3BucketStatus>,
+) {
+    let since = key_plan::keys_unverified_since(obj.status.as_ref());
+    let waited = since
+        .and_then(|since| now.duration_since(since).try_into().ok())
+        .unwrap_or(Duration::ZERO);
+    let retry = key_plan::keys_check_backoff(waited);
+    out.notes.retain(|n| n.reason != "BucketReady");
+    if out.status.phase == Some(BucketPhase::Ready) {
+        out.status.phase = Some(BucketPhase::Pending);
+    }
+    out.ready(
+        false,
+        KEYS_NOT_YET_VALID,
+        format!(
+            "the keys in Secret {secret:?} are not accepted by the store yet (it answered {answer}; new IAM keys take a few seconds to be in force); keeper tries them again, waiting longer each time (at most a minute)"
+        ),
+        obj.metadata.generation,
+        false,
+    );
+    if let Some(since) = since {
+        // Still refused, as at the last look: no news (no second event), and the condition has
+        // not transitioned (this reconcile's own Ready=True was never written), so the time it
+        // has been refused keeps counting for the backoff.
+        out.notes.retain(|n| n.reason != KEYS_NOT_YET_VALID);
+        if let Some(ready) = out
+            .status
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == conditions::READY)
+        {
+            ready.last_transition_time = Time(since);
+        }
+    }
+    out.next = Next::Requeue(retry);
 }

@@ -6,6 +6,7 @@ use sha2::{Digest, Sha256};
 
 use crate::api::names::default_bucket_name;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
+use crate::config::{BucketKeys, Provider};
 
 /// Most bucket names a message lists before "and N more".
 const MAX_NAMED_BUCKETS: usize = 10;
@@ -31,6 +32,25 @@ pub struct ObservedAccount {
 /// tenant object's uid, unique for the life of the object (a recreated tenant gets a new one).
 pub fn ownership_marker(uid: &str) -> String {
     format!("keeper.dev/owner-uid={uid}")
+}
+
+/// Whether a tenant on `provider` gets tenant-wide keys in `<name>-s3-credentials`: a StorageGRID
+/// account's root keys, or the provider's own keys where they are shared anyway
+/// (`sharedCredentials: true`). On a provider with an IAM API it gets none: keys reaching every
+/// bucket of the tenant would need a policy naming them all (beyond IAM's size limits at 1,000
+/// buckets) or a bucket-name prefix per tenant; each bucket has keys of its own instead.
+pub fn tenant_wide_keys(provider: &Provider) -> bool {
+    match provider {
+        Provider::StorageGrid(_) => true,
+        Provider::S3Compatible(p) => p.bucket_keys() == BucketKeys::Shared,
+    }
+}
+
+/// The Ready message of a tenant without tenant-wide keys.
+pub fn no_tenant_keys_message(provider: &str) -> String {
+    format!(
+        "ready on provider {provider:?}, which gives each bucket keys of its own (an IAM user per bucket, in the S3Bucket's <name>-credentials Secret); the tenant has no tenant-wide keys"
+    )
 }
 
 /// What to do about the account on the way to Ready.

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::api::{S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::storagegrid::Login;
-use crate::config::Provider;
+use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
 use crate::providers::{Keys, ProviderClients};
 use crate::runtime::cluster::{Target, owned_secret};
@@ -52,7 +52,7 @@ pub async fn apply<B: Backends>(
             status = store.status.into_inner().expect("status lock");
             status.account_id = Some(id);
         }
-        Provider::S3Compatible(_) => {
+        Provider::S3Compatible(p) => {
             let keys = provider
                 .s3_keys(cx.kube(), &cx.shared.operator_namespace)
                 .await?;
@@ -60,19 +60,39 @@ pub async fn apply<B: Backends>(
                 .backends
                 .verify_keys(&provider, &keys, &cx.shared.metrics)
                 .await?;
-            publish_credentials(cx, tenant, &keys, &provider).await?;
+            match p.bucket_keys() {
+                BucketKeys::Shared => publish_credentials(cx, tenant, &keys, &provider).await?,
+                // Each bucket gets keys of its own; the provider's keys stay in keeper's
+                // namespace. A Secret an older keeper published with them is deleted.
+                BucketKeys::PerBucketUser(_) => {
+                    cx.kube()
+                        .delete_secret(&Target::of(tenant), &credentials_secret_name(&name))
+                        .await?;
+                }
+                BucketKeys::Unconfigured => {
+                    return Err(Error::ProviderClient {
+                        provider: provider.name.clone(),
+                        message: unconfigured_keys_message(&provider.name),
+                    });
+                }
+            }
             status.account_id = None;
         }
     }
+    let tenant_wide_keys = plan::tenant_wide_keys(&provider.config);
     status.s3_endpoint = Some(provider.s3_endpoint());
-    status.credentials_secret = Some(credentials_secret_name(&name));
+    status.credentials_secret = tenant_wide_keys.then(|| credentials_secret_name(&name));
     status.bucket_count = Some(bucket_resources(cx, tenant).await?.len() as i64);
     status.phase = Some(TenantPhase::Ready);
     let mut outcome = Outcome::new(status, Next::Requeue(runtime::RESYNC));
-    let message = format!(
-        "credentials are in Secret {}",
-        credentials_secret_name(&name)
-    );
+    let message = if tenant_wide_keys {
+        format!(
+            "credentials are in Secret {}",
+            credentials_secret_name(&name)
+        )
+    } else {
+        plan::no_tenant_keys_message(&provider.name)
+    };
     // The condition says what was done, the event that the tenant is ready.
     if outcome.condition(
         conditions::READY,

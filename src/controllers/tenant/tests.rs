@@ -35,6 +35,16 @@ const CONFIG: &str = "providers:
       endpoint: https://store.example.com
       region: us-east-1
       credentialsSecret: {name: store-creds}
+      sharedCredentials: true
+  aws:
+    s3Compatible:
+      endpoint: https://store.example.com
+      credentialsSecret: {name: store-creds}
+      iam: {endpoint: https://iam.example.com}
+  bare:
+    s3Compatible:
+      endpoint: https://store.example.com
+      credentialsSecret: {name: store-creds}
 ";
 
 type Cx = Context<S3TenantReconciler<FakeBackends>>;
@@ -407,6 +417,53 @@ async fn an_s3_compatible_tenant_publishes_the_verified_provider_keys() {
         ])
     );
     assert_eq!(h.kube.notes()[0].reason, "Ready");
+}
+
+#[tokio::test]
+async fn a_tenant_on_an_iam_provider_gets_no_tenant_wide_keys_and_loses_old_ones() {
+    let h = harness();
+    let t = tenant("aws", Value::Null);
+    // Published by an older keeper: the provider's own keys in the tenant's namespace.
+    h.kube.put_owned_secret(
+        &crate::runtime::cluster::Target::of(&t),
+        "t-s3-credentials",
+        data(&[
+            ("accessKeyId", "STOREKEY"),
+            ("secretAccessKey", "storesecret"),
+        ]),
+    );
+    let action = h.reconcile(&t).await.unwrap();
+    assert_eq!(action, Action::requeue(runtime::RESYNC));
+    assert_eq!(h.kube.secret_data("ns", "t-s3-credentials"), None);
+    assert!(
+        h.kube
+            .calls()
+            .iter()
+            .all(|c| !matches!(c, Call::ApplySecret { .. })),
+        "no keys are published"
+    );
+    let t = h.written(&t);
+    assert_eq!(status(&t).phase, Some(TenantPhase::Ready));
+    assert_eq!(status(&t).credentials_secret, None);
+    let ready = condition(&t, conditions::READY);
+    assert_eq!(ready.status, "True");
+    assert!(
+        ready.message.contains("no tenant-wide keys"),
+        "{}",
+        ready.message
+    );
+}
+
+#[tokio::test]
+async fn a_provider_without_iam_or_shared_credentials_fails_the_tenant_naming_both_options() {
+    let h = harness();
+    let (reason, message) = failure(&h, tenant("bare", Value::Null)).await;
+    assert_eq!(reason, "ProviderConfigInvalid");
+    assert!(
+        message.contains("`iam`") && message.contains("sharedCredentials: true"),
+        "{message}"
+    );
+    assert_eq!(h.kube.secret_data("ns", "t-s3-credentials"), None);
 }
 
 fn s3_error(class: s3::ErrorClass, code: &str) -> BackendError {

@@ -1,6 +1,6 @@
 //! A tenant on StorageGRID, through the grid's management API.
 
-use super::{BucketBackend, DesiredBucket, DrainProgress, KeyPlan, Observed, Owner};
+use super::{BucketBackend, DesiredBucket, DrainProgress, KeyCheck, KeyPlan, Observed, Owner};
 use crate::api::DrainMode;
 use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::DeleteOutcome;
@@ -313,6 +313,15 @@ impl BucketBackend for StorageGrid {
             found(self.client.delete_group(&self.tenant, &group.id).await)?;
         }
         Ok(())
+    }
+
+    // The grid's key is in force once the create call returns (one system, no propagation).
+    async fn check_keys(&self, _bucket: &str, _keys: &Keys) -> Result<KeyCheck, BackendError> {
+        Ok(KeyCheck::Works)
+    }
+
+    fn shares_provider_keys(&self) -> bool {
+        false
     }
 }
 

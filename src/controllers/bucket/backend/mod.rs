@@ -1,10 +1,12 @@
 //! What the bucket state machines need from a storage backend, behind one small trait so that
 //! the controller logic is tested against an in-memory fake; its two implementations
 //! ([`s3::S3Compatible`], [`grid::StorageGrid`]); and [`Connector`], which signs in to the
-//! tenant's provider with the tenant's credentials.
+//! tenant's provider: a StorageGRID tenant as its root user, an S3-compatible store with the
+//! provider's own keys (read from keeper's namespace, never from a tenant's).
 
 mod grid;
 mod s3;
+mod users;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -12,19 +14,18 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::Error;
-use super::plan::lifecycle;
 use crate::api::{DrainMode, S3Tenant};
 use crate::backends::error::BackendError;
 use crate::backends::s3::DeleteOutcome;
 use crate::backends::storagegrid;
-use crate::config::Provider;
-use crate::controllers::tenant::{credentials_secret_name, root_secret_name};
+use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
+use crate::controllers::tenant::root_secret_name;
 use crate::metrics::Metrics;
 use crate::providers::{Keys, ProviderClients};
 use crate::runtime::cluster::{Kube, Target, owned_secret};
 
 pub use grid::StorageGrid;
-pub use s3::S3Compatible;
+pub use s3::{Credentials, S3Compatible};
 
 /// The bucket a resource asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +76,14 @@ pub enum KeyPlan {
     Keep,
     /// Publish these; once published, retire the old access key (if any).
     Publish { keys: Keys, retire: Option<String> },
+}
+
+/// Whether published keys are accepted by the store yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyCheck {
+    Works,
+    /// Refused for now (IAM is eventually consistent): the store's answer.
+    NotYet(String),
 }
 
 /// Operations on one tenant's buckets.
@@ -140,6 +149,18 @@ pub trait BucketBackend: Send + Sync {
         &self,
         bucket: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+
+    /// Whether keys just issued for `bucket` are accepted yet: the bucket is Ready only once they
+    /// are.
+    fn check_keys(
+        &self,
+        bucket: &str,
+        keys: &Keys,
+    ) -> impl Future<Output = Result<KeyCheck, BackendError>> + Send;
+
+    /// Whether the keys published for a bucket are the provider's own, reaching every bucket
+    /// (`sharedCredentials: true`): the Ready condition says so.
+    fn shares_provider_keys(&self) -> bool;
 }
 
 /// Signs in to a tenant's storage. The reconciler is generic over it so that its tests run the
@@ -148,13 +169,14 @@ pub trait Connect: Send + Sync + 'static {
     type Backend: BucketBackend;
 
     /// The backend of `tenant` on its provider, or what is still missing (not an error: the
-    /// tenant is being set up).
+    /// tenant is being set up). Provider Secrets without a namespace are in `operator_namespace`.
     fn connect(
         &self,
         kube: &dyn Kube,
         metrics: &Arc<Metrics>,
         tenant: &S3Tenant,
         clients: &ProviderClients,
+        operator_namespace: &str,
     ) -> impl Future<Output = Result<Result<Self::Backend, Wait>, Error>> + Send;
 }
 
@@ -165,7 +187,8 @@ pub struct Wait {
     pub message: String,
 }
 
-/// The real backends, signed in with the tenant's credentials from its Secrets.
+/// The real backends: a StorageGRID tenant signed in with its root credentials, an
+/// S3-compatible store with the provider's keys.
 pub struct Connector;
 
 impl Connect for Connector {
@@ -177,28 +200,56 @@ impl Connect for Connector {
         metrics: &Arc<Metrics>,
         tenant: &S3Tenant,
         clients: &ProviderClients,
+        operator_namespace: &str,
     ) -> Result<Result<AnyBackend, Wait>, Error> {
         let tenant_name = tenant.name_any();
         match &clients.config {
             Provider::S3Compatible(p) => {
-                let secret_name = tenant
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.credentials_secret.clone())
-                    .unwrap_or_else(|| credentials_secret_name(&tenant_name));
-                let secret = owned_secret(kube, &Target::of(tenant), &secret_name).await?;
-                let Some(tenant_keys) = secret.as_ref().and_then(lifecycle::keys_from) else {
-                    return Ok(Err(Wait {
-                        reason: "TenantCredentialsMissing",
-                        message: format!(
-                            "the tenant's credentials Secret {secret_name:?} does not exist yet or lacks accessKeyId/secretAccessKey"
-                        ),
-                    }));
+                // Bucket operations sign with the provider's keys, from keeper's own namespace: a
+                // tenant's namespace holds nothing keeper needs (a namespace being deleted can
+                // still have its buckets cleaned up).
+                let admin =
+                    clients
+                        .s3_keys(kube, operator_namespace)
+                        .await
+                        .map_err(|e| match e {
+                            crate::providers::ProviderError::Unavailable { .. } => {
+                                Error::Retry(e.to_string())
+                            }
+                            _ => Error::Invalid {
+                                reason: "ProviderSecretInvalid",
+                                message: e.to_string(),
+                            },
+                        })?;
+                let credentials = match p.bucket_keys() {
+                    BucketKeys::Shared => Credentials::Shared(admin.clone()),
+                    BucketKeys::PerBucketUser(_) => {
+                        Credentials::PerBucketUser(users::BucketUsers {
+                            identity: users::Iam {
+                                iam: clients
+                                    .iam(&admin)
+                                    .expect("a provider with `iam` has a client"),
+                                s3: clients.s3_settings(&admin),
+                                metrics: metrics.clone(),
+                            },
+                            admin_key_id: admin.access_key_id.clone(),
+                            tenant: format!(
+                                "{}/{tenant_name}",
+                                tenant.namespace().unwrap_or_default()
+                            ),
+                        })
+                    }
+                    BucketKeys::Unconfigured => {
+                        return Err(Error::Invalid {
+                            reason: "ProviderKeysUnconfigured",
+                            message: unconfigured_keys_message(&clients.name),
+                        });
+                    }
                 };
                 Ok(Ok(AnyBackend::S3(S3Compatible {
-                    store: clients.s3(&tenant_keys),
+                    store: clients.s3(&admin),
                     metrics: metrics.clone(),
-                    tenant_keys,
+                    credentials,
                     max_deletes_per_second: p.drain.max_deletes_per_second,
                 })))
             }
@@ -302,5 +353,13 @@ impl BucketBackend for AnyBackend {
 
     async fn delete_credentials(&self, bucket: &str) -> Result<(), BackendError> {
         either!(self, b => b.delete_credentials(bucket).await)
+    }
+
+    async fn check_keys(&self, bucket: &str, keys: &Keys) -> Result<KeyCheck, BackendError> {
+        either!(self, b => b.check_keys(bucket, keys).await)
+    }
+
+    fn shares_provider_keys(&self) -> bool {
+        either!(self, b => b.shares_provider_keys())
     }
 }

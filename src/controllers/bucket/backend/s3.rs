@@ -3,7 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{BucketBackend, DesiredBucket, DrainProgress, KeyPlan, Observed, Owner};
+use super::users::{BucketUsers, Iam};
+use super::{BucketBackend, DesiredBucket, DrainProgress, KeyCheck, KeyPlan, Observed, Owner};
 use crate::api::DrainMode;
 use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::{self, CreateOutcome, DeleteOutcome, S3Store};
@@ -17,13 +18,22 @@ const USAGE_LISTING_BOUND: i64 = 100_000;
 const DRAIN_ROUND_BUDGET: Duration = Duration::from_secs(5);
 const DEFAULT_MAX_DELETES_PER_SECOND: u32 = 1000;
 
-/// A tenant on an S3-compatible store: keeper drains client-side and, lacking a portable user
-/// API, publishes the tenant's own keys for each bucket.
+/// A tenant on an S3-compatible store: keeper manages its buckets with the provider's keys,
+/// drains client-side, and gives each bucket the keys the provider's configuration says.
 pub struct S3Compatible {
+    /// Signs with the provider's own keys.
     pub store: S3Store,
     pub metrics: Arc<Metrics>,
-    pub tenant_keys: Keys,
+    pub credentials: Credentials,
     pub max_deletes_per_second: Option<u32>,
+}
+
+/// The keys a bucket's Secret carries on an S3-compatible provider.
+pub enum Credentials {
+    /// A user of the bucket's own, through the provider's IAM API.
+    PerBucketUser(BucketUsers<Iam>),
+    /// The provider's own keys (`sharedCredentials: true`, stores without an identity API).
+    Shared(Keys),
 }
 
 impl BucketBackend for S3Compatible {
@@ -156,28 +166,49 @@ impl BucketBackend for S3Compatible {
 
     async fn keys(
         &self,
-        _bucket: &str,
+        bucket: &str,
         published: Option<&Keys>,
-        _rotate: bool,
+        rotate: bool,
     ) -> Result<KeyPlan, BackendError> {
-        // The tenant's keys are the only keys: "rotation" republishes them (the tenant's keys
-        // rotate with the tenant).
-        Ok(if published == Some(&self.tenant_keys) {
-            KeyPlan::Keep
-        } else {
-            KeyPlan::Publish {
-                keys: self.tenant_keys.clone(),
-                retire: None,
-            }
-        })
+        match &self.credentials {
+            Credentials::PerBucketUser(users) => users.keys(bucket, published, rotate).await,
+            // The provider's keys are the only keys: "rotation" republishes them (they rotate
+            // with the provider's Secret).
+            Credentials::Shared(keys) => Ok(if published == Some(keys) {
+                KeyPlan::Keep
+            } else {
+                KeyPlan::Publish {
+                    keys: keys.clone(),
+                    retire: None,
+                }
+            }),
+        }
     }
 
-    // The tenant's keys belong to the tenant: nothing of the bucket's own to delete.
-    async fn retire_key(&self, _bucket: &str, _access_key_id: &str) -> Result<(), BackendError> {
-        Ok(())
+    async fn retire_key(&self, bucket: &str, access_key_id: &str) -> Result<(), BackendError> {
+        match &self.credentials {
+            Credentials::PerBucketUser(users) => users.retire_key(bucket, access_key_id).await,
+            // The provider's keys belong to the provider.
+            Credentials::Shared(_) => Ok(()),
+        }
     }
 
-    async fn delete_credentials(&self, _bucket: &str) -> Result<(), BackendError> {
-        Ok(())
+    async fn delete_credentials(&self, bucket: &str) -> Result<(), BackendError> {
+        match &self.credentials {
+            Credentials::PerBucketUser(users) => users.delete(bucket).await,
+            Credentials::Shared(_) => Ok(()),
+        }
+    }
+
+    async fn check_keys(&self, bucket: &str, keys: &Keys) -> Result<KeyCheck, BackendError> {
+        match &self.credentials {
+            Credentials::PerBucketUser(users) => users.check(bucket, keys).await,
+            // The provider's keys manage the bucket itself: they work whenever keeper does.
+            Credentials::Shared(_) => Ok(KeyCheck::Works),
+        }
+    }
+
+    fn shares_provider_keys(&self) -> bool {
+        matches!(self.credentials, Credentials::Shared(_))
     }
 }

@@ -9,7 +9,7 @@ use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::DeleteOutcome;
 use crate::controllers::bucket::Error;
 use crate::controllers::bucket::backend::{
-    BucketBackend, Connect, DesiredBucket, DrainProgress, KeyPlan, Observed, Owner, Wait,
+    BucketBackend, Connect, DesiredBucket, DrainProgress, KeyCheck, KeyPlan, Observed, Owner, Wait,
 };
 use crate::metrics::Metrics;
 use crate::providers::{Keys, ProviderClients};
@@ -39,6 +39,10 @@ pub struct Fake {
     pub fail_next: Mutex<Option<ErrorClass>>,
     /// Removes this bucket right after the next ownership check (a concurrent manual delete).
     pub vanish_after_owner: Mutex<Option<String>>,
+    /// How many more key checks refuse the keys (an eventually consistent IAM).
+    pub keys_not_yet_valid: Mutex<u32>,
+    /// The published keys are the provider's own (`sharedCredentials: true`).
+    pub shared_keys: bool,
 }
 
 impl Fake {
@@ -52,6 +56,8 @@ impl Fake {
             fail_permanently: Mutex::default(),
             fail_next: Mutex::default(),
             vanish_after_owner: Mutex::default(),
+            keys_not_yet_valid: Mutex::default(),
+            shared_keys: false,
         }
     }
 
@@ -233,6 +239,25 @@ macro_rules! fake_backend {
             async fn delete_credentials(&self, _bucket: &str) -> Result<(), BackendError> {
                 self.call("delete_credentials")
             }
+
+            async fn check_keys(
+                &self,
+                _bucket: &str,
+                _keys: &Keys,
+            ) -> Result<KeyCheck, BackendError> {
+                self.call("check_keys")?;
+                let mut pending = self.keys_not_yet_valid.lock().unwrap();
+                Ok(if *pending > 0 {
+                    *pending -= 1;
+                    KeyCheck::NotYet("InvalidAccessKeyId".into())
+                } else {
+                    KeyCheck::Works
+                })
+            }
+
+            fn shares_provider_keys(&self) -> bool {
+                self.shared_keys
+            }
         }
     };
 }
@@ -250,6 +275,7 @@ impl Connect for Arc<Fake> {
         _metrics: &Arc<Metrics>,
         _tenant: &S3Tenant,
         _clients: &ProviderClients,
+        _operator_namespace: &str,
     ) -> Result<Result<Arc<Fake>, Wait>, Error> {
         Ok(Ok(self.clone()))
     }

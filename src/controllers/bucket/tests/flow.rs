@@ -471,3 +471,77 @@ async fn a_retained_bucket_deleted_while_draining_on_the_grid_stops_the_drain_th
         ["BucketDrainingCanceled", "BucketRetained"]
     );
 }
+
+#[tokio::test]
+async fn a_bucket_is_ready_only_once_its_new_keys_are_accepted() {
+    let fake = Fake::new(DrainMode::ClientSide);
+    *fake.keys_not_yet_valid.lock().unwrap() = 2;
+    let (kube, fake, cx) = context(fake, TenantPhase::Ready);
+    let action = testing::reconcile(&cx, finalized()).await.unwrap();
+    // Published, but the store refuses the keys yet: looked at again soon, not Ready.
+    assert_eq!(action, Action::requeue(std::time::Duration::from_secs(2)));
+    assert!(kube.secret_data("ns", "b-credentials").is_some());
+    let status = status_patches(&kube).last().unwrap()["status"].clone();
+    assert_eq!(status["phase"], "Pending");
+    let ready = &status["conditions"][0];
+    assert_eq!(
+        (ready["status"].as_str(), ready["reason"].as_str()),
+        (Some("False"), Some("CredentialsNotYetValid"))
+    );
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("not accepted by the store yet"),
+        "{ready}"
+    );
+    assert!(
+        kube.notes().iter().all(|n| n.reason != "BucketReady"),
+        "{:?}",
+        kube.notes()
+    );
+    // Refused again a while later: no second event, and the wait grows with the time refused.
+    let mut refused: crate::api::S3BucketStatus = serde_json::from_value(status).unwrap();
+    let ten_seconds_ago = Timestamp::now() - std::time::Duration::from_secs(10);
+    refused.conditions[0].last_transition_time = Time(ten_seconds_ago);
+    let mut again = finalized();
+    again.status = Some(refused);
+    let events = kube.notes().len();
+    let patches = status_patches(&kube).len();
+    let action = testing::reconcile(&cx, again.clone()).await.unwrap();
+    assert!(
+        [10, 11]
+            .map(|s| Action::requeue(std::time::Duration::from_secs(s)))
+            .contains(&action),
+        "{action:?}"
+    );
+    assert_eq!(kube.notes().len(), events, "{:?}", kube.notes());
+    // Nothing changed (the condition keeps its transition time): nothing to write.
+    assert_eq!(status_patches(&kube).len(), patches);
+    // The next look tries the published keys again (no new key) and calls the bucket Ready.
+    fake.calls.lock().unwrap().clear();
+    testing::reconcile(&cx, again).await.unwrap();
+    let calls = fake.calls.lock().unwrap().clone();
+    assert!(calls.iter().any(|c| c == "check_keys"), "{calls:?}");
+    let status = status_patches(&kube).last().unwrap()["status"].clone();
+    assert_eq!(status["phase"], "Ready");
+    assert_eq!(status["conditions"][0]["reason"], "BucketReady");
+    assert!(kube.notes().iter().any(|n| n.reason == "BucketReady"));
+}
+
+#[tokio::test]
+async fn a_bucket_with_the_providers_shared_keys_says_so_in_its_ready_condition() {
+    let fake = Fake {
+        shared_keys: true,
+        ..Fake::new(DrainMode::ClientSide)
+    };
+    let (kube, _fake, cx) = context(fake, TenantPhase::Ready);
+    testing::reconcile(&cx, finalized()).await.unwrap();
+    let status = &status_patches(&kube)[0]["status"];
+    assert_eq!(status["phase"], "Ready");
+    let message = status["conditions"][0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("provider \"s3\"'s own keys (sharedCredentials: true)"),
+        "{message}"
+    );
+}

@@ -1,0 +1,274 @@
+//! The IAM calls keeper makes on S3-compatible providers that have an IAM API (AWS IAM, Ceph
+//! RGW): one user per bucket, its inline policy and its access keys. Every call answers what IAM
+//! says now; "already gone" and "already there" are answered, not failed, where the caller asked
+//! for that state. Errors are classified here into the one [`BackendError`].
+
+use std::time::Duration;
+
+use aws_sdk_iam::Client;
+use aws_sdk_iam::config::http::HttpResponse;
+use aws_sdk_iam::config::timeout::TimeoutConfig;
+use aws_sdk_iam::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_iam::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_iam::types::Tag;
+
+use crate::backends::error::{BackendError, ErrorClass};
+use crate::metrics::Metrics;
+use crate::providers::Keys;
+
+/// Label of this backend in `keeper_backend_requests_total{backend}`.
+const BACKEND: &str = "iam";
+
+/// Where and as whom to call IAM.
+#[derive(Clone)]
+pub struct IamSettings {
+    /// The IAM endpoint; `None` for AWS IAM (the SDK's own endpoint resolution).
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub keys: Keys,
+}
+
+/// An IAM client bound to one endpoint and one set of (admin) credentials.
+#[derive(Clone)]
+pub struct IamStore {
+    client: Client,
+}
+
+/// A user's access key as IAM lists it (the secret is only ever shown at creation).
+pub type AccessKeyId = String;
+
+/// Error codes that heal by themselves.
+const TRANSIENT_CODES: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "ServiceFailure",
+    "ServiceUnavailable",
+    "ExpiredToken",
+    "RequestExpired",
+];
+
+fn classify<E>(operation: &'static str, err: SdkError<E, HttpResponse>) -> BackendError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    match &err {
+        SdkError::ServiceError(service) => {
+            let status = service.raw().status().as_u16();
+            let e = service.err();
+            let code = e.code().unwrap_or("Unknown").to_string();
+            let message = e.message().unwrap_or_default().to_string();
+            let class = match code.as_str() {
+                "NoSuchEntity" => ErrorClass::NotFound,
+                // Something else changed the user meanwhile (a concurrent create, keys or
+                // policies still attached, the two-keys limit): the next look decides.
+                "EntityAlreadyExists"
+                | "DeleteConflict"
+                | "LimitExceeded"
+                | "ConcurrentModification" => ErrorClass::Conflict,
+                c if TRANSIENT_CODES.contains(&c) => ErrorClass::Transient,
+                _ if status >= 500 || status == 429 => ErrorClass::Transient,
+                // Access denied, bad credentials, validation: the platform team's to fix.
+                _ => ErrorClass::Permanent,
+            };
+            BackendError::new(BACKEND, operation, class, code, message)
+        }
+        // Timeouts, connection failures and unparseable answers are worth another try.
+        _ => BackendError::new(
+            BACKEND,
+            operation,
+            ErrorClass::Transient,
+            "Unavailable",
+            DisplayErrorContext(&err).to_string(),
+        ),
+    }
+}
+
+/// Sends one IAM request, counted in the backend metrics and classified.
+async fn call<T, E>(
+    metrics: &Metrics,
+    operation: &'static str,
+    request: impl std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+) -> Result<T, BackendError>
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    metrics
+        .backend_call(BACKEND, operation, async {
+            request.await.map_err(|e| classify(operation, e))
+        })
+        .await
+}
+
+/// `Ok(None)` when IAM says the thing does not exist.
+fn found<T>(result: Result<T, BackendError>) -> Result<Option<T>, BackendError> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.is_gone() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl IamStore {
+    pub fn new(settings: &IamSettings) -> Self {
+        let credentials = Credentials::new(
+            settings.keys.access_key_id.clone(),
+            settings.keys.secret_access_key.clone(),
+            None,
+            None,
+            "keeper",
+        );
+        let mut config = aws_sdk_iam::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(settings.region.clone()))
+            .credentials_provider(credentials)
+            // A reconcile must not hang on a stalled backend.
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(10))
+                    .operation_attempt_timeout(Duration::from_secs(30))
+                    .build(),
+            );
+        if let Some(endpoint) = &settings.endpoint {
+            config = config.endpoint_url(endpoint.clone());
+        }
+        IamStore {
+            client: Client::from_conf(config.build()),
+        }
+    }
+
+    /// Creates the user under `path` with `tags`; a user of that name already there is fine.
+    pub async fn create_user(
+        &self,
+        metrics: &Metrics,
+        user: &str,
+        path: &str,
+        tags: &[(&str, &str)],
+    ) -> Result<(), BackendError> {
+        let tags = tags
+            .iter()
+            .map(|(k, v)| {
+                Tag::builder().key(*k).value(*v).build().map_err(|e| {
+                    BackendError::new(
+                        BACKEND,
+                        "create_user",
+                        ErrorClass::Permanent,
+                        "InvalidTag",
+                        e.to_string(),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let request = self
+            .client
+            .create_user()
+            .user_name(user)
+            .path(path)
+            .set_tags(Some(tags))
+            .send();
+        match call(metrics, "create_user", request).await {
+            Ok(_) => Ok(()),
+            // Created by an earlier attempt whose answer was lost.
+            Err(e) if e.code == "EntityAlreadyExists" => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Sets the user's inline policy `name` to `document` (replacing it if present).
+    pub async fn put_user_policy(
+        &self,
+        metrics: &Metrics,
+        user: &str,
+        name: &str,
+        document: &str,
+    ) -> Result<(), BackendError> {
+        let request = self
+            .client
+            .put_user_policy()
+            .user_name(user)
+            .policy_name(name)
+            .policy_document(document)
+            .send();
+        call(metrics, "put_user_policy", request).await?;
+        Ok(())
+    }
+
+    /// The ids of the user's access keys (none when the user does not exist).
+    pub async fn access_keys(
+        &self,
+        metrics: &Metrics,
+        user: &str,
+    ) -> Result<Vec<AccessKeyId>, BackendError> {
+        let request = self.client.list_access_keys().user_name(user).send();
+        Ok(found(call(metrics, "list_access_keys", request).await)?
+            .map(|out| {
+                out.access_key_metadata()
+                    .iter()
+                    .filter_map(|k| k.access_key_id().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
+    /// A new access key of the user.
+    pub async fn create_access_key(
+        &self,
+        metrics: &Metrics,
+        user: &str,
+    ) -> Result<Keys, BackendError> {
+        let request = self.client.create_access_key().user_name(user).send();
+        let out = call(metrics, "create_access_key", request).await?;
+        let key = out.access_key().ok_or_else(|| {
+            BackendError::new(
+                BACKEND,
+                "create_access_key",
+                ErrorClass::Transient,
+                "InvalidResponse",
+                "CreateAccessKey answered without a key",
+            )
+        })?;
+        Ok(Keys {
+            access_key_id: key.access_key_id().to_string(),
+            secret_access_key: key.secret_access_key().to_string(),
+        })
+    }
+
+    /// Deletes an access key; already gone counts as deleted.
+    pub async fn delete_access_key(
+        &self,
+        metrics: &Metrics,
+        user: &str,
+        access_key_id: &str,
+    ) -> Result<(), BackendError> {
+        let request = self
+            .client
+            .delete_access_key()
+            .user_name(user)
+            .access_key_id(access_key_id)
+            .send();
+        found(call(metrics, "delete_access_key", request).await)?;
+        Ok(())
+    }
+
+    /// Deletes the user's inline policies, then the user (IAM refuses to delete a user that
+    /// still has policies or keys: the caller deletes the keys first); already gone counts as
+    /// deleted.
+    pub async fn delete_user(&self, metrics: &Metrics, user: &str) -> Result<(), BackendError> {
+        let request = self.client.list_user_policies().user_name(user).send();
+        let Some(policies) = found(call(metrics, "list_user_policies", request).await)? else {
+            return Ok(());
+        };
+        for policy in policies.policy_names() {
+            let request = self
+                .client
+                .delete_user_policy()
+                .user_name(user)
+                .policy_name(policy)
+                .send();
+            found(call(metrics, "delete_user_policy", request).await)?;
+        }
+        let request = self.client.delete_user().user_name(user).send();
+        found(call(metrics, "delete_user", request).await)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,386 @@
+//! The per-bucket user sequence against an in-memory IAM: found-or-created, no key pile-up
+//! across failed publications, rotation, deletion.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use super::*;
+use crate::backends::error::ErrorClass;
+
+/// A user in the fake: tags, inline policy, access key ids.
+type FakeUser = (Vec<(String, String)>, Option<String>, Vec<String>);
+
+/// An in-memory IAM with IAM's two-keys limit; keys work once checked `delay` times.
+#[derive(Default)]
+struct FakeIam {
+    users: Mutex<BTreeMap<String, FakeUser>>,
+    issued: Mutex<u32>,
+    calls: Mutex<Vec<String>>,
+    /// Checks that still refuse a key.
+    delay: Mutex<u32>,
+}
+
+impl FakeIam {
+    fn call(&self, what: &str) {
+        self.calls.lock().unwrap().push(what.to_string());
+    }
+
+    fn keys_of(&self, user: &str) -> Vec<String> {
+        self.users
+            .lock()
+            .unwrap()
+            .get(user)
+            .map(|u| u.2.clone())
+            .unwrap_or_default()
+    }
+
+    fn gone() -> BackendError {
+        BackendError::new("iam", "x", ErrorClass::NotFound, "NoSuchEntity", "no user")
+    }
+}
+
+impl Identity for FakeIam {
+    async fn create_user(&self, user: &str, tags: &[(&str, &str)]) -> Result<(), BackendError> {
+        self.call("create_user");
+        self.users
+            .lock()
+            .unwrap()
+            .entry(user.to_string())
+            .or_insert_with(|| {
+                let tags = tags
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect();
+                (tags, None, Vec::new())
+            });
+        Ok(())
+    }
+
+    async fn put_policy(&self, user: &str, document: &str) -> Result<(), BackendError> {
+        self.call("put_policy");
+        let mut users = self.users.lock().unwrap();
+        let entry = users.get_mut(user).ok_or_else(Self::gone)?;
+        entry.1 = Some(document.to_string());
+        Ok(())
+    }
+
+    async fn access_keys(&self, user: &str) -> Result<Vec<String>, BackendError> {
+        self.call("access_keys");
+        Ok(self.keys_of(user))
+    }
+
+    async fn create_access_key(&self, user: &str) -> Result<Keys, BackendError> {
+        self.call("create_access_key");
+        let mut users = self.users.lock().unwrap();
+        let entry = users.get_mut(user).ok_or_else(Self::gone)?;
+        if entry.2.len() >= 2 {
+            return Err(BackendError::new(
+                "iam",
+                "create_access_key",
+                ErrorClass::Conflict,
+                "LimitExceeded",
+                "two keys already",
+            ));
+        }
+        let mut issued = self.issued.lock().unwrap();
+        *issued += 1;
+        let id = format!("AK{issued}");
+        entry.2.push(id.clone());
+        Ok(Keys {
+            access_key_id: id,
+            secret_access_key: format!("SK{issued}"),
+        })
+    }
+
+    async fn delete_access_key(&self, user: &str, id: &str) -> Result<(), BackendError> {
+        self.call(&format!("delete_access_key {id}"));
+        if let Some(entry) = self.users.lock().unwrap().get_mut(user) {
+            entry.2.retain(|k| k != id);
+        }
+        Ok(())
+    }
+
+    async fn delete_user(&self, user: &str) -> Result<(), BackendError> {
+        self.call("delete_user");
+        let mut users = self.users.lock().unwrap();
+        if users.get(user).is_some_and(|u| !u.2.is_empty()) {
+            return Err(BackendError::new(
+                "iam",
+                "delete_user",
+                ErrorClass::Conflict,
+                "DeleteConflict",
+                "keys remain",
+            ));
+        }
+        users.remove(user);
+        Ok(())
+    }
+
+    async fn access(&self, keys: &Keys, bucket: &str) -> Result<Access, BackendError> {
+        self.call("access");
+        let user = plan::user_name(bucket);
+        if !self.keys_of(&user).contains(&keys.access_key_id) {
+            return Ok(Access::Refused("InvalidAccessKeyId".into()));
+        }
+        let mut delay = self.delay.lock().unwrap();
+        if *delay > 0 {
+            *delay -= 1;
+            return Ok(Access::Refused("InvalidAccessKeyId".into()));
+        }
+        Ok(Access::Granted)
+    }
+}
+
+fn users() -> BucketUsers<FakeIam> {
+    BucketUsers {
+        identity: FakeIam::default(),
+        admin_key_id: "ADMIN".into(),
+        tenant: "ns/team".into(),
+    }
+}
+
+fn published(plan: KeyPlan) -> Keys {
+    match plan {
+        KeyPlan::Publish { keys, .. } => keys,
+        KeyPlan::Keep => panic!("expected new keys"),
+    }
+}
+
+const BUCKET: &str = "ns-data";
+
+#[tokio::test]
+async fn the_first_look_creates_a_tagged_user_with_a_bucket_policy_and_one_key() {
+    let users = users();
+    let keys = published(users.keys(BUCKET, None, false).await.unwrap());
+    let user = plan::user_name(BUCKET);
+    let state = users.identity.users.lock().unwrap()[&user].clone();
+    assert_eq!(
+        state.0,
+        [
+            (BUCKET_TAG.to_string(), BUCKET.to_string()),
+            (TENANT_TAG.to_string(), "ns/team".to_string())
+        ]
+    );
+    assert_eq!(
+        state.1.as_deref(),
+        Some(plan::bucket_policy(BUCKET).as_str())
+    );
+    assert_eq!(state.2, std::slice::from_ref(&keys.access_key_id));
+    assert_eq!(users.check(BUCKET, &keys).await.unwrap(), KeyCheck::Works);
+}
+
+#[tokio::test]
+async fn published_keys_are_kept_without_any_iam_call() {
+    let users = users();
+    let keys = published(users.keys(BUCKET, None, false).await.unwrap());
+    users.identity.calls.lock().unwrap().clear();
+    assert_eq!(
+        users.keys(BUCKET, Some(&keys), false).await.unwrap(),
+        KeyPlan::Keep
+    );
+    assert!(users.identity.calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn failed_secret_writes_never_pile_up_keys() {
+    let users = users();
+    // Every attempt creates a key whose Secret write fails: the next attempt starts from
+    // nothing published again.
+    for _ in 0..5 {
+        published(users.keys(BUCKET, None, false).await.unwrap());
+        assert_eq!(users.identity.keys_of(&plan::user_name(BUCKET)).len(), 1);
+    }
+}
+
+#[tokio::test]
+async fn a_rotation_issues_a_second_key_and_retires_the_published_one_even_after_failed_attempts() {
+    let users = users();
+    let first = published(users.keys(BUCKET, None, false).await.unwrap());
+    let user = plan::user_name(BUCKET);
+    // A rotation whose Secret write failed twice: the user never holds more than two keys.
+    for _ in 0..3 {
+        match users.keys(BUCKET, Some(&first), true).await.unwrap() {
+            KeyPlan::Publish { retire, .. } => {
+                assert_eq!(retire.as_deref(), Some(first.access_key_id.as_str()))
+            }
+            KeyPlan::Keep => panic!("a rotation issues keys"),
+        }
+        assert_eq!(users.identity.keys_of(&user).len(), 2);
+    }
+    let KeyPlan::Publish { keys, retire } = users.keys(BUCKET, Some(&first), true).await.unwrap()
+    else {
+        panic!("a rotation issues keys");
+    };
+    // Published, then the old key goes.
+    users.retire_key(BUCKET, &retire.unwrap()).await.unwrap();
+    assert_eq!(users.identity.keys_of(&user), [keys.access_key_id]);
+}
+
+#[tokio::test]
+async fn the_providers_own_keys_published_by_an_older_keeper_are_replaced_not_deleted() {
+    let users = users();
+    let provider = Keys {
+        access_key_id: "ADMIN".into(),
+        secret_access_key: "secret".into(),
+    };
+    let KeyPlan::Publish { retire, .. } = users.keys(BUCKET, Some(&provider), false).await.unwrap()
+    else {
+        panic!("the bucket gets keys of its own");
+    };
+    assert_eq!(
+        retire, None,
+        "the provider's key is not the user's to delete"
+    );
+    let calls = users.identity.calls.lock().unwrap().clone();
+    assert!(!calls.iter().any(|c| c.contains("ADMIN")), "{calls:?}");
+}
+
+#[tokio::test]
+async fn new_keys_are_refused_until_iam_catches_up() {
+    let users = users();
+    let keys = published(users.keys(BUCKET, None, false).await.unwrap());
+    *users.identity.delay.lock().unwrap() = 2;
+    for _ in 0..2 {
+        assert_eq!(
+            users.check(BUCKET, &keys).await.unwrap(),
+            KeyCheck::NotYet("InvalidAccessKeyId".into())
+        );
+    }
+    assert_eq!(users.check(BUCKET, &keys).await.unwrap(), KeyCheck::Works);
+}
+
+#[tokio::test]
+async fn deletion_removes_keys_then_the_user_and_a_missing_user_is_success() {
+    let users = users();
+    let first = published(users.keys(BUCKET, None, false).await.unwrap());
+    // A rotation in flight: two keys.
+    published(users.keys(BUCKET, Some(&first), true).await.unwrap());
+    users.delete(BUCKET).await.unwrap();
+    assert!(users.identity.users.lock().unwrap().is_empty());
+    // Already gone: nothing to do, no error.
+    users.delete(BUCKET).await.unwrap();
+}
+
+/// The real IAM calls and policy against a moto that enforces IAM: the keys keeper issues reach
+/// their bucket and nothing else, and deletion leaves no user behind.
+#[tokio::test]
+async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
+    use crate::backends::iam::{IamSettings, IamStore};
+    use crate::test_support::MotoServer;
+
+    let Some(moto) = MotoServer::start("per-bucket IAM users test", &[]) else {
+        return;
+    };
+    let endpoint = moto.url("http");
+    let metrics = Arc::new(Metrics::new());
+    let s3 = |keys: &Keys| S3Settings {
+        endpoint: endpoint.clone(),
+        region: "us-east-1".into(),
+        access_key_id: keys.access_key_id.clone(),
+        secret_access_key: keys.secret_access_key.clone(),
+        force_path_style: true,
+        ca_bundle: None,
+    };
+    let iam = |keys: &Keys| {
+        IamStore::new(&IamSettings {
+            endpoint: Some(endpoint.clone()),
+            region: "us-east-1".into(),
+            keys: keys.clone(),
+        })
+    };
+    // An admin user, created while moto still lets everything through.
+    let bootstrap = iam(&Keys {
+        access_key_id: "bootstrap".into(),
+        secret_access_key: "bootstrap".into(),
+    });
+    bootstrap
+        .create_user(&metrics, "admin", "/", &[])
+        .await
+        .unwrap();
+    bootstrap
+        .put_user_policy(
+            &metrics,
+            "admin",
+            "all",
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":["s3:*","iam:*"],"Resource":"*"}]}"#,
+        )
+        .await
+        .unwrap();
+    let admin = bootstrap
+        .create_access_key(&metrics, "admin")
+        .await
+        .unwrap();
+    // From here on moto checks every request against IAM.
+    reqwest::Client::new()
+        .post(format!("{endpoint}/moto-api/reset-auth"))
+        .body("0")
+        .send()
+        .await
+        .unwrap()
+        .error_for_status()
+        .unwrap();
+    let store = S3Store::new(&s3(&admin)).unwrap();
+    for bucket in ["keeper-mine", "keeper-theirs"] {
+        store
+            .create_bucket(&metrics, bucket, "us-east-1", false)
+            .await
+            .unwrap();
+    }
+    let made_up = Keys {
+        access_key_id: "made-up".into(),
+        secret_access_key: "made-up".into(),
+    };
+    let anyone = S3Store::new(&s3(&made_up)).unwrap();
+    assert_eq!(
+        anyone.access(&metrics, "keeper-mine").await.unwrap(),
+        Access::Refused("InvalidAccessKeyId".into()),
+        "moto must enforce IAM, or nothing below proves anything"
+    );
+
+    let users = BucketUsers {
+        identity: Iam {
+            iam: iam(&admin),
+            s3: s3(&admin),
+            metrics: metrics.clone(),
+        },
+        admin_key_id: admin.access_key_id.clone(),
+        tenant: "ns/team".into(),
+    };
+    let keys = published(users.keys("keeper-mine", None, false).await.unwrap());
+    assert_eq!(
+        users.check("keeper-mine", &keys).await.unwrap(),
+        KeyCheck::Works
+    );
+    assert_eq!(
+        users.check("keeper-theirs", &keys).await.unwrap(),
+        KeyCheck::NotYet("AccessDenied".into())
+    );
+    // A failed publication and a retry: still one key.
+    let retried = published(users.keys("keeper-mine", None, false).await.unwrap());
+    let user = plan::user_name("keeper-mine");
+    assert_eq!(
+        users
+            .identity
+            .iam
+            .access_keys(&metrics, &user)
+            .await
+            .unwrap(),
+        std::slice::from_ref(&retried.access_key_id)
+    );
+    users.delete("keeper-mine").await.unwrap();
+    assert_eq!(
+        users.check("keeper-mine", &retried).await.unwrap(),
+        KeyCheck::NotYet("InvalidAccessKeyId".into())
+    );
+    assert!(
+        users
+            .identity
+            .iam
+            .access_keys(&metrics, &user)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Already gone: success.
+    users.delete("keeper-mine").await.unwrap();
+}
