@@ -449,3 +449,62 @@ async fn a_store_that_repeats_its_continuation_marker_is_an_error_not_an_endless
         "one page, then the same marker again"
     );
 }
+
+#[tokio::test]
+async fn a_drain_checks_the_owner_before_deleting_and_aborts_incomplete_uploads() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let metrics = Metrics::new();
+    let store = S3Store::new(&moto.settings()).unwrap();
+    create_owned(&store, &metrics, "owned", false).await;
+    put_objects(&store, "owned", (0..3).map(|i| format!("k{i}"))).await;
+    store
+        .client
+        .create_multipart_upload()
+        .bucket("owned")
+        .key("half-written")
+        .send()
+        .await
+        .unwrap();
+    // Another resource's mark: nothing is deleted.
+    let other = OwnerMark::new("other", "x", "uid-2");
+    store.tag_owner(&metrics, "owned", &other).await.unwrap();
+    let round = store
+        .drain_round(&metrics, "owned", &owner(), Duration::from_secs(60), 1000)
+        .await
+        .unwrap();
+    let why = round.not_ours.expect("not ours any more");
+    assert!(why.contains("S3Bucket other/x"), "{why}");
+    assert_eq!(round.deleted, 0);
+    assert_eq!(
+        store
+            .usage(&metrics, "owned", 100)
+            .await
+            .unwrap()
+            .unwrap()
+            .objects,
+        3
+    );
+    // Ours again: the objects go, then the incomplete upload, and only then is it empty.
+    store.tag_owner(&metrics, "owned", &owner()).await.unwrap();
+    let round = store
+        .drain_round(&metrics, "owned", &owner(), Duration::from_secs(60), 1000)
+        .await
+        .unwrap();
+    assert_eq!((round.deleted, round.aborted_uploads), (3, 1));
+    assert!(!round.empty && round.not_ours.is_none());
+    let round = store
+        .drain_round(&metrics, "owned", &owner(), Duration::from_secs(60), 1000)
+        .await
+        .unwrap();
+    assert!(round.empty, "{round:?}");
+    let uploads = store
+        .client
+        .list_multipart_uploads()
+        .bucket("owned")
+        .send()
+        .await
+        .unwrap();
+    assert!(uploads.uploads().is_empty());
+}
