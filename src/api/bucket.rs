@@ -184,7 +184,7 @@ pub struct S3BucketStatus {
     pub bucket_name: Option<String>,
     /// The bucket keeper is about to create, recorded before the create: a bucket of this name
     /// found without keeper's ownership tags (its tagging failed right after the create) is
-    /// keeper's. Cleared once `bucketName` records the bucket.
+    /// keeper's. It only counts while `bucketName` does not record the bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_intent: Option<String>,
     /// Number of objects in the bucket at the last usage refresh.

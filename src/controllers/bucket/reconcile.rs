@@ -406,10 +406,6 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
     let generation = obj.metadata.generation;
     let before = obj.status.clone().unwrap_or_default();
     let mut out = Report::new(before.clone(), USAGE_REFRESH);
-    if before.bucket_name.as_deref() == Some(view.desired.name.as_str()) {
-        // The bucket is recorded: the intent has done its job.
-        out.status.create_intent = None;
-    }
     if lifecycle::needs_ensure(&before, generation, &view.desired.name) {
         let owner = backend.ensure(&view.desired).await?;
         if let Some(message) = owner.message() {
@@ -446,6 +442,8 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
                 view.desired.name
             )));
         }
+        // The intent has done its job (dropped with the next write that converges the bucket;
+        // a stale one is harmless: it only counts for a bucket not recorded in bucketName).
         out.status.create_intent = None;
         // Recorded only after a successful create or adoption: the ownership record for
         // backends without tags.
@@ -710,6 +708,7 @@ async fn resolve<'a, C: Connect>(
     };
     let uid = obj.uid().unwrap_or_default();
     let status = obj.status.as_ref();
+    let recorded = status.and_then(|s| s.bucket_name.as_deref()) == Some(bucket.as_str());
     let view = View {
         obj,
         desired: DesiredBucket {
@@ -717,8 +716,10 @@ async fn resolve<'a, C: Connect>(
             region,
             versioning: obj.spec.versioning,
             object_lock: obj.spec.object_lock,
-            recorded: status.and_then(|s| s.bucket_name.as_deref()) == Some(bucket.as_str()),
-            intent: status.and_then(|s| s.create_intent.as_deref()) == Some(bucket.as_str()),
+            recorded,
+            // Only until the bucket is recorded: from then on the mark alone decides.
+            intent: !recorded
+                && status.and_then(|s| s.create_intent.as_deref()) == Some(bucket.as_str()),
             owner: OwnerMark::new(&namespace, &obj.name_any(), &uid),
             adopt: annotated(obj, ADOPT_ANNOTATION),
         },
