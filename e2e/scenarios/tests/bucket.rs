@@ -595,3 +595,156 @@ async fn sigkills_during_drains(provider: &str) {
         ready,
     );
 }
+
+/// An S3Bucket asking to adopt (`keeper.dev/adopt`) the bucket another S3Bucket owns.
+fn adopting_bucket(name: &str, tenant: &str, bucket_name: &str) -> String {
+    bucket(name, tenant, &format!("  bucketName: {bucket_name}\n")).replacen(
+        &format!("  name: {name}\n"),
+        &format!("  name: {name}\n  annotations:\n    keeper.dev/adopt: \"true\"\n"),
+        1,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn storagegrid_adopt_never_takes_a_bucket_another_s3bucket_owns() {
+    // A StorageGRID tenant lives in one namespace (its account's buckets are invisible to
+    // others): the other owner is another S3Bucket of the same tenant.
+    adopt_of_an_owned_bucket("default", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_compatible_adopt_never_takes_a_bucket_another_namespaces_s3bucket_owns() {
+    // Tenants of one S3-compatible provider share its store: the owner is in another namespace.
+    adopt_of_an_owned_bucket("s3", true).await;
+}
+
+async fn adopt_of_an_owned_bucket(provider: &str, other_namespace: bool) {
+    let env = Env::from_env().unwrap();
+    let ns_a = env.namespace(&format!("e2e-owner-a-{provider}")).unwrap();
+    let ns_b = if other_namespace {
+        Some(env.namespace(&format!("e2e-owner-b-{provider}")).unwrap())
+    } else {
+        None
+    };
+    let b_ns = ns_b.as_ref().map_or(&ns_a.name, |ns| &ns.name);
+    let _keeper = Keeper::start(&env).unwrap();
+    ready_tenant(&env, &ns_a.name, "t", provider);
+    if other_namespace {
+        ready_tenant(&env, b_ns, "t", provider);
+    }
+    let shared = format!("{}-owned", ns_a.name);
+    env.apply(
+        &ns_a.name,
+        &bucket("owner", "t", &format!("  bucketName: {shared}\n")),
+    )
+    .unwrap();
+    wait_for(
+        &env,
+        &ns_a.name,
+        "s3bucket/owner",
+        "Ready",
+        Duration::from_secs(60),
+        ready,
+    );
+    let owner_keys = secret_data(&env, &ns_a.name, "owner-credentials").unwrap();
+    let owner_s3 = client_for(&owner_keys);
+    put_objects(&owner_s3, &shared, "precious", 5).await;
+
+    env.apply(b_ns, &adopting_bucket("taker", "t", &shared))
+        .unwrap();
+    let obj = wait_for(
+        &env,
+        b_ns,
+        "s3bucket/taker",
+        "Failed BucketOwnedElsewhere",
+        Duration::from_secs(60),
+        |o| condition(o, "Ready").is_some_and(|c| c["reason"] == "BucketOwnedElsewhere"),
+    );
+    assert_eq!(obj["status"]["phase"], "Failed");
+    let message = condition(&obj, "Ready").unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        message.contains(&format!("{}/owner", ns_a.name)),
+        "the condition names the owner: {message}"
+    );
+    wait_until(
+        Duration::from_secs(30),
+        "a BucketOwnedElsewhere event",
+        || {
+            Ok(events(&env, b_ns, "taker")
+                .iter()
+                .any(|r| r == "BucketOwnedElsewhere"))
+        },
+    )
+    .unwrap();
+    // The owner keeps its bucket, its objects and its working keys.
+    assert!(ready(&get(&env, &ns_a.name, "s3bucket/owner").unwrap()));
+    assert_eq!(count_objects(&owner_s3, &shared).await, Some(5));
+
+    // Deleting the refused resource, even with a drain asked, never touches the owner's bucket.
+    env.kubectl(&[
+        "annotate",
+        "-n",
+        b_ns,
+        "s3bucket/taker",
+        "keeper.dev/drain=true",
+    ])
+    .unwrap();
+    env.kubectl(&["delete", "-n", b_ns, "s3bucket/taker", "--wait=false"])
+        .unwrap();
+    wait_until(Duration::from_secs(30), "the CR to be released", || {
+        Ok(get(&env, b_ns, "s3bucket/taker").is_none())
+    })
+    .unwrap();
+    assert_eq!(
+        count_objects(&owner_s3, &shared).await,
+        Some(5),
+        "keeper touched a bucket another S3Bucket owns"
+    );
+    assert!(ready(&get(&env, &ns_a.name, "s3bucket/owner").unwrap()));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn storagegrid_bucket_keys_cannot_delete_the_bucket_or_change_its_policy() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-least-privilege").unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    ready_tenant(&env, &ns.name, "t", "default");
+    env.apply(&ns.name, &bucket("mine", "t", "")).unwrap();
+    wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/mine",
+        "Ready",
+        Duration::from_secs(60),
+        ready,
+    );
+    let keys = secret_data(&env, &ns.name, "mine-credentials").unwrap();
+    let s3 = client_for(&keys);
+    let name = &keys["bucket"];
+    // The objects are theirs to use.
+    put_objects(&s3, name, "data", 2).await;
+    assert_eq!(count_objects(&s3, name).await, Some(2));
+    s3.delete_object()
+        .bucket(name)
+        .key("data/00000")
+        .send()
+        .await
+        .expect("deleting an object is allowed");
+    // The bucket itself is keeper's.
+    let deleted = s3.delete_bucket().bucket(name).send().await;
+    let err = deleted.expect_err("the bucket's keys deleted the bucket");
+    assert_eq!(err.into_service_error().meta().code(), Some("AccessDenied"));
+    let policy = s3
+        .put_bucket_policy()
+        .bucket(name)
+        .policy(
+            r#"{"Statement":[{"Effect":"Allow","Principal":"*","Action":"s3:*","Resource":"*"}]}"#,
+        )
+        .send()
+        .await;
+    let err = policy.expect_err("the bucket's keys changed the bucket policy");
+    assert_eq!(err.into_service_error().meta().code(), Some("AccessDenied"));
+}

@@ -7,16 +7,65 @@ use aws_sdk_s3::types::{
     VersioningConfiguration,
 };
 
-use super::{BACKEND, OWNER_TAG, S3Error, S3Store, classify};
+use super::{BACKEND, OWNER_NAME_TAG, OWNER_NAMESPACE_TAG, OWNER_TAG, S3Error, S3Store, classify};
 use crate::metrics::Metrics;
+
+/// The S3Bucket that owns a bucket, as keeper marks it on the backend (tags on S3-compatible
+/// stores, the bucket group's display name on StorageGRID). The uid decides; namespace and name
+/// say who that is (absent on marks an older keeper wrote with the uid only).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct OwnerMark {
+    pub uid: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+}
+
+impl OwnerMark {
+    pub fn new(namespace: &str, name: &str, uid: &str) -> Self {
+        OwnerMark {
+            uid: uid.to_string(),
+            namespace: Some(namespace.to_string()),
+            name: Some(name.to_string()),
+        }
+    }
+
+    /// The same S3Bucket (by uid, which alone is unique over time).
+    pub fn same_owner(&self, other: &OwnerMark) -> bool {
+        self.uid == other.uid
+    }
+
+    /// Who this is, for messages: `S3Bucket ns/name (uid …)`, or the uid of an old mark.
+    pub fn describe(&self) -> String {
+        match (&self.namespace, &self.name) {
+            (Some(namespace), Some(name)) => {
+                format!("S3Bucket {namespace}/{name} (uid {})", self.uid)
+            }
+            _ => format!("the S3Bucket with uid {}", self.uid),
+        }
+    }
+}
 
 /// Who owns a bucket that exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ownership {
     /// No bucket of that name is visible with these credentials.
     Missing,
-    /// The bucket exists; the value of its owner tag, if any.
-    Exists { owner_uid: Option<String> },
+    /// The bucket exists; keeper's ownership mark on it, if any.
+    Exists { mark: Option<OwnerMark> },
+}
+
+/// keeper's mark among a bucket's tags (the uid tag decides whether there is one).
+fn mark_of(tags: &[Tag]) -> Option<OwnerMark> {
+    let value = |key: &str| {
+        tags.iter()
+            .find(|t| t.key() == key)
+            .map(|t| t.value().to_string())
+    };
+    Some(OwnerMark {
+        uid: value(OWNER_TAG)?,
+        namespace: value(OWNER_NAMESPACE_TAG),
+        name: value(OWNER_NAME_TAG),
+    })
 }
 
 /// What a create attempt found.
@@ -35,7 +84,7 @@ pub enum DeleteOutcome {
 }
 
 impl S3Store {
-    /// Whether the bucket exists and, if so, the value of its ownership tag.
+    /// Whether the bucket exists and, if so, keeper's ownership mark on it.
     pub async fn ownership(&self, metrics: &Metrics, bucket: &str) -> Result<Ownership, S3Error> {
         let head = metrics
             .backend_call(BACKEND, "head_bucket", async {
@@ -49,20 +98,22 @@ impl S3Store {
         if !head {
             return Ok(Ownership::Missing);
         }
-        let owner_uid = metrics
+        let tags = self.tags(metrics, bucket).await?;
+        Ok(Ownership::Exists {
+            mark: mark_of(&tags),
+        })
+    }
+
+    async fn tags(&self, metrics: &Metrics, bucket: &str) -> Result<Vec<Tag>, S3Error> {
+        metrics
             .backend_call(BACKEND, "get_bucket_tagging", async {
                 match self.client.get_bucket_tagging().bucket(bucket).send().await {
-                    Ok(out) => Ok(out
-                        .tag_set()
-                        .iter()
-                        .find(|t| t.key() == OWNER_TAG)
-                        .map(|t| t.value().to_string())),
-                    Err(e) if e.code() == Some("NoSuchTagSet") => Ok(None),
+                    Ok(out) => Ok(out.tag_set().to_vec()),
+                    Err(e) if e.code() == Some("NoSuchTagSet") => Ok(Vec::new()),
                     Err(e) => Err(classify("get_bucket_tagging", e)),
                 }
             })
-            .await?;
-        Ok(Ownership::Exists { owner_uid })
+            .await
     }
 
     /// Creates the bucket (object lock can only be chosen at creation).
@@ -103,30 +154,32 @@ impl S3Store {
             .await
     }
 
-    /// Marks the bucket as created by the S3Bucket with uid `owner_uid`, keeping other tags.
+    /// Marks the bucket as owned by `owner` (uid, namespace and name tags), keeping other tags.
     pub async fn tag_owner(
         &self,
         metrics: &Metrics,
         bucket: &str,
-        owner_uid: &str,
+        owner: &OwnerMark,
     ) -> Result<(), S3Error> {
-        let mut tags: Vec<Tag> = metrics
-            .backend_call(BACKEND, "get_bucket_tagging", async {
-                match self.client.get_bucket_tagging().bucket(bucket).send().await {
-                    Ok(out) => Ok(out.tag_set().to_vec()),
-                    Err(e) if e.code() == Some("NoSuchTagSet") => Ok(Vec::new()),
-                    Err(e) => Err(classify("get_bucket_tagging", e)),
-                }
-            })
-            .await?;
-        tags.retain(|t| t.key() != OWNER_TAG);
-        tags.push(
-            Tag::builder()
-                .key(OWNER_TAG)
-                .value(owner_uid)
-                .build()
-                .expect("key and value are set"),
-        );
+        let mut tags = self.tags(metrics, bucket).await?;
+        let keys = [OWNER_TAG, OWNER_NAMESPACE_TAG, OWNER_NAME_TAG];
+        tags.retain(|t| !keys.contains(&t.key()));
+        let values = [
+            Some(owner.uid.as_str()),
+            owner.namespace.as_deref(),
+            owner.name.as_deref(),
+        ];
+        for (key, value) in keys.into_iter().zip(values) {
+            if let Some(value) = value {
+                tags.push(
+                    Tag::builder()
+                        .key(key)
+                        .value(value)
+                        .build()
+                        .expect("key and value are set"),
+                );
+            }
+        }
         let tagging = Tagging::builder()
             .set_tag_set(Some(tags))
             .build()

@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 
-use super::{BACKEND, ErrorClass, MAX_DELETE_BATCH, S3Error, S3Store, classify};
+use super::{
+    BACKEND, ErrorClass, MAX_DELETE_BATCH, OwnerMark, Ownership, S3Error, S3Store, classify,
+};
 use crate::metrics::Metrics;
 
 /// Objects and bytes in a bucket, counting every version and delete marker (each must go before
@@ -29,6 +31,10 @@ pub struct DrainRound {
     pub blocked: Option<String>,
     /// Other per-key failures in the last batch (retried by the next round).
     pub failed: Vec<String>,
+    /// Incomplete multipart uploads aborted in this round.
+    pub aborted_uploads: u64,
+    /// The bucket no longer carries the drain's owner mark: the round stopped before deleting.
+    pub not_ours: Option<String>,
 }
 
 /// Per-key error codes that mean retention or a legal hold protects the object.
@@ -101,8 +107,33 @@ impl S3Store {
         }
     }
 
+    /// Why the bucket is not `owner`'s, or `None` when its mark names `owner`. Checked right
+    /// before each delete batch: a bucket re-tagged (or re-created by someone else) while a
+    /// drain runs loses not one more object.
+    async fn not_owned_by(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+        owner: &OwnerMark,
+    ) -> Result<Option<String>, S3Error> {
+        Ok(match self.ownership(metrics, bucket).await? {
+            Ownership::Exists { mark: Some(mark) } if mark.same_owner(owner) => None,
+            Ownership::Exists { mark: Some(mark) } => Some(format!(
+                "bucket {bucket:?} is now marked as owned by {}, not by {}",
+                mark.describe(),
+                owner.describe()
+            )),
+            Ownership::Exists { mark: None } => Some(format!(
+                "bucket {bucket:?} no longer carries keeper's ownership tags"
+            )),
+            Ownership::Missing => Some(format!("bucket {bucket:?} no longer exists")),
+        })
+    }
+
     /// Deletes versions and delete markers for about `budget` (at least one batch), at most
-    /// `max_per_second` per second.
+    /// `max_per_second` per second, then aborts incomplete multipart uploads (their parts hold
+    /// data and keep some stores from deleting the bucket). Each batch first checks that the
+    /// bucket still carries `owner`'s mark.
     ///
     /// Stateless, so a restart resumes where the bucket is: every batch re-lists from the start
     /// (continuing a listing across deletions can end it early on some servers).
@@ -110,6 +141,7 @@ impl S3Store {
         &self,
         metrics: &Metrics,
         bucket: &str,
+        owner: &OwnerMark,
         budget: Duration,
         max_per_second: u32,
     ) -> Result<DrainRound, S3Error> {
@@ -149,12 +181,19 @@ impl S3Store {
                 })
                 .collect();
             if ids.is_empty() {
-                round.empty = true;
+                self.abort_uploads(metrics, bucket, owner, &mut round)
+                    .await?;
+                // Aborted uploads are listed again by the next round, which then finds none.
+                round.empty = round.not_ours.is_none() && round.aborted_uploads == 0;
                 return Ok(round);
             }
             // The budget is checked after the listing, so a round that deleted the last objects
             // still reports the bucket empty.
             if round.deleted > 0 && started.elapsed() >= budget {
+                return Ok(round);
+            }
+            if let Some(why) = self.not_owned_by(metrics, bucket, owner).await? {
+                round.not_ours = Some(why);
                 return Ok(round);
             }
             let requested = ids.len() as u64;
@@ -210,5 +249,62 @@ impl S3Store {
                 tokio::time::sleep(wait).await;
             }
         }
+    }
+
+    /// Aborts one page of the incomplete multipart uploads of a bucket whose objects are gone,
+    /// after the ownership check (a page: a store that lists aborted uploads again must not keep
+    /// a round going forever).
+    async fn abort_uploads(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+        owner: &OwnerMark,
+        round: &mut DrainRound,
+    ) -> Result<(), S3Error> {
+        let page = metrics
+            .backend_call(BACKEND, "list_multipart_uploads", async {
+                self.client
+                    .list_multipart_uploads()
+                    .bucket(bucket)
+                    .max_uploads(MAX_DELETE_BATCH as i32)
+                    .send()
+                    .await
+                    .map_err(|e| classify("list_multipart_uploads", e))
+            })
+            .await?;
+        let uploads: Vec<(String, String)> = page
+            .uploads()
+            .iter()
+            .filter_map(|u| Some((u.key()?.to_string(), u.upload_id()?.to_string())))
+            .collect();
+        if uploads.is_empty() {
+            return Ok(());
+        }
+        round.not_ours = self.not_owned_by(metrics, bucket, owner).await?;
+        if round.not_ours.is_some() {
+            return Ok(());
+        }
+        for (key, upload_id) in uploads {
+            metrics
+                .backend_call(BACKEND, "abort_multipart_upload", async {
+                    match self
+                        .client
+                        .abort_multipart_upload()
+                        .bucket(bucket)
+                        .key(&key)
+                        .upload_id(&upload_id)
+                        .send()
+                        .await
+                    {
+                        Ok(_) => Ok(()),
+                        // Completed or aborted meanwhile: gone either way.
+                        Err(e) if e.code() == Some("NoSuchUpload") => Ok(()),
+                        Err(e) => Err(classify("abort_multipart_upload", e)),
+                    }
+                })
+                .await?;
+            round.aborted_uploads += 1;
+        }
+        Ok(())
     }
 }

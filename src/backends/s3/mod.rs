@@ -24,11 +24,16 @@ mod drain;
 pub(crate) mod tests;
 
 pub use access::Access;
-pub use bucket::{CreateOutcome, DeleteOutcome, Ownership};
+pub use bucket::{CreateOutcome, DeleteOutcome, OwnerMark, Ownership};
 pub use drain::{DrainRound, Usage};
 
 /// The bucket tag that records which S3Bucket (by uid) created the bucket.
 pub const OWNER_TAG: &str = "keeper.dev/owner-uid";
+/// The namespace of that S3Bucket (written since the uid alone named no one a user can find; a
+/// bucket tagged with the uid only, by an older keeper, is still recognised).
+pub const OWNER_NAMESPACE_TAG: &str = "keeper.dev/owner-namespace";
+/// The name of that S3Bucket.
+pub const OWNER_NAME_TAG: &str = "keeper.dev/owner-name";
 
 /// `DeleteObjects` accepts at most this many keys per request (some servers accept more; the
 /// limit is enforced here so keeper behaves the same everywhere).

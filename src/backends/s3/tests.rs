@@ -8,6 +8,20 @@ use futures::StreamExt;
 use crate::metrics::Metrics;
 use crate::test_support::MotoServer;
 
+/// The owner the drains in these tests run for.
+fn owner() -> OwnerMark {
+    OwnerMark::new("ns", "b", "uid-1")
+}
+
+/// Creates a bucket the way keeper does: created, then marked as `owner()`'s.
+async fn create_owned(store: &S3Store, metrics: &Metrics, bucket: &str, object_lock: bool) {
+    store
+        .create_bucket(metrics, bucket, "us-east-1", object_lock)
+        .await
+        .unwrap();
+    store.tag_owner(metrics, bucket, &owner()).await.unwrap();
+}
+
 /// moto with the scheme its clients use.
 pub(crate) struct Moto {
     _server: MotoServer,
@@ -75,12 +89,33 @@ async fn creates_a_tagged_versioned_bucket_and_reports_ownership() {
             .unwrap(),
         CreateOutcome::Created
     );
-    store.tag_owner(&metrics, "b-one", "uid-1").await.unwrap();
+    // A mark from an older keeper (uid only) reads as such.
+    store
+        .tag_owner(
+            &metrics,
+            "b-one",
+            &OwnerMark {
+                uid: "uid-1".into(),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.ownership(&metrics, "b-one").await.unwrap(),
+        Ownership::Exists {
+            mark: Some(OwnerMark {
+                uid: "uid-1".into(),
+                ..Default::default()
+            })
+        }
+    );
+    store.tag_owner(&metrics, "b-one", &owner()).await.unwrap();
     store.set_versioning(&metrics, "b-one", true).await.unwrap();
     assert_eq!(
         store.ownership(&metrics, "b-one").await.unwrap(),
         Ownership::Exists {
-            owner_uid: Some("uid-1".into())
+            mark: Some(owner())
         }
     );
     // Versioning keeps both writes of a key (GetBucketVersioning is not decodable from moto).
@@ -115,7 +150,7 @@ async fn a_bucket_created_by_someone_else_shows_no_owner_tag() {
         .unwrap();
     assert_eq!(
         store.ownership(&metrics, "foreign").await.unwrap(),
-        Ownership::Exists { owner_uid: None }
+        Ownership::Exists { mark: None }
     );
 }
 
@@ -165,10 +200,7 @@ async fn drains_thousands_of_versions_in_batches_of_at_most_1000_then_deletes() 
     };
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
-    store
-        .create_bucket(&metrics, "drain", "us-east-1", false)
-        .await
-        .unwrap();
+    create_owned(&store, &metrics, "drain", false).await;
     store.set_versioning(&metrics, "drain", true).await.unwrap();
     put_objects(&store, "drain", (0..2300).map(|i| format!("obj/{i}"))).await;
     put_objects(&store, "drain", (0..200).map(|i| format!("obj/{i}"))).await;
@@ -188,13 +220,19 @@ async fn drains_thousands_of_versions_in_batches_of_at_most_1000_then_deletes() 
     );
     // A short budget stops after some batches; the next round resumes from the bucket's state.
     let first = store
-        .drain_round(&metrics, "drain", Duration::ZERO, 100_000)
+        .drain_round(&metrics, "drain", &owner(), Duration::ZERO, 100_000)
         .await
         .unwrap();
     assert_eq!(first.deleted, 1000);
     assert!(!first.empty);
     let rest = store
-        .drain_round(&metrics, "drain", Duration::from_secs(60), 100_000)
+        .drain_round(
+            &metrics,
+            "drain",
+            &owner(),
+            Duration::from_secs(60),
+            100_000,
+        )
         .await
         .unwrap();
     assert_eq!(first.deleted + rest.deleted, 2550);
@@ -236,14 +274,11 @@ async fn the_drain_rate_limit_spreads_batches_over_time() {
     };
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
-    store
-        .create_bucket(&metrics, "slow", "us-east-1", false)
-        .await
-        .unwrap();
+    create_owned(&store, &metrics, "slow", false).await;
     put_objects(&store, "slow", (0..300).map(|i| format!("k{i}"))).await;
     let started = Instant::now();
     let round = store
-        .drain_round(&metrics, "slow", Duration::from_secs(60), 100)
+        .drain_round(&metrics, "slow", &owner(), Duration::from_secs(60), 100)
         .await
         .unwrap();
     assert_eq!(round.deleted, 300);
@@ -253,7 +288,7 @@ async fn the_drain_rate_limit_spreads_batches_over_time() {
     // A round whose budget runs out with the last batch still reports the bucket empty.
     put_objects(&store, "slow", (0..200).map(|i| format!("k{i}"))).await;
     let round = store
-        .drain_round(&metrics, "slow", Duration::from_secs(2), 100)
+        .drain_round(&metrics, "slow", &owner(), Duration::from_secs(2), 100)
         .await
         .unwrap();
     assert_eq!(round.deleted, 200);
@@ -272,10 +307,7 @@ async fn a_legal_hold_stops_the_drain_with_the_key_named() {
     };
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
-    store
-        .create_bucket(&metrics, "locked", "us-east-1", true)
-        .await
-        .unwrap();
+    create_owned(&store, &metrics, "locked", true).await;
     put_objects(&store, "locked", (0..5).map(|i| format!("free{i}"))).await;
     store
         .client
@@ -289,7 +321,7 @@ async fn a_legal_hold_stops_the_drain_with_the_key_named() {
         .await
         .unwrap();
     let round = store
-        .drain_round(&metrics, "locked", Duration::from_secs(60), 1000)
+        .drain_round(&metrics, "locked", &owner(), Duration::from_secs(60), 1000)
         .await
         .unwrap();
     let blocked = round.blocked.expect("the held object blocks the drain");
@@ -322,7 +354,7 @@ async fn a_legal_hold_stops_the_drain_with_the_key_named() {
         .await
         .unwrap();
     let round = store
-        .drain_round(&metrics, "locked", Duration::from_secs(60), 1000)
+        .drain_round(&metrics, "locked", &owner(), Duration::from_secs(60), 1000)
         .await
         .unwrap();
     assert_eq!(round.deleted, 1);
@@ -416,4 +448,63 @@ async fn a_store_that_repeats_its_continuation_marker_is_an_error_not_an_endless
         2,
         "one page, then the same marker again"
     );
+}
+
+#[tokio::test]
+async fn a_drain_checks_the_owner_before_deleting_and_aborts_incomplete_uploads() {
+    let Some(moto) = Moto::start() else {
+        return;
+    };
+    let metrics = Metrics::new();
+    let store = S3Store::new(&moto.settings()).unwrap();
+    create_owned(&store, &metrics, "owned", false).await;
+    put_objects(&store, "owned", (0..3).map(|i| format!("k{i}"))).await;
+    store
+        .client
+        .create_multipart_upload()
+        .bucket("owned")
+        .key("half-written")
+        .send()
+        .await
+        .unwrap();
+    // Another resource's mark: nothing is deleted.
+    let other = OwnerMark::new("other", "x", "uid-2");
+    store.tag_owner(&metrics, "owned", &other).await.unwrap();
+    let round = store
+        .drain_round(&metrics, "owned", &owner(), Duration::from_secs(60), 1000)
+        .await
+        .unwrap();
+    let why = round.not_ours.expect("not ours any more");
+    assert!(why.contains("S3Bucket other/x"), "{why}");
+    assert_eq!(round.deleted, 0);
+    assert_eq!(
+        store
+            .usage(&metrics, "owned", 100)
+            .await
+            .unwrap()
+            .unwrap()
+            .objects,
+        3
+    );
+    // Ours again: the objects go, then the incomplete upload, and only then is it empty.
+    store.tag_owner(&metrics, "owned", &owner()).await.unwrap();
+    let round = store
+        .drain_round(&metrics, "owned", &owner(), Duration::from_secs(60), 1000)
+        .await
+        .unwrap();
+    assert_eq!((round.deleted, round.aborted_uploads), (3, 1));
+    assert!(!round.empty && round.not_ours.is_none());
+    let round = store
+        .drain_round(&metrics, "owned", &owner(), Duration::from_secs(60), 1000)
+        .await
+        .unwrap();
+    assert!(round.empty, "{round:?}");
+    let uploads = store
+        .client
+        .list_multipart_uploads()
+        .bucket("owned")
+        .send()
+        .await
+        .unwrap();
+    assert!(uploads.uploads().is_empty());
 }

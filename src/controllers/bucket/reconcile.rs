@@ -25,7 +25,7 @@ use super::{
 };
 use crate::api::names::{default_bucket_name, validate_bucket_name};
 use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus};
-use crate::backends::s3::DeleteOutcome;
+use crate::backends::s3::{DeleteOutcome, OwnerMark};
 use crate::config::Provider;
 use crate::providers::ProviderClients;
 use crate::runtime::cluster::{Target, owned_secret};
@@ -200,8 +200,13 @@ async fn run_drain<B: BucketBackend>(
     let mut report_now = due;
     // Client-side drains delete between polls: keeper is the one emptying the bucket.
     if wants && ours && client_side {
-        let progress = backend.drain_round(bucket).await?;
+        let progress = backend.drain_round(&view.desired).await?;
         out.deleted += progress.deleted;
+        if let Some(lost) = progress.not_ours {
+            lose_ownership(out, lost, generation);
+            out.next = Next::Requeue(drain::next_poll_interval(&view.drain, Duration::ZERO));
+            return Ok(None);
+        }
         if let Some(blocked) = progress.blocked {
             out.fail(
                 "DrainBlocked",
@@ -235,6 +240,10 @@ async fn run_drain<B: BucketBackend>(
     match step {
         DrainStep::Idle => {}
         DrainStep::Initiate => {
+            if ownership_lost(backend, view, out).await?.is_some() {
+                out.next = Next::Requeue(drain::next_poll_interval(&view.drain, Duration::ZERO));
+                return Ok(None);
+            }
             backend.start_drain(bucket).await?;
             let (mut status, note) = drain::initiate(
                 observed.objects,
@@ -337,6 +346,35 @@ async fn run_drain<B: BucketBackend>(
     }
 }
 
+/// The bucket no longer carries this resource's mark (someone re-tagged it, or deleted it and
+/// another created it again): `Failed` with a Warning naming what was found. Nothing is deleted.
+fn lose_ownership(out: &mut Report, lost: String, generation: Option<i64>) {
+    out.fail(
+        "OwnershipLost",
+        format!("keeper deletes nothing in it: {lost}"),
+        generation,
+        false,
+    );
+    out.observed = Cache::Forget;
+}
+
+/// Checks the ownership mark right before a destructive call (F9: drain start, bucket delete;
+/// client-side drains check before each batch themselves). `Some` (and the outcome marked
+/// `OwnershipLost`) when the bucket is not, or no longer, ours.
+async fn ownership_lost<B: BucketBackend>(
+    backend: &B,
+    view: &View<'_>,
+    out: &mut Report,
+) -> Result<Option<String>, Error> {
+    let lost = match backend.owner(&view.desired).await? {
+        Owner::Us => return Ok(None),
+        Owner::Missing => format!("bucket {:?} no longer exists", view.desired.name),
+        Owner::Unmarked(message) | Owner::Taken(message) => message,
+    };
+    lose_ownership(out, lost.clone(), view.obj.metadata.generation);
+    Ok(Some(lost))
+}
+
 /// Every path that lets go of a bucket (deletionPolicy Retain, a bucket that turned out not to
 /// be ours) stops a drain of ours first, so that the backend does not go on deleting the objects
 /// of a bucket keeper no longer looks after, and says so in an event.
@@ -373,34 +411,44 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
     let before = obj.status.clone().unwrap_or_default();
     let mut out = Report::new(before.clone(), USAGE_REFRESH);
     if lifecycle::needs_ensure(&before, generation, &view.desired.name) {
-        match backend.ensure(&view.desired).await? {
-            Owner::Us => {}
-            Owner::Someone(message) => {
-                stop_drain_before_letting_go(
-                    backend,
-                    &view.desired.name,
-                    &mut out,
-                    "the bucket is not keeper's",
-                )
-                .await?;
-                out.fail(
+        let owner = backend.ensure(&view.desired).await?;
+        if let Some(message) = owner.message() {
+            stop_drain_before_letting_go(
+                backend,
+                &view.desired.name,
+                &mut out,
+                "the bucket is not keeper's",
+            )
+            .await?;
+            // An intent must not make a bucket someone else created meanwhile ours later.
+            out.status.create_intent = None;
+            let (reason, message) = match owner {
+                Owner::Taken(_) => (
+                    "BucketOwnedElsewhere",
+                    format!(
+                        "{message}; keeper never takes a bucket from another owner, {ADOPT_ANNOTATION} or not"
+                    ),
+                ),
+                _ => (
                     "BucketNotOwned",
                     format!(
                         "{message}; keeper does not adopt it unless annotated {ADOPT_ANNOTATION}=true"
                     ),
-                    generation,
-                    false,
-                );
-                out.status.observed_generation = generation;
-                return Ok(out);
-            }
-            Owner::Missing => {
-                return Err(Error::Retry(format!(
-                    "bucket {:?} disappeared while it was created",
-                    view.desired.name
-                )));
-            }
+                ),
+            };
+            out.fail(reason, message, generation, false);
+            out.status.observed_generation = generation;
+            return Ok(out);
         }
+        if owner == Owner::Missing {
+            return Err(Error::Retry(format!(
+                "bucket {:?} disappeared while it was created",
+                view.desired.name
+            )));
+        }
+        // The intent has done its job (dropped with the next write that converges the bucket;
+        // a stale one is harmless: it only counts for a bucket not recorded in bucketName).
+        out.status.create_intent = None;
         // Recorded only after a successful create or adoption: the ownership record for
         // backends without tags.
         out.status.bucket_name = Some(view.desired.name.clone());
@@ -488,7 +536,7 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
             out.next = Next::Release;
             return Ok(out);
         }
-        Owner::Someone(message) => {
+        Owner::Unmarked(message) | Owner::Taken(message) => {
             stop_drain_before_letting_go(backend, bucket, &mut out, "the bucket is not keeper's")
                 .await?;
             out.note(Note::normal(
@@ -528,6 +576,11 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
     if objects > 0 {
         let message = lifecycle::not_empty_message(obj, objects);
         block_deletion(&mut out, "BucketNotEmpty", message, generation);
+        return Ok(out);
+    }
+    // Checked again right before the delete: the drain and the listing took time.
+    if let Some(lost) = ownership_lost(backend, view, &mut out).await? {
+        block_deletion(&mut out, "OwnershipLost", lost, generation);
         return Ok(out);
     }
     match backend.delete(bucket).await? {
@@ -664,6 +717,8 @@ async fn resolve<'a, C: Connect>(
         Err(wait) => return Ok(Err(wait)),
     };
     let uid = obj.uid().unwrap_or_default();
+    let status = obj.status.as_ref();
+    let recorded = status.and_then(|s| s.bucket_name.as_deref()) == Some(bucket.as_str());
     let view = View {
         obj,
         desired: DesiredBucket {
@@ -671,9 +726,11 @@ async fn resolve<'a, C: Connect>(
             region,
             versioning: obj.spec.versioning,
             object_lock: obj.spec.object_lock,
-            recorded: obj.status.as_ref().and_then(|s| s.bucket_name.as_deref())
-                == Some(bucket.as_str()),
-            owner_uid: uid.clone(),
+            recorded,
+            // Only until the bucket is recorded: from then on the mark alone decides.
+            intent: !recorded
+                && status.and_then(|s| s.create_intent.as_deref()) == Some(bucket.as_str()),
+            owner: OwnerMark::new(&namespace, &obj.name_any(), &uid),
             adopt: annotated(obj, ADOPT_ANNOTATION),
         },
         drain,
@@ -695,12 +752,13 @@ pub async fn apply<C: Connect>(
 ) -> Result<Outcome<S3BucketStatus>, Error> {
     let Resolved {
         backend,
-        view,
+        mut view,
         clients,
     } = match resolve(cx, obj).await? {
         Ok(resolved) => resolved,
         Err(wait) => return Ok(waiting(obj, wait, false)),
     };
+    record_create_intent(cx, &backend, &mut view).await?;
     let report = apply_bucket(&backend, &view).await?;
     cx.reconciler.settle(obj, &report);
     let mut out = report.outcome;
@@ -711,6 +769,33 @@ pub async fn apply<C: Connect>(
         publish_credentials(cx, &backend, obj, &view, &clients, &mut out).await?;
     }
     Ok(out)
+}
+
+/// F16: before keeper creates a bucket it records so in status (`createIntent`, written now, not
+/// with the outcome), so that when the create succeeds and the tagging right after it fails, the
+/// next reconcile finds an untagged bucket it knows to be its own and tags it, instead of
+/// refusing it as someone else's forever. Only a bucket that does not exist yet gets an intent.
+async fn record_create_intent<C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    backend: &C::Backend,
+    view: &mut View<'_>,
+) -> Result<(), Error> {
+    let status = view.obj.status.clone().unwrap_or_default();
+    let desired = &view.desired;
+    if desired.recorded
+        || desired.intent
+        || !lifecycle::needs_ensure(&status, view.obj.metadata.generation, &desired.name)
+        || backend.owner(desired).await? != Owner::Missing
+    {
+        return Ok(());
+    }
+    let status = S3BucketStatus {
+        create_intent: Some(desired.name.clone()),
+        ..status
+    };
+    cx.checkpoint(view.obj, &status).await?;
+    view.desired.intent = true;
+    Ok(())
 }
 
 /// Cleans up after a deleted bucket; [`Next::Release`] once nothing of it is left (or it is

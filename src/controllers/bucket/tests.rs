@@ -16,6 +16,7 @@ use super::plan::drain;
 use super::reconcile::{Cache, Report, View, annotated, apply_bucket, cleanup_bucket};
 use super::*;
 use crate::api::{BucketPhase, DrainMode, S3BucketSpec, TenantRef};
+use crate::backends::s3::OwnerMark;
 use crate::config::DrainDefaults;
 use crate::runtime::{Next, conditions};
 use fake::{Fake, FakeBucket};
@@ -95,8 +96,9 @@ fn view<'a>(obj: &'a S3Bucket, now: Timestamp, cached: Option<Observed>) -> View
             region: "us-east-1".into(),
             versioning: obj.spec.versioning,
             object_lock: obj.spec.object_lock,
-            owner_uid: UID.into(),
+            owner: OwnerMark::new("ns", "b", UID),
             recorded: false,
+            intent: false,
             adopt: annotated(obj, ADOPT_ANNOTATION),
         },
         drain: drain::settings(obj.spec.drain.as_ref(), &DrainDefaults::default()).unwrap(),
@@ -321,6 +323,8 @@ async fn deleting_an_empty_bucket_deletes_it_and_a_missing_one_is_done() {
         [
             "owner",
             "observe",
+            // Checked again right before the delete.
+            "owner",
             "delete",
             "delete_credentials",
             "owner",
@@ -1005,4 +1009,124 @@ async fn a_retained_bucket_gone_from_the_backend_mid_drain_is_still_released() {
             .await
             .is_err()
     );
+}
+
+#[tokio::test]
+async fn a_bucket_another_s3bucket_owns_is_never_adopted() {
+    let fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: Some("uid-of-a/a".into()),
+            objects: 3,
+            versioning: true,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    annotate(&mut obj, ADOPT_ANNOTATION);
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Failed));
+    assert_eq!(out.status.bucket_name, None, "no ownership record");
+    let ready = &out.status.conditions[0];
+    assert_eq!(ready.reason, "BucketOwnedElsewhere");
+    assert!(ready.message.contains("uid-of-a/a"), "{}", ready.message);
+    assert_eq!(
+        out.notes
+            .iter()
+            .map(|n| (n.type_, n.reason))
+            .collect::<Vec<_>>(),
+        [(EventType::Warning, "BucketOwnedElsewhere")]
+    );
+    // Left exactly as it was.
+    let bucket = fake.bucket(NAME).unwrap();
+    assert_eq!(bucket.owner.as_deref(), Some("uid-of-a/a"));
+    assert_eq!(bucket.objects, 3);
+    // Deleting the refused resource releases it without touching the bucket.
+    obj.metadata.deletion_timestamp = Some(Time(at(1)));
+    let out = cleanup_bucket(&fake, &view(&obj, at(1), None))
+        .await
+        .unwrap();
+    assert_eq!(out.next, Next::Release);
+    assert_eq!(fake.bucket(NAME).unwrap().objects, 3);
+    assert!(
+        !fake
+            .take_calls()
+            .iter()
+            .any(|c| c == "delete" || c == "drain_round" || c == "start_drain")
+    );
+}
+
+#[tokio::test]
+async fn adoption_keeps_versioning_that_was_enabled() {
+    let fake = Fake::new(DrainMode::ClientSide).with(
+        NAME,
+        FakeBucket {
+            owner: None,
+            versioning: true,
+            ..Default::default()
+        },
+    );
+    let mut obj = s3bucket();
+    obj.spec.versioning = false;
+    annotate(&mut obj, ADOPT_ANNOTATION);
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Ready));
+    let bucket = fake.bucket(NAME).unwrap();
+    assert_eq!(bucket.owner.as_deref(), Some(UID));
+    assert!(bucket.versioning, "adoption must not suspend versioning");
+}
+
+#[tokio::test]
+async fn a_client_side_drain_stops_without_deleting_when_the_bucket_changes_hands() {
+    let fake = Fake::new(DrainMode::ClientSide).with(NAME, ours_with(2500));
+    let mut obj = ready_bucket();
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "1");
+    // The drain starts, then its first round deletes.
+    for now in [0, 1] {
+        let out = apply_bucket(&fake, &view(&obj, at(now), None))
+            .await
+            .unwrap();
+        write_back(&mut obj, &out);
+    }
+    let left = fake.bucket(NAME).unwrap().objects;
+    assert!(left < 2500, "the first round deleted");
+    // Someone re-tags the bucket between two rounds.
+    fake.buckets.lock().unwrap().get_mut(NAME).unwrap().owner = Some("uid-2".into());
+    let out = apply_bucket(&fake, &view(&obj, at(2), None)).await.unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Failed));
+    assert_eq!(out.status.conditions[0].reason, "OwnershipLost");
+    assert_eq!(
+        fake.bucket(NAME).unwrap().objects,
+        left,
+        "nothing more deleted"
+    );
+    // Deleting the resource now deletes nothing either.
+    obj.metadata.deletion_timestamp = Some(Time(at(3)));
+    let out = cleanup_bucket(&fake, &view(&obj, at(3), None))
+        .await
+        .unwrap();
+    assert_eq!(fake.bucket(NAME).unwrap().objects, left);
+    assert!(!fake.take_calls().iter().any(|c| c == "delete"));
+    assert_eq!(out.next, Next::Release, "not ours: let go, never deleted");
+}
+
+#[tokio::test]
+async fn a_drain_is_not_started_and_a_bucket_not_deleted_once_ownership_changed() {
+    let fake = Fake::new(DrainMode::ServerSide).with(NAME, ours_with(5));
+    let mut obj = ready_bucket();
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "1");
+    // Re-tagged after keeper last converged it (a steady Ready bucket is not re-ensured).
+    fake.buckets.lock().unwrap().get_mut(NAME).unwrap().owner = Some("uid-2".into());
+    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert_eq!(out.status.conditions[0].reason, "OwnershipLost");
+    assert!(!fake.take_calls().contains(&"start_drain".to_string()));
+    assert!(!fake.bucket(NAME).unwrap().draining);
+}
+
+fn ours_with(objects: i64) -> FakeBucket {
+    FakeBucket {
+        owner: Some(UID.into()),
+        objects,
+        ..Default::default()
+    }
 }

@@ -168,6 +168,7 @@ fn observe(account: Account, marker: &str) -> ObservedAccount {
         },
         id: account.id,
         managed_fields_ok: capabilities_ok && marker_ok,
+        marked: marker_ok,
     }
 }
 

@@ -26,6 +26,8 @@ pub struct ObservedAccount {
     pub settings: AccountSettings,
     /// Whether it has the `management` and `s3` capabilities and keeper's ownership marker.
     pub managed_fields_ok: bool,
+    /// Whether its description carries this tenant's ownership marker.
+    pub marked: bool,
 }
 
 /// The ownership marker keeper writes into the description of the accounts it creates: the
@@ -370,6 +372,7 @@ mod tests {
             id: "40327589106748163542".into(),
             settings,
             managed_fields_ok: ok,
+            marked: true,
         }
     }
 

@@ -3,7 +3,7 @@
 use super::{BucketBackend, DesiredBucket, DrainProgress, KeyCheck, KeyPlan, Observed, Owner};
 use crate::api::DrainMode;
 use crate::backends::error::{BackendError, ErrorClass};
-use crate::backends::s3::DeleteOutcome;
+use crate::backends::s3::{DeleteOutcome, OwnerMark};
 use crate::backends::storagegrid;
 use crate::providers::Keys;
 
@@ -11,8 +11,10 @@ use crate::providers::Keys;
 /// and each bucket gets its own group (S3 policy on this bucket only), user and access keys.
 ///
 /// Ownership: the container API has no tags, so the bucket's group is created *before* the
-/// bucket and carries the S3Bucket's uid in its display name; a bucket counts as ours when its
-/// group carries our uid (or `status.bucketName` records that we created it).
+/// bucket and carries the owning S3Bucket (namespace, name, uid) in its display name; a bucket
+/// counts as ours when its group carries our uid (or, with no mark at all, when
+/// `status.bucketName` records that we created it), and as another S3Bucket's when its group
+/// carries another uid.
 pub struct StorageGrid {
     pub client: storagegrid::Client,
     pub tenant: storagegrid::Login,
@@ -23,8 +25,34 @@ fn principal_name(bucket: &str) -> String {
     format!("keeper-{bucket}")
 }
 
-fn owner_marker(uid: &str) -> String {
-    format!("owner-uid={uid}")
+const UID_MARKER: &str = " owner-uid=";
+const OWNER_MARKER: &str = " owner=";
+
+/// The display name of a bucket's group: `keeper bucket <bucket> owner=<ns>/<name> owner-uid=<uid>`
+/// (an older keeper wrote the uid only, which is still read).
+fn group_display_name(bucket: &str, owner: &OwnerMark) -> String {
+    let who = match (&owner.namespace, &owner.name) {
+        (Some(namespace), Some(name)) => format!("{OWNER_MARKER}{namespace}/{name}"),
+        _ => String::new(),
+    };
+    format!("keeper bucket {bucket}{who}{UID_MARKER}{}", owner.uid)
+}
+
+/// The owner a group's display name names, if it carries keeper's mark.
+fn mark_of(group: &storagegrid::Group) -> Option<OwnerMark> {
+    let display = group.display_name.as_deref()?;
+    let (head, uid) = display.rsplit_once(UID_MARKER)?;
+    let (namespace, name) = match head.rsplit_once(OWNER_MARKER) {
+        Some((_, who)) => who.split_once('/').map_or((None, None), |(ns, n)| {
+            (Some(ns.to_string()), Some(n.to_string()))
+        }),
+        None => (None, None),
+    };
+    Some(OwnerMark {
+        uid: uid.to_string(),
+        namespace,
+        name,
+    })
 }
 
 /// `Ok(None)` for a 404, so callers can treat "not there" as a state.
@@ -36,20 +64,52 @@ fn found<T>(result: Result<T, storagegrid::Error>) -> Result<Option<T>, storageg
     }
 }
 
-/// The group of a bucket: access to this bucket and its objects only, no management rights.
-fn bucket_group(bucket: &str, owner_uid: &str) -> storagegrid::NewGroup {
+/// What a bucket's keys may do with its objects: read, write, delete (versions too), tag and
+/// multipart uploads. Nothing that changes the bucket itself or bypasses object lock.
+const OBJECT_ACTIONS: [&str; 11] = [
+    "s3:GetObject",
+    "s3:GetObjectVersion",
+    "s3:GetObjectTagging",
+    "s3:GetObjectVersionTagging",
+    "s3:PutObject",
+    "s3:PutObjectTagging",
+    "s3:DeleteObject",
+    "s3:DeleteObjectVersion",
+    "s3:DeleteObjectTagging",
+    "s3:AbortMultipartUpload",
+    "s3:ListMultipartUploadParts",
+];
+/// What a bucket's keys may do with the bucket: list it (objects, versions, uploads) and find
+/// its region. No DeleteBucket, no bucket policy, no versioning or lock configuration.
+const BUCKET_ACTIONS: [&str; 4] = [
+    "s3:ListBucket",
+    "s3:ListBucketVersions",
+    "s3:ListBucketMultipartUploads",
+    "s3:GetBucketLocation",
+];
+
+/// The group of a bucket: the bucket's objects only (least privilege, no `s3:*`), no
+/// management rights.
+fn bucket_group(bucket: &str, owner: &OwnerMark) -> storagegrid::NewGroup {
     storagegrid::NewGroup {
         unique_name: format!("group/{}", principal_name(bucket)),
-        display_name: format!("keeper bucket {bucket} {}", owner_marker(owner_uid)),
+        display_name: group_display_name(bucket, owner),
         management_read_only: false,
         policies: storagegrid::GroupPolicies {
             management: storagegrid::ManagementPolicy::default(),
             s3: Some(serde_json::json!({
-                "Statement": [{
-                    "Effect": "Allow",
-                    "Action": ["s3:*"],
-                    "Resource": [format!("arn:aws:s3:::{bucket}"), format!("arn:aws:s3:::{bucket}/*")],
-                }]
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Action": OBJECT_ACTIONS,
+                        "Resource": [format!("arn:aws:s3:::{bucket}/*")],
+                    },
+                    {
+                        "Effect": "Allow",
+                        "Action": BUCKET_ACTIONS,
+                        "Resource": [format!("arn:aws:s3:::{bucket}")],
+                    },
+                ]
             })),
         },
     }
@@ -76,9 +136,11 @@ impl StorageGrid {
         )?)
     }
 
-    /// Creates the bucket's group, or points an existing one at this owner.
+    /// Creates the bucket's group, or brings an existing one of this owner (or an unmarked one
+    /// being adopted) to the current mark and policy. Callers check first that no other
+    /// S3Bucket's mark is on it ([`Self::taken`]).
     async fn mark(&self, desired: &DesiredBucket) -> Result<storagegrid::Group, BackendError> {
-        let wanted = bucket_group(&desired.name, &desired.owner_uid);
+        let wanted = bucket_group(&desired.name, &desired.owner);
         Ok(match self.group(&desired.name).await? {
             Some(group)
                 if group.display_name.as_deref() == Some(wanted.display_name.as_str())
@@ -95,10 +157,18 @@ impl StorageGrid {
         })
     }
 
-    fn marked_by(group: Option<&storagegrid::Group>, uid: &str) -> bool {
-        group
-            .and_then(|g| g.display_name.as_deref())
-            .is_some_and(|name| name.ends_with(&owner_marker(uid)))
+    /// Why the bucket's group belongs to another S3Bucket, if it does: its mark names another
+    /// uid. Such a group (and its user, whose keys another Secret holds) is never re-pointed.
+    fn taken(desired: &DesiredBucket, group: Option<&storagegrid::Group>) -> Option<Owner> {
+        let mark = group.and_then(mark_of)?;
+        (!mark.same_owner(&desired.owner)).then(|| {
+            Owner::Taken(format!(
+                "bucket {:?} belongs to {} (the display name of group {:?} says so)",
+                desired.name,
+                mark.describe(),
+                principal_name(&desired.name)
+            ))
+        })
     }
 
     /// The bucket's user, created in its group when missing.
@@ -136,21 +206,30 @@ impl BucketBackend for StorageGrid {
             return Ok(Owner::Missing);
         }
         let group = self.group(&desired.name).await?;
-        Ok(
-            if desired.recorded || Self::marked_by(group.as_ref(), &desired.owner_uid) {
-                Owner::Us
-            } else {
-                Owner::Someone(format!(
-                    "bucket {:?} exists in the tenant and was not created by this resource",
-                    desired.name
-                ))
-            },
-        )
+        if let Some(taken) = Self::taken(desired, group.as_ref()) {
+            return Ok(taken);
+        }
+        // Not another's: ours if the mark is ours, or if status records that we created it (a
+        // bucket whose group is gone or predates the mark).
+        let marked = group.as_ref().and_then(mark_of).is_some();
+        Ok(if marked || desired.recorded {
+            Owner::Us
+        } else {
+            Owner::Unmarked(format!(
+                "bucket {:?} exists in the tenant and was not created by keeper",
+                desired.name
+            ))
+        })
     }
 
     async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
         let mut owner = self.owner(desired).await?;
         if owner == Owner::Missing {
+            // A group another S3Bucket left behind (its bucket is gone) keeps its user and that
+            // user's keys: it is not taken over for a new bucket of the same name.
+            if let Some(taken) = Self::taken(desired, self.group(&desired.name).await?.as_ref()) {
+                return Ok(taken);
+            }
             // The mark goes first, so a crash right after the create still finds the bucket ours.
             self.mark(desired).await?;
             let created = self
@@ -170,7 +249,7 @@ impl BucketBackend for StorageGrid {
                 // Bucket names are unique across the grid: another tenant may hold it.
                 Err(e) if e.is_conflict() => {
                     if self.container(&desired.name).await?.is_none() {
-                        return Ok(Owner::Someone(format!(
+                        return Ok(Owner::Taken(format!(
                             "bucket name {:?} is taken by another tenant of the grid",
                             desired.name
                         )));
@@ -180,20 +259,19 @@ impl BucketBackend for StorageGrid {
                 Err(e) => return Err(e.into()),
             }
         }
-        if let Owner::Someone(_) = &owner
-            && !desired.adopt
-        {
+        let adopted = matches!(owner, Owner::Unmarked(_)) && desired.adopt;
+        if owner != Owner::Us && !adopted {
             return Ok(owner);
         }
         // Ours (or adopted on request): keep the mark and the policy current.
         self.mark(desired).await?;
-        self.client
-            .set_versioning(
-                &self.tenant,
-                &desired.name,
-                desired.versioning || desired.object_lock,
-            )
-            .await?;
+        // Versioning is turned on when asked, and never suspended on adoption (F18).
+        let versioning = desired.versioning || desired.object_lock;
+        if versioning || !adopted {
+            self.client
+                .set_versioning(&self.tenant, &desired.name, versioning)
+                .await?;
+        }
         Ok(Owner::Us)
     }
 
@@ -231,7 +309,7 @@ impl BucketBackend for StorageGrid {
     }
 
     /// The grid deletes the objects itself: keeper has nothing to delete between polls.
-    async fn drain_round(&self, _bucket: &str) -> Result<DrainProgress, BackendError> {
+    async fn drain_round(&self, _desired: &DesiredBucket) -> Result<DrainProgress, BackendError> {
         Ok(DrainProgress::default())
     }
 
@@ -265,10 +343,22 @@ impl BucketBackend for StorageGrid {
             ));
         };
         let user = self.user(bucket, &group).await?;
-        let key = self
-            .client
-            .create_access_key(&self.tenant, storagegrid::KeyOwner::User(&user.id))
-            .await?;
+        let owner = storagegrid::KeyOwner::User(&user.id);
+        // Keys of the user that no Secret carries were made by an earlier attempt whose Secret
+        // write failed; nobody holds their secret. They go before a new key is made, so retries
+        // never pile keys up on the grid.
+        let published_id = published.map(|p| p.access_key_id.as_str());
+        for key in self.client.list_access_keys(&self.tenant, owner).await? {
+            let id = key.access_key.as_deref().unwrap_or(&key.id);
+            if Some(id) != published_id && Some(key.id.as_str()) != published_id {
+                found(
+                    self.client
+                        .delete_access_key(&self.tenant, owner, &key.id)
+                        .await,
+                )?;
+            }
+        }
+        let key = self.client.create_access_key(&self.tenant, owner).await?;
         let keys = Keys {
             access_key_id: key.access_key.unwrap_or_default(),
             secret_access_key: key.secret_access_key.map(|s| s.0).unwrap_or_default(),

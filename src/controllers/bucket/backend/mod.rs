@@ -16,7 +16,7 @@ use kube::ResourceExt;
 use super::Error;
 use crate::api::{DrainMode, S3Tenant};
 use crate::backends::error::BackendError;
-use crate::backends::s3::DeleteOutcome;
+use crate::backends::s3::{DeleteOutcome, OwnerMark};
 use crate::backends::storagegrid;
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::controllers::tenant::root_secret_name;
@@ -34,11 +34,15 @@ pub struct DesiredBucket {
     pub region: String,
     pub versioning: bool,
     pub object_lock: bool,
-    /// uid of the S3Bucket: the ownership mark.
-    pub owner_uid: String,
+    /// The S3Bucket (namespace, name, uid): the ownership mark written on the backend.
+    pub owner: OwnerMark,
     /// `status.bucketName` records that keeper created this bucket (for backends without tags).
     pub recorded: bool,
-    /// Annotation `keeper.dev/adopt=true`: take over an existing bucket not created by keeper.
+    /// `status.createIntent` names this bucket: keeper recorded that it was about to create it,
+    /// so the bucket found without a mark is one whose create succeeded but whose tagging did
+    /// not (see [`super::reconcile`]).
+    pub intent: bool,
+    /// Annotation `keeper.dev/adopt=true`: take over an existing bucket no keeper resource owns.
     pub adopt: bool,
 }
 
@@ -47,8 +51,22 @@ pub struct DesiredBucket {
 pub enum Owner {
     Missing,
     Us,
-    /// Exists and was not created by this resource; the message says what was found.
-    Someone(String),
+    /// Exists without keeper's mark: left alone unless adoption is asked. The message says what
+    /// was found.
+    Unmarked(String),
+    /// Exists and belongs to someone keeper must never take it from (another S3Bucket in any
+    /// namespace, another tenant of the grid): never adopted. The message names the owner.
+    Taken(String),
+}
+
+impl Owner {
+    /// The message of a bucket that is not ours.
+    pub fn message(&self) -> Option<&str> {
+        match self {
+            Owner::Unmarked(message) | Owner::Taken(message) => Some(message),
+            Owner::Missing | Owner::Us => None,
+        }
+    }
 }
 
 /// Objects in a bucket and whether the backend itself is deleting them.
@@ -67,6 +85,8 @@ pub struct DrainProgress {
     pub empty: bool,
     /// Object lock or a legal hold stops the drain; the message names the object.
     pub blocked: Option<String>,
+    /// The bucket lost this resource's ownership mark: the drain stopped before deleting more.
+    pub not_ours: Option<String>,
 }
 
 /// What to publish after a credentials check.
@@ -97,9 +117,10 @@ pub trait BucketBackend: Send + Sync {
         desired: &DesiredBucket,
     ) -> impl Future<Output = Result<Owner, BackendError>> + Send;
 
-    /// Creates the bucket (or converges an existing one of ours, or adopts one when asked):
-    /// versioning, object lock and the ownership mark. Returns who owns it afterwards: `Someone`
-    /// means it exists, is not ours and was left alone.
+    /// Creates the bucket (or converges an existing one of ours, or adopts an unmarked one when
+    /// asked): versioning (turned on when asked, never suspended on adoption), object lock and
+    /// the ownership mark. Returns who owns it afterwards: `Unmarked` or `Taken` means it
+    /// exists, is not ours and was left alone.
     fn ensure(
         &self,
         desired: &DesiredBucket,
@@ -117,10 +138,11 @@ pub trait BucketBackend: Send + Sync {
     /// Tells the backend to stop deleting objects (server-side drains).
     fn stop_drain(&self, bucket: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
 
-    /// Deletes objects for a while (client-side drains).
+    /// Deletes objects for a while (client-side drains), checking before each batch that the
+    /// bucket still carries `desired.owner`'s mark.
     fn drain_round(
         &self,
-        bucket: &str,
+        desired: &DesiredBucket,
     ) -> impl Future<Output = Result<DrainProgress, BackendError>> + Send;
 
     /// Deletes the bucket; already gone counts as deleted.
@@ -330,8 +352,8 @@ impl BucketBackend for AnyBackend {
         either!(self, b => b.stop_drain(bucket).await)
     }
 
-    async fn drain_round(&self, bucket: &str) -> Result<DrainProgress, BackendError> {
-        either!(self, b => b.drain_round(bucket).await)
+    async fn drain_round(&self, desired: &DesiredBucket) -> Result<DrainProgress, BackendError> {
+        either!(self, b => b.drain_round(desired).await)
     }
 
     async fn delete(&self, bucket: &str) -> Result<DeleteOutcome, BackendError> {

@@ -36,74 +36,85 @@ pub enum Credentials {
     Shared(Keys),
 }
 
+impl S3Compatible {
+    /// Whether the bucket's mark lacks the namespace and name this resource writes (a mark from
+    /// an older keeper, uid only, or a bucket whose tagging failed after its create).
+    async fn mark_outdated(&self, desired: &DesiredBucket) -> Result<bool, BackendError> {
+        Ok(
+            match self.store.ownership(&self.metrics, &desired.name).await? {
+                s3::Ownership::Exists { mark } => mark.as_ref() != Some(&desired.owner),
+                s3::Ownership::Missing => false,
+            },
+        )
+    }
+}
+
 impl BucketBackend for S3Compatible {
     fn drain_mode(&self) -> DrainMode {
         DrainMode::ClientSide
     }
 
     async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
-        Ok(
-            match self.store.ownership(&self.metrics, &desired.name).await? {
-                s3::Ownership::Missing => Owner::Missing,
-                s3::Ownership::Exists {
-                    owner_uid: Some(uid),
-                } if uid == desired.owner_uid => Owner::Us,
-                s3::Ownership::Exists {
-                    owner_uid: Some(uid),
-                } => Owner::Someone(format!(
-                    "bucket {:?} exists and is tagged {}={uid}, another resource",
-                    desired.name,
-                    s3::OWNER_TAG
-                )),
-                s3::Ownership::Exists { owner_uid: None } => Owner::Someone(format!(
-                    "bucket {:?} exists and was not created by keeper (no {} tag)",
-                    desired.name,
-                    s3::OWNER_TAG
-                )),
-            },
-        )
+        let name = &desired.name;
+        Ok(match self.store.ownership(&self.metrics, name).await? {
+            s3::Ownership::Missing => Owner::Missing,
+            s3::Ownership::Exists { mark: Some(mark) } if mark.same_owner(&desired.owner) => {
+                Owner::Us
+            }
+            s3::Ownership::Exists { mark: Some(mark) } => Owner::Taken(format!(
+                "bucket {name:?} belongs to {} (tag {}={})",
+                mark.describe(),
+                s3::OWNER_TAG,
+                mark.uid
+            )),
+            // Created by this resource, whose tagging failed right after the create.
+            s3::Ownership::Exists { mark: None } if desired.intent => Owner::Us,
+            s3::Ownership::Exists { mark: None } => Owner::Unmarked(format!(
+                "bucket {name:?} exists and was not created by keeper (no {} tag)",
+                s3::OWNER_TAG
+            )),
+        })
     }
 
     async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
         let metrics = &self.metrics;
+        let name = &desired.name;
         let mut owner = self.owner(desired).await?;
+        // Whether keeper created the bucket in this call (a new bucket needs no versioning call
+        // unless versioning is wanted).
         let mut created = false;
         if owner == Owner::Missing {
             match self
                 .store
-                .create_bucket(metrics, &desired.name, &desired.region, desired.object_lock)
+                .create_bucket(metrics, name, &desired.region, desired.object_lock)
                 .await?
             {
                 CreateOutcome::Created => {
-                    // Mark it at once: the window in which a crash leaves an unmarked bucket is
-                    // this one call.
-                    self.store
-                        .tag_owner(metrics, &desired.name, &desired.owner_uid)
-                        .await?;
                     created = true;
                     owner = Owner::Us;
                 }
-                // Someone created it between our check and our create.
+                // Someone created it between our check and our create, or our own create whose
+                // answer was lost (`BucketAlreadyOwnedByYou`): the mark, or the recorded
+                // intent, tells.
                 CreateOutcome::AlreadyExists => owner = self.owner(desired).await?,
             }
         }
-        if let Owner::Someone(_) = &owner
-            && desired.adopt
-        {
-            self.store
-                .tag_owner(metrics, &desired.name, &desired.owner_uid)
-                .await?;
-            owner = Owner::Us;
-        }
-        if owner != Owner::Us {
+        let adopted = matches!(owner, Owner::Unmarked(_)) && desired.adopt;
+        if owner != Owner::Us && !adopted {
             return Ok(owner);
         }
-        // Object lock implies versioning; a new bucket without versioning needs no call.
+        // Marked at once after a create (the intent recorded before it covers a failure here),
+        // on adoption, and on buckets an older keeper marked with the uid only.
+        if created || adopted || self.mark_outdated(desired).await? {
+            self.store.tag_owner(metrics, name, &desired.owner).await?;
+        }
+        // Object lock implies versioning. Versioning is turned on when asked; it is suspended
+        // only on a bucket keeper created and converges (the spec turned it off), never on one
+        // it adopts (F18: adoption must not change how the owner's data is kept), and a new
+        // bucket without versioning needs no call.
         let versioning = desired.versioning || desired.object_lock;
-        if versioning || !created {
-            self.store
-                .set_versioning(metrics, &desired.name, versioning)
-                .await?;
+        if versioning || !(created || adopted) {
+            self.store.set_versioning(metrics, name, versioning).await?;
         }
         Ok(Owner::Us)
     }
@@ -129,18 +140,20 @@ impl BucketBackend for S3Compatible {
         Ok(())
     }
 
-    async fn drain_round(&self, bucket: &str) -> Result<DrainProgress, BackendError> {
+    async fn drain_round(&self, desired: &DesiredBucket) -> Result<DrainProgress, BackendError> {
         let round = self
             .store
             .drain_round(
                 &self.metrics,
-                bucket,
+                &desired.name,
+                &desired.owner,
                 DRAIN_ROUND_BUDGET,
                 self.max_deletes_per_second
                     .unwrap_or(DEFAULT_MAX_DELETES_PER_SECOND),
             )
             .await?;
-        if round.blocked.is_none() && round.deleted == 0 && !round.empty {
+        let stopped = round.blocked.is_some() || round.not_ours.is_some();
+        if !stopped && round.deleted == 0 && round.aborted_uploads == 0 && !round.empty {
             // Every key of the batch failed for a reason other than a lock: retry with backoff.
             return Err(BackendError::new(
                 "s3",
@@ -157,6 +170,7 @@ impl BucketBackend for S3Compatible {
             deleted: round.deleted,
             empty: round.empty,
             blocked: round.blocked,
+            not_ours: round.not_ours,
         })
     }
 

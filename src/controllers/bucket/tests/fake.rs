@@ -43,6 +43,8 @@ pub struct Fake {
     pub keys_not_yet_valid: Mutex<u32>,
     /// The published keys are the provider's own (`sharedCredentials: true`).
     pub shared_keys: bool,
+    /// The next create succeeds but its tagging fails (a throttled PutBucketTagging).
+    pub fail_tag_after_create: Mutex<bool>,
 }
 
 impl Fake {
@@ -58,6 +60,7 @@ impl Fake {
             vanish_after_owner: Mutex::default(),
             keys_not_yet_valid: Mutex::default(),
             shared_keys: false,
+            fail_tag_after_create: Mutex::default(),
         }
     }
 
@@ -93,6 +96,22 @@ impl Fake {
         }
     }
 
+    /// Whose bucket `desired.name` is, the way the real backends decide: by the uid mark, or an
+    /// unmarked bucket this resource recorded its intent to create.
+    fn owner_of(&self, desired: &DesiredBucket) -> Owner {
+        match self.bucket(&desired.name) {
+            None => Owner::Missing,
+            Some(b) if b.owner.as_deref() == Some(desired.owner.uid.as_str()) => Owner::Us,
+            Some(b) if b.owner.is_none() && desired.intent => Owner::Us,
+            Some(b) if b.owner.is_none() => Owner::Unmarked("no owner mark".into()),
+            Some(b) => Owner::Taken(format!(
+                "bucket {:?} belongs to {}",
+                desired.name,
+                b.owner.unwrap()
+            )),
+        }
+    }
+
     pub fn take_calls(&self) -> Vec<String> {
         std::mem::take(&mut *self.calls.lock().unwrap())
     }
@@ -108,13 +127,7 @@ macro_rules! fake_backend {
 
             async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
                 self.call("owner")?;
-                let owner = match self.bucket(&desired.name) {
-                    None => Owner::Missing,
-                    Some(b) if b.owner.as_deref() == Some(desired.owner_uid.as_str()) => Owner::Us,
-                    Some(_) => {
-                        Owner::Someone(format!("bucket {:?} belongs to someone else", desired.name))
-                    }
-                };
+                let owner = self.owner_of(desired);
                 if let Some(name) = self.vanish_after_owner.lock().unwrap().take() {
                     self.buckets.lock().unwrap().remove(&name);
                 }
@@ -123,20 +136,28 @@ macro_rules! fake_backend {
 
             async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
                 self.call("ensure")?;
+                let owner = self.owner_of(desired);
                 let mut buckets = self.buckets.lock().unwrap();
-                let bucket = buckets
-                    .entry(desired.name.clone())
-                    .or_insert_with(|| FakeBucket {
-                        owner: Some(desired.owner_uid.clone()),
-                        ..Default::default()
-                    });
-                if bucket.owner.as_deref() != Some(desired.owner_uid.as_str()) {
-                    if !desired.adopt {
-                        return Ok(Owner::Someone("not ours".into()));
-                    }
-                    bucket.owner = Some(desired.owner_uid.clone());
+                if owner == Owner::Missing
+                    && std::mem::take(&mut *self.fail_tag_after_create.lock().unwrap())
+                {
+                    buckets.insert(desired.name.clone(), FakeBucket::default());
+                    return Err(BackendError::new(
+                        "fake",
+                        "put_bucket_tagging",
+                        ErrorClass::Transient,
+                        "SlowDown",
+                        "throttled",
+                    ));
                 }
-                bucket.versioning = desired.versioning;
+                let adopted = matches!(owner, Owner::Unmarked(_)) && desired.adopt;
+                if !matches!(owner, Owner::Missing | Owner::Us) && !adopted {
+                    return Ok(owner);
+                }
+                let bucket = buckets.entry(desired.name.clone()).or_default();
+                bucket.owner = Some(desired.owner.uid.clone());
+                // Adoption turns versioning on when asked, never off.
+                bucket.versioning = desired.versioning || (adopted && bucket.versioning);
                 Ok(Owner::Us)
             }
 
@@ -176,15 +197,23 @@ macro_rules! fake_backend {
                 Ok(())
             }
 
-            async fn drain_round(&self, bucket: &str) -> Result<DrainProgress, BackendError> {
+            async fn drain_round(
+                &self,
+                desired: &DesiredBucket,
+            ) -> Result<DrainProgress, BackendError> {
                 self.call("drain_round")?;
                 let mut buckets = self.buckets.lock().unwrap();
-                let b = buckets.get_mut(bucket).unwrap();
+                let b = buckets.get_mut(&desired.name).unwrap();
+                if b.owner.as_deref() != Some(desired.owner.uid.as_str()) {
+                    return Ok(DrainProgress {
+                        not_ours: Some(format!("marked {:?}", b.owner)),
+                        ..Default::default()
+                    });
+                }
                 if b.held {
                     return Ok(DrainProgress {
-                        deleted: 0,
-                        empty: false,
                         blocked: Some("object \"x\" is under a legal hold".into()),
+                        ..Default::default()
                     });
                 }
                 let deleted = (self.round_size as i64).min(b.objects);
@@ -192,7 +221,7 @@ macro_rules! fake_backend {
                 Ok(DrainProgress {
                     deleted: deleted as u64,
                     empty: b.objects == 0 && deleted < self.round_size as i64,
-                    blocked: None,
+                    ..Default::default()
                 })
             }
 

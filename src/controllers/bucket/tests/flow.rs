@@ -117,7 +117,10 @@ async fn a_new_bucket_becomes_ready_with_an_event_and_its_credentials_secret() {
     let (kube, _fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
     let action = testing::reconcile(&cx, finalized()).await.unwrap();
     assert_eq!(action, Action::requeue(USAGE_REFRESH));
-    let patch = &status_patches(&kube)[0]["status"];
+    let patches = status_patches(&kube);
+    // The create intent is recorded before the create, the outcome after it.
+    assert_eq!(patches[0]["status"]["createIntent"], NAME);
+    let patch = &patches[1]["status"];
     assert_eq!(patch["phase"], "Ready");
     assert_eq!(patch["bucketName"], NAME);
     let notes = kube.notes();
@@ -321,7 +324,7 @@ async fn a_rotation_request_is_reported_and_recorded_once_and_the_annotation_sta
         "/metadata/annotations/keeper.dev~1rotate-credentials-handled"
     );
     assert_eq!(set["value"], "true");
-    let status = &status_patches(&kube)[0]["status"];
+    let status = &status_patches(&kube).pop().unwrap()["status"];
     assert_eq!(status["handledRequests"]["rotateCredentials"], "true");
     // The same value again (status and annotation written back): no second rotation.
     let mut value = serde_json::to_value(obj.status.clone().unwrap_or_default()).unwrap();
@@ -409,7 +412,7 @@ async fn a_credentials_name_taken_by_another_secret_fails_with_secret_conflict_a
     kube.put_secret("ns", "b-credentials", theirs.clone());
     let action = testing::reconcile(&cx, finalized()).await.unwrap();
     assert_eq!(action, Action::requeue(PERMANENT_RETRY));
-    let patch = &status_patches(&kube)[0]["status"];
+    let patch = &status_patches(&kube).pop().unwrap()["status"];
     assert_eq!(patch["phase"], "Failed");
     assert_eq!(patch["conditions"][0]["reason"], "SecretConflict");
     let message = patch["conditions"][0]["message"].as_str().unwrap();
@@ -537,11 +540,37 @@ async fn a_bucket_with_the_providers_shared_keys_says_so_in_its_ready_condition(
     };
     let (kube, _fake, cx) = context(fake, TenantPhase::Ready);
     testing::reconcile(&cx, finalized()).await.unwrap();
-    let status = &status_patches(&kube)[0]["status"];
+    // The last write: the first is the create intent recorded before CreateBucket.
+    let status = status_patches(&kube).last().unwrap()["status"].clone();
     assert_eq!(status["phase"], "Ready");
     let message = status["conditions"][0]["message"].as_str().unwrap();
     assert!(
         message.contains("provider \"s3\"'s own keys (sharedCredentials: true)"),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn a_tagging_failure_right_after_the_create_does_not_orphan_the_bucket() {
+    let fake = Fake::new(DrainMode::ClientSide);
+    *fake.fail_tag_after_create.lock().unwrap() = true;
+    let (kube, fake, cx) = context(fake, TenantPhase::Ready);
+    let err = testing::reconcile(&cx, finalized()).await;
+    assert!(err.is_err(), "the throttled tagging fails the reconcile");
+    // The create left an unmarked bucket; the intent recorded before it says whose it is.
+    assert_eq!(fake.bucket(NAME).unwrap().owner, None);
+    let patches = status_patches(&kube);
+    assert_eq!(patches[0]["status"]["createIntent"], NAME, "{patches:?}");
+    let mut obj = finalized();
+    obj.status = Some(crate::api::S3BucketStatus {
+        create_intent: Some(NAME.into()),
+        ..Default::default()
+    });
+    testing::reconcile(&cx, obj).await.unwrap();
+    let last = status_patches(&kube).pop().unwrap();
+    assert_eq!(last["status"]["phase"], "Ready", "{last}");
+    assert_eq!(last["status"]["bucketName"], NAME);
+    let buckets = fake.buckets.lock().unwrap();
+    assert_eq!(buckets.len(), 1);
+    assert_eq!(buckets[NAME].owner.as_deref(), Some(UID));
 }

@@ -10,6 +10,7 @@ use std::future::Future;
 
 use rand::distr::{Alphanumeric, SampleString};
 
+use crate::backends::error::ErrorClass;
 use crate::controllers::tenant::backend::{AccountBackend, BackendError, is_bad_credentials};
 use crate::controllers::tenant::plan::{
     self, AccountSettings, AccountStep, KeyStep, ObservedAccount,
@@ -44,6 +45,10 @@ pub trait TenantStore: Send + Sync {
 
 /// The tenant's account on the grid: by the id in status, else by the ownership marker
 /// (a create whose answer was lost). `None` means the backend has no such account.
+///
+/// F10: the id in status is trusted only when the account carries this tenant's marker. A
+/// status edited to name another account must not lead keeper to update, reset the password
+/// of, or delete someone else's account: that is a permanent error, and no call is made on it.
 pub async fn locate_account<B: AccountBackend, S: TenantStore>(
     backend: &B,
     store: &S,
@@ -51,6 +56,18 @@ pub async fn locate_account<B: AccountBackend, S: TenantStore>(
 ) -> Result<Option<ObservedAccount>, S::Error> {
     if let Some(id) = store.recorded_account() {
         match backend.get_account(&id, marker).await? {
+            Some(account) if !account.marked => {
+                return Err(BackendError::new(
+                    "storagegrid",
+                    "get_account",
+                    ErrorClass::Permanent,
+                    "AccountNotOwned",
+                    format!(
+                        "status.accountId names StorageGRID account {id}, whose description lacks this tenant's ownership marker {marker:?}: keeper makes no call on an account it cannot prove is this tenant's (correct status.accountId, or mark the account if it really is this tenant's)"
+                    ),
+                )
+                .into());
+            }
             Some(account) => return Ok(Some(account)),
             None => tracing::warn!(account = %id, "the recorded account no longer exists (404)"),
         }
@@ -83,6 +100,7 @@ pub async fn ensure<B: AccountBackend, S: TenantStore>(
                     id,
                     settings: desired.clone(),
                     managed_fields_ok: true,
+                    marked: true,
                 });
             }
             AccountStep::ResetPassword { id } => {
@@ -325,6 +343,28 @@ mod tests {
             store.recorded_account().as_deref(),
             Some("00000000000000000001")
         );
+    }
+
+    #[tokio::test]
+    async fn a_status_naming_another_tenants_account_is_refused_and_left_alone() {
+        let grid = Grid::default();
+        let store = store(&grid);
+        let theirs = grid
+            .create_account(&desired(), "keeper.dev/owner-uid=other", "theirs")
+            .await
+            .unwrap();
+        // A status edit points this tenant at the other account (and its password is unknown).
+        store.state.lock().unwrap().account = Some(theirs.clone());
+        let err = ensure(&grid, &store, MARKER, &desired()).await.unwrap_err();
+        assert!(!err.is_transient(), "{err:?}");
+        assert!(err.to_string().contains(&theirs), "{err}");
+        let err = locate_account(&grid, &store, MARKER).await.unwrap_err();
+        assert!(err.to_string().contains("ownership marker"), "{err}");
+        // Nothing was created, updated or reset: the other account is as it was.
+        let state = grid.state.lock().unwrap();
+        assert_eq!(state.accounts.len(), 1);
+        assert_eq!(state.accounts[&theirs].marker, "keeper.dev/owner-uid=other");
+        assert_eq!(state.accounts[&theirs].settings, desired());
     }
 
     #[tokio::test]

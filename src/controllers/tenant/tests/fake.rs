@@ -110,6 +110,7 @@ impl Grid {
             id: id.to_string(),
             settings: a.settings.clone(),
             managed_fields_ok: a.marker == marker,
+            marked: a.marker == marker,
         }
     }
 }

@@ -60,13 +60,52 @@ fn desired(recorded: bool, adopt: bool) -> DesiredBucket {
         region: "us-east-1".into(),
         versioning: true,
         object_lock: false,
-        owner_uid: UID.into(),
+        owner: OwnerMark::new("ns", "b", UID),
         recorded,
+        intent: false,
         adopt,
     }
 }
 
 fn group_json(owner: &str) -> Value {
+    let who = if owner == UID { "ns/b" } else { "other/x" };
+    json!({"id": "g-1", "uniqueName": "group/keeper-ns-b",
+           "displayName": format!("keeper bucket ns-b owner={who} owner-uid={owner}")})
+}
+
+/// The access keys of user `u-1`.
+async fn user_keys(server: &MockServer, keys: Value) {
+    on(server, "GET", "org/users/u-1/s3-access-keys", ok(200, keys)).await;
+}
+
+/// How the grid answers the deletion of key `id` of user `u-1`.
+async fn key_delete(server: &MockServer, id: &str, response: ResponseTemplate) {
+    let at = format!("org/users/u-1/s3-access-keys/{id}");
+    on(server, "DELETE", &at, response).await;
+}
+
+/// A grid whose tenant holds bucket `ns-b` with `group` as its group.
+async fn existing_bucket_with_group(group: Value) -> (MockServer, StorageGrid) {
+    let (server, grid) = mock_grid().await;
+    on(
+        &server,
+        "GET",
+        "org/containers",
+        ok(200, json!([{"name": "ns-b"}])),
+    )
+    .await;
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group),
+    )
+    .await;
+    (server, grid)
+}
+
+/// A group as an older keeper marked it: the uid only.
+fn legacy_group_json(owner: &str) -> Value {
     json!({"id": "g-1", "uniqueName": "group/keeper-ns-b",
            "displayName": format!("keeper bucket ns-b owner-uid={owner}")})
 }
@@ -124,11 +163,25 @@ async fn a_new_bucket_gets_its_marked_group_before_the_bucket_is_created() {
         .unwrap();
     assert!(group < bucket, "the mark comes first: {calls:?}");
     let body = &calls[group].2;
-    assert_eq!(body["displayName"], "keeper bucket ns-b owner-uid=uid-1");
     assert_eq!(
-        body["policies"]["s3"]["Statement"][0]["Resource"],
-        json!(["arn:aws:s3:::ns-b", "arn:aws:s3:::ns-b/*"])
+        body["displayName"],
+        "keeper bucket ns-b owner=ns/b owner-uid=uid-1"
     );
+    // Least privilege: the objects of this bucket, listing it; nothing on the bucket itself.
+    let statements = &body["policies"]["s3"]["Statement"];
+    assert_eq!(statements[0]["Resource"], json!(["arn:aws:s3:::ns-b/*"]));
+    assert_eq!(statements[1]["Resource"], json!(["arn:aws:s3:::ns-b"]));
+    let actions = format!("{statements}");
+    for forbidden in [
+        "s3:*",
+        "DeleteBucket\"",
+        "PutBucketPolicy",
+        "BypassGovernanceRetention",
+        "PutBucketVersioning",
+    ] {
+        assert!(!actions.contains(forbidden), "{forbidden} in {actions}");
+    }
+    assert!(actions.contains("s3:AbortMultipartUpload"), "{actions}");
     assert_eq!(body["policies"]["management"]["rootAccess"], false);
     assert_eq!(calls[bucket].2["name"], "ns-b");
 }
@@ -146,7 +199,7 @@ async fn an_unmarked_existing_bucket_is_someone_elses_unless_recorded_or_adopted
     on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
     assert!(matches!(
         grid.ensure(&desired(false, false)).await.unwrap(),
-        Owner::Someone(m) if m.contains("not created by this resource")
+        Owner::Unmarked(m) if m.contains("not created by keeper")
     ));
     assert_eq!(grid.owner(&desired(true, false)).await.unwrap(), Owner::Us);
     // Nothing was written for the refused bucket.
@@ -164,25 +217,44 @@ async fn an_unmarked_existing_bucket_is_someone_elses_unless_recorded_or_adopted
 
 #[tokio::test]
 async fn a_bucket_marked_by_another_resource_is_not_ours() {
-    let (server, grid) = mock_grid().await;
-    on(
-        &server,
-        "GET",
-        "org/containers",
-        ok(200, json!([{"name": "ns-b"}])),
-    )
-    .await;
-    on(
-        &server,
-        "GET",
-        "org/groups/group/keeper-ns-b",
-        ok(200, group_json("uid-2")),
-    )
-    .await;
+    let (server, grid) = existing_bucket_with_group(group_json("uid-2")).await;
+    let owner = grid.owner(&desired(true, false)).await.unwrap();
+    assert!(
+        matches!(&owner, Owner::Taken(m) if m.contains("S3Bucket other/x (uid uid-2)")),
+        "{owner:?}"
+    );
+    // Adoption does not take it either, and nothing is written.
     assert!(matches!(
-        grid.owner(&desired(false, false)).await.unwrap(),
-        Owner::Someone(_)
+        grid.ensure(&desired(false, true)).await.unwrap(),
+        Owner::Taken(_)
     ));
+    assert!(calls(&server).await.iter().all(|c| c.0 == "GET"));
+}
+
+#[tokio::test]
+async fn a_mark_from_an_older_keeper_is_ours_and_upgraded() {
+    let (server, grid) = existing_bucket_with_group(legacy_group_json(UID)).await;
+    on(&server, "PUT", "org/groups/g-1", ok(200, group_json(UID))).await;
+    on(
+        &server,
+        "PUT",
+        "org/containers/ns-b/versioning",
+        ok(200, json!({})),
+    )
+    .await;
+    assert_eq!(
+        grid.ensure(&desired(false, false)).await.unwrap(),
+        Owner::Us
+    );
+    let update = calls(&server)
+        .await
+        .into_iter()
+        .find(|c| c.0 == "PUT" && c.1 == "org/groups/g-1")
+        .unwrap();
+    assert_eq!(
+        update.2["displayName"],
+        "keeper bucket ns-b owner=ns/b owner-uid=uid-1"
+    );
 }
 
 #[tokio::test]
@@ -194,7 +266,7 @@ async fn a_name_taken_by_another_tenant_is_a_conflict_not_ours() {
     on(&server, "POST", "org/containers", error(409)).await;
     assert!(matches!(
         grid.ensure(&desired(false, false)).await.unwrap(),
-        Owner::Someone(m) if m.contains("another tenant")
+        Owner::Taken(m) if m.contains("another tenant")
     ));
 }
 
@@ -294,6 +366,9 @@ async fn keys_are_kept_issued_for_the_bucket_user_and_rotated() {
         ok(201, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
     )
     .await;
+    // OLD is published; LEFT was made by an attempt whose Secret write failed.
+    user_keys(&server, json!([{"id": "OLD"}, {"id": "LEFT"}])).await;
+    key_delete(&server, "LEFT", ResponseTemplate::new(204)).await;
     on(
         &server,
         "POST",
@@ -321,6 +396,14 @@ async fn keys_are_kept_issued_for_the_bucket_user_and_rotated() {
         .find(|c| c.1 == "org/users")
         .unwrap();
     assert_eq!(user.2["memberOf"], json!(["g-1"]));
+    // The unpublished key went before the new one was made; the published one stays for now.
+    let deleted: Vec<String> = calls(&server)
+        .await
+        .into_iter()
+        .filter(|c| c.0 == "DELETE")
+        .map(|c| c.1)
+        .collect();
+    assert_eq!(deleted, ["org/users/u-1/s3-access-keys/LEFT"]);
     assert!(
         !format!("{plan:?}").contains("new-secret"),
         "secrets stay out of Debug"
@@ -337,27 +420,9 @@ async fn bucket_credentials_go_with_the_bucket() {
         ok(200, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
     )
     .await;
-    on(
-        &server,
-        "GET",
-        "org/users/u-1/s3-access-keys",
-        ok(200, json!([{"id": "k-1"}, {"id": "k-2"}])),
-    )
-    .await;
-    on(
-        &server,
-        "DELETE",
-        "org/users/u-1/s3-access-keys/k-1",
-        ResponseTemplate::new(204),
-    )
-    .await;
-    on(
-        &server,
-        "DELETE",
-        "org/users/u-1/s3-access-keys/k-2",
-        error(404),
-    )
-    .await;
+    user_keys(&server, json!([{"id": "k-1"}, {"id": "k-2"}])).await;
+    key_delete(&server, "k-1", ResponseTemplate::new(204)).await;
+    key_delete(&server, "k-2", error(404)).await;
     on(
         &server,
         "DELETE",
