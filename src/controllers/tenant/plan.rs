@@ -255,10 +255,10 @@ pub fn buckets_remain_message(tenant: &str, buckets: &RemainingBuckets) -> Strin
 }
 
 /// The guidance given while `deletionProtection` holds a tenant.
-pub fn deletion_protection_message(tenant: &str) -> String {
+pub fn deletion_protection_message(tenant: &str, namespace: &str) -> String {
     format!(
         "S3Tenant {tenant} has deletionProtection enabled. To allow its deletion, run \
-         `kubectl patch s3tenant {tenant} --type merge -p '{{\"spec\":{{\"deletionProtection\":false}}}}'`."
+         `kubectl patch s3tenant {tenant} -n {namespace} --type merge -p '{{\"spec\":{{\"deletionProtection\":false}}}}'`."
     )
 }
 
@@ -465,9 +465,9 @@ mod tests {
     #[test]
     fn the_protection_message_says_how_to_lift_it() {
         assert_eq!(
-            deletion_protection_message("t"),
+            deletion_protection_message("t", "ns"),
             "S3Tenant t has deletionProtection enabled. To allow its deletion, run \
-             `kubectl patch s3tenant t --type merge -p '{\"spec\":{\"deletionProtection\":false}}'`."
+             `kubectl patch s3tenant t -n ns --type merge -p '{\"spec\":{\"deletionProtection\":false}}'`."
         );
     }
 
