@@ -603,6 +603,21 @@ mod tests {
         let message = answer["response"]["status"]["message"].as_str().unwrap();
         assert!(message.contains("deletionProtection"), "{message}");
 
+        // As the API server sends it, with a stored object (status and all) and full userInfo.
+        let mut stored = tenant_json(json!({"provider": "default", "deletionProtection": true}));
+        stored["metadata"]["finalizers"] = json!(["keeper.dev/tenant-cleanup"]);
+        stored["metadata"]["resourceVersion"] = json!("12");
+        stored["status"] = json!({"phase": "Ready", "accountId": "123", "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]});
+        let mut review = review_body("S3Tenant", "s3tenants", "DELETE", stored);
+        review["request"]["userInfo"] =
+            json!({"username": "keeper-dev", "groups": ["system:masters", "system:authenticated"]});
+        review["request"]["requestKind"] = review["request"]["kind"].clone();
+        review["request"]["requestResource"] = review["request"]["resource"].clone();
+        review["request"]["options"] =
+            json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+        let answer = webhook.post(&review).await;
+        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+
         // The namespace controller emptying the namespace is admitted, with the guidance.
         let mut review = review_body(
             "S3Tenant",
