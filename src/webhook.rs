@@ -4,6 +4,10 @@
 //!   how to lift it). If buckets remain it is **admitted with a warning** carrying the same
 //!   guidance as the finalizer's `DeletionBlocked` condition, so `kubectl delete` prints it at
 //!   once; denying would leave namespace deletion and GitOps pruning retrying forever.
+//!   A protected tenant deleted by the namespace controller is admitted too: the namespace's
+//!   deletion cannot be taken back, so a denial would only hide the reason in the namespace's
+//!   status. Admitted, the tenant's finalizer keeps the account and says on the tenant itself
+//!   (condition `DeletionBlocked`, a Warning event) which command lifts the protection.
 //! - CREATE of an S3Bucket whose tenant is being deleted: denied.
 //!
 //! The webhook fails open (any lookup error admits): the tenant finalizer stays the safety net.
@@ -66,15 +70,43 @@ pub enum Verdict {
 pub fn tenant_delete(tenant: &S3Tenant, buckets: usize) -> Verdict {
     let name = tenant.name_any();
     match plan::deletion_gate(&tenant.spec) {
-        DeletionGate::Protected => Verdict::Deny(plan::deletion_protection_message(&name)),
+        DeletionGate::Protected => Verdict::Deny(plan::deletion_protection_message(
+            &name,
+            &tenant.namespace().unwrap_or_default(),
+        )),
         DeletionGate::Retain | DeletionGate::Proceed if buckets == 0 => Verdict::Allow,
         DeletionGate::Retain | DeletionGate::Proceed => Verdict::Warn(format!(
-            "S3Tenant {name} still holds {buckets} bucket(s); `kubectl describe s3tenant {name}` \
+            "S3Tenant {name} still holds {buckets} bucket(s); `kubectl describe s3tenant {name} -n {}` \
              names them (condition DeletionBlocked). {} The tenant is deleted as soon as no \
              bucket remains.",
+            tenant.namespace().unwrap_or_default(),
             plan::BUCKET_REMOVAL_GUIDANCE
         )),
     }
+}
+
+/// Who kube-controller-manager's namespace controller deletes as: its own service account, or the
+/// controller manager's user when it runs without per-controller credentials.
+const NAMESPACE_CONTROLLER_USERS: [&str; 2] = [
+    "system:serviceaccount:kube-system:namespace-controller",
+    "system:kube-controller-manager",
+];
+
+/// Whether a DELETE comes from the namespace controller emptying a namespace being deleted.
+pub fn from_namespace_deletion(username: Option<&str>) -> bool {
+    username.is_some_and(|u| NAMESPACE_CONTROLLER_USERS.contains(&u))
+}
+
+/// DELETE of a protected tenant by the namespace controller: admitted (the finalizer holds it).
+pub fn protected_tenant_in_namespace_deletion(tenant: &S3Tenant) -> Verdict {
+    Verdict::Warn(format!(
+        "the namespace is being deleted: the S3Tenant's finalizer keeps its account until \
+         deletionProtection is lifted. {}",
+        plan::deletion_protection_message(
+            &tenant.name_any(),
+            &tenant.namespace().unwrap_or_default()
+        )
+    ))
 }
 
 /// CREATE of a bucket, given its tenant if it exists.
@@ -118,6 +150,9 @@ async fn judge(client: &kube::Client, request: &AdmissionRequest<DynamicObject>)
             };
             // A protected tenant is denied whatever its buckets: no lookup needed.
             if plan::deletion_gate(&tenant.spec) == DeletionGate::Protected {
+                if from_namespace_deletion(request.user_info.username.as_deref()) {
+                    return protected_tenant_in_namespace_deletion(&tenant);
+                }
                 return tenant_delete(&tenant, 0);
             }
             match bucket_resources(client, &namespace, &tenant.name_any()).await {
@@ -370,8 +405,28 @@ mod tests {
             panic!("must deny");
         };
         assert!(message.contains(
-            r#"kubectl patch s3tenant team-a --type merge -p '{"spec":{"deletionProtection":false}}'"#
+            r#"kubectl patch s3tenant team-a -n ns --type merge -p '{"spec":{"deletionProtection":false}}'"#
         ), "{message}");
+    }
+
+    #[test]
+    fn the_namespace_controller_deleting_a_protected_tenant_is_admitted_with_the_guidance() {
+        for user in NAMESPACE_CONTROLLER_USERS {
+            assert!(from_namespace_deletion(Some(user)));
+        }
+        assert!(!from_namespace_deletion(Some("kubernetes-admin")));
+        assert!(!from_namespace_deletion(Some(
+            "system:serviceaccount:kube-system:generic-garbage-collector"
+        )));
+        assert!(!from_namespace_deletion(None));
+        let t = tenant(json!({"deletionProtection": true}));
+        let Verdict::Warn(message) = protected_tenant_in_namespace_deletion(&t) else {
+            panic!("must admit");
+        };
+        assert!(
+            message.contains(r#"kubectl patch s3tenant team-a -n ns --type merge"#),
+            "{message}"
+        );
     }
 
     #[test]
@@ -598,6 +653,39 @@ mod tests {
         assert_eq!(answer["response"]["allowed"], false, "{answer}");
         let message = answer["response"]["status"]["message"].as_str().unwrap();
         assert!(message.contains("deletionProtection"), "{message}");
+
+        // As the API server sends it, with a stored object (status and all) and full userInfo.
+        let mut stored = tenant_json(json!({"provider": "default", "deletionProtection": true}));
+        stored["metadata"]["finalizers"] = json!(["keeper.dev/tenant-cleanup"]);
+        stored["metadata"]["resourceVersion"] = json!("12");
+        stored["status"] = json!({"phase": "Ready", "accountId": "123", "conditions": [{"type": "Ready", "status": "True", "reason": "Provisioned", "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}]});
+        let mut review = review_body("S3Tenant", "s3tenants", "DELETE", stored);
+        review["request"]["userInfo"] =
+            json!({"username": "keeper-dev", "groups": ["system:masters", "system:authenticated"]});
+        review["request"]["requestKind"] = review["request"]["kind"].clone();
+        review["request"]["requestResource"] = review["request"]["resource"].clone();
+        review["request"]["options"] =
+            json!({"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1"});
+        let answer = webhook.post(&review).await;
+        assert_eq!(answer["response"]["allowed"], false, "{answer}");
+
+        // The namespace controller emptying the namespace is admitted, with the guidance.
+        let mut review = review_body(
+            "S3Tenant",
+            "s3tenants",
+            "DELETE",
+            tenant_json(json!({"deletionProtection": true})),
+        );
+        review["request"]["userInfo"]["username"] =
+            json!("system:serviceaccount:kube-system:namespace-controller");
+        let answer = webhook.post(&review).await;
+        assert_eq!(answer["response"]["allowed"], true, "{answer}");
+        assert!(
+            answer["response"]["warnings"][0]
+                .as_str()
+                .is_some_and(|w| w.contains("deletionProtection")),
+            "{answer}"
+        );
         webhook.stop().await;
     }
 

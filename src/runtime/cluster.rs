@@ -31,6 +31,25 @@ use crate::api::{S3Bucket, S3Tenant};
 /// The label on every Secret keeper creates; keeper's Secret cache watches only these.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "keeper");
 
+/// The finalizer that keeps a Secret other resources' cleanup signs in with (a tenant's root
+/// password and keys, which its buckets' cleanup uses) until its owner lets go of it. Deleting a
+/// namespace deletes every object in it in no particular order: without the hold, the Secret can
+/// be gone before the bucket cleanup that needs it runs, and the namespace never finishes.
+pub const CLEANUP_HOLD: &str = "keeper.dev/needed-for-cleanup";
+
+/// Whether a Secret keeper writes is held for its owner's cleanup ([`CLEANUP_HOLD`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Nobody's cleanup reads it: it may go whenever it is deleted.
+    No,
+    /// Cleanup reads it: it stays until [`Kube::unhold_secret`] or [`Kube::release_secret`].
+    UntilReleased,
+}
+
+fn held(secret: &Secret) -> bool {
+    secret.finalizers().iter().any(|f| f == CLEANUP_HOLD)
+}
+
 pub type KubeResult<T> = Result<T, kube::Error>;
 
 /// Why keeper will not use or write a Secret.
@@ -177,19 +196,23 @@ pub trait Kube: Send + Sync + 'static {
     ) -> BoxFuture<'a, KubeResult<Option<Secret>>>;
 
     /// Creates or updates Secret `name` in the owner's namespace holding exactly `data`, owned by
-    /// `owner` and labelled as keeper's. Writes nothing when it already holds that. A Secret of
-    /// that name that keeper did not create for `owner` is never touched: a conflict. Returns
-    /// whether it wrote.
+    /// `owner`, labelled as keeper's and, with [`Hold::UntilReleased`], held by [`CLEANUP_HOLD`].
+    /// Writes nothing when it already is so. A Secret being deleted gets its data but no hold
+    /// (the API refuses new finalizers then; asking again would fail forever). A Secret of that
+    /// name that keeper did not create for `owner` is never touched: a conflict. Returns whether
+    /// it wrote.
     fn apply_secret<'a>(
         &'a self,
         owner: &'a Target,
         name: &'a str,
         data: BTreeMap<String, String>,
+        hold: Hold,
     ) -> BoxFuture<'a, Result<bool, SecretError>>;
 
     /// Lets go of Secret `name` that keeper created for `owner` (deletion policy Retain): removes
     /// `owner`'s owner reference so the garbage collector keeps it when `owner` goes, and the
-    /// credentials in it stay usable. Returns whether there was one to release.
+    /// credentials in it stay usable; its [`CLEANUP_HOLD`] goes too, since nobody would ever
+    /// remove it afterwards. Returns whether there was one to release.
     fn release_secret<'a>(
         &'a self,
         owner: &'a Target,
@@ -199,6 +222,14 @@ pub trait Kube: Send + Sync + 'static {
     /// Deletes Secret `name` if keeper created it for `owner` (a Secret of that name keeper did
     /// not create is never touched). Returns whether there was one to delete.
     fn delete_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<bool>>;
+
+    /// Removes [`CLEANUP_HOLD`] from Secret `name` that keeper created for `owner`, once nothing
+    /// needs it for cleanup any more: a Secret being deleted goes then. Returns whether it held.
+    fn unhold_secret<'a>(
         &'a self,
         owner: &'a Target,
         name: &'a str,
@@ -408,6 +439,39 @@ impl KubeApi {
     }
 }
 
+impl KubeApi {
+    /// Applies the JSON patch `make` builds for `owner`'s Secret `name`, if it builds one.
+    /// Returns whether it patched; a Secret gone meanwhile is not an error.
+    async fn patch_secret(
+        &self,
+        owner: &Target,
+        name: &str,
+        make: fn(&Secret, &Target) -> Option<json_patch::Patch>,
+    ) -> KubeResult<bool> {
+        let Some(secret) = self.secret(&owner.namespace, name).await? else {
+            return Ok(false);
+        };
+        let Some(patch) = make(&secret, owner) else {
+            return Ok(false);
+        };
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+        {
+            Ok(written) => {
+                self.written
+                    .lock()
+                    .expect("written lock")
+                    .insert((owner.namespace.clone(), name.to_string()), written);
+                Ok(true)
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 impl Kube for KubeApi {
     fn delete_secret<'a>(
         &'a self,
@@ -419,6 +483,10 @@ impl Kube for KubeApi {
             let Some(secret) = ours.filter(|s| owned_by(s, owner)) else {
                 return Ok(false);
             };
+            // A Secret keeper held for cleanup would otherwise stay Terminating for good.
+            if secret.finalizers().iter().any(|f| f == CLEANUP_HOLD) {
+                self.unhold_secret(owner, name).await?;
+            }
             // Only the Secret that was looked at: one replaced meanwhile is left alone.
             let params = DeleteParams {
                 preconditions: Some(Preconditions {
@@ -446,30 +514,15 @@ impl Kube for KubeApi {
         owner: &'a Target,
         name: &'a str,
     ) -> BoxFuture<'a, KubeResult<bool>> {
-        async move {
-            let Some(secret) = self.secret(&owner.namespace, name).await? else {
-                return Ok(false);
-            };
-            let Some(patch) = release_patch(&secret, owner) else {
-                return Ok(false);
-            };
-            let api: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
-            match api
-                .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
-                .await
-            {
-                Ok(written) => {
-                    self.written
-                        .lock()
-                        .expect("written lock")
-                        .insert((owner.namespace.clone(), name.to_string()), written);
-                    Ok(true)
-                }
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
-                Err(e) => Err(e),
-            }
-        }
-        .boxed()
+        self.patch_secret(owner, name, release_patch).boxed()
+    }
+
+    fn unhold_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<bool>> {
+        self.patch_secret(owner, name, unhold_patch).boxed()
     }
 
     fn secret<'a>(
@@ -496,12 +549,13 @@ impl Kube for KubeApi {
         owner: &'a Target,
         name: &'a str,
         data: BTreeMap<String, String>,
+        hold: Hold,
     ) -> BoxFuture<'a, Result<bool, SecretError>> {
         async move {
             let namespace = owner.namespace.as_str();
             let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
             let existing = self.secret(namespace, name).await?;
-            let Some(secret) = desired_secret(owner, name, data, existing)? else {
+            let Some(secret) = desired_secret(owner, name, data, hold, existing)? else {
                 return Ok(false);
             };
             let written = if secret.metadata.resource_version.is_none() {
@@ -634,17 +688,41 @@ impl Kube for KubeApi {
     }
 }
 
-/// The JSON patch that removes `owner`'s reference from `secret` (tested, so a concurrent change
-/// fails instead of removing another owner's), or `None` when `owner` holds none.
+/// The JSON patch that removes `owner`'s reference from `secret` and its [`CLEANUP_HOLD`] (each
+/// tested, so a concurrent change fails instead of removing another owner's reference or another
+/// finalizer), or `None` when `owner` holds none.
 fn release_patch(secret: &Secret, owner: &Target) -> Option<json_patch::Patch> {
     let references = secret.owner_references();
     let index = references.iter().position(|r| r.uid == owner.uid)?;
     let path = format!("/metadata/ownerReferences/{index}");
-    let ops = serde_json::json!([
-        {"op": "test", "path": format!("{path}/uid"), "value": owner.uid},
-        {"op": "remove", "path": path},
-    ]);
-    Some(serde_json::from_value(ops).expect("well-formed JSON patch"))
+    let mut ops = vec![
+        serde_json::json!({"op": "test", "path": format!("{path}/uid"), "value": owner.uid}),
+        serde_json::json!({"op": "remove", "path": path}),
+    ];
+    ops.extend(unhold_ops(secret));
+    Some(serde_json::from_value(Value::Array(ops)).expect("well-formed JSON patch"))
+}
+
+/// The JSON patch that removes [`CLEANUP_HOLD`] from `owner`'s `secret`, or `None` when it is
+/// not `owner`'s or not held.
+fn unhold_patch(secret: &Secret, owner: &Target) -> Option<json_patch::Patch> {
+    let ops = unhold_ops(secret);
+    if ops.is_empty() || !owned_by(secret, owner) {
+        return None;
+    }
+    Some(serde_json::from_value(Value::Array(ops)).expect("well-formed JSON patch"))
+}
+
+/// The operations that remove [`CLEANUP_HOLD`] (tested by value), none when it is absent.
+fn unhold_ops(secret: &Secret) -> Vec<Value> {
+    let Some(index) = secret.finalizers().iter().position(|f| f == CLEANUP_HOLD) else {
+        return Vec::new();
+    };
+    let path = format!("/metadata/finalizers/{index}");
+    vec![
+        serde_json::json!({"op": "test", "path": path, "value": CLEANUP_HOLD}),
+        serde_json::json!({"op": "remove", "path": path}),
+    ]
 }
 
 /// The Secret to write so that `name` holds exactly `data` for `owner`, or `None` when the
@@ -654,12 +732,14 @@ fn desired_secret(
     owner: &Target,
     name: &str,
     data: BTreeMap<String, String>,
+    hold: Hold,
     existing: Option<Secret>,
 ) -> Result<Option<Secret>, SecretError> {
     let encoded: BTreeMap<String, ByteString> = data
         .into_iter()
         .map(|(k, v)| (k, ByteString(v.into_bytes())))
         .collect();
+    let finalizers = (hold == Hold::UntilReleased).then(|| vec![CLEANUP_HOLD.to_string()]);
     match existing {
         None => Ok(Some(Secret {
             metadata: ObjectMeta {
@@ -670,6 +750,7 @@ fn desired_secret(
                     MANAGED_BY.0.to_string(),
                     MANAGED_BY.1.to_string(),
                 )])),
+                finalizers,
                 ..ObjectMeta::default()
             },
             type_: Some("Opaque".to_string()),
@@ -682,7 +763,12 @@ fn desired_secret(
         Some(mut existing) => {
             let labelled =
                 existing.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1);
+            // The API refuses a new finalizer on an object being deleted.
+            let add_hold = hold == Hold::UntilReleased
+                && !held(&existing)
+                && existing.metadata.deletion_timestamp.is_none();
             if labelled
+                && !add_hold
                 && existing.data.as_ref() == Some(&encoded)
                 && existing.string_data.is_none()
             {
@@ -691,6 +777,9 @@ fn desired_secret(
             existing
                 .labels_mut()
                 .insert(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string());
+            if add_hold {
+                existing.finalizers_mut().push(CLEANUP_HOLD.to_string());
+            }
             existing.data = Some(encoded);
             existing.string_data = None;
             Ok(Some(existing))
@@ -710,6 +799,7 @@ pub mod fake {
         ApplySecret { namespace: String, name: String },
         ReleaseSecret { namespace: String, name: String },
         DeleteSecret { namespace: String, name: String },
+        UnholdSecret { namespace: String, name: String },
         PatchStatus { name: String, patch: Value },
         PatchJson { name: String, patch: Value },
         Publish { name: String, note: Note },
@@ -810,6 +900,55 @@ pub mod fake {
         }
     }
 
+    impl FakeKube {
+        /// Deletes a Secret as the API does (as the namespace controller would): marked with a
+        /// deletionTimestamp while finalizers hold it, removed otherwise.
+        pub fn delete_secret(&self, namespace: &str, name: &str) {
+            let key = (namespace.to_string(), name.to_string());
+            let mut secrets = self.secrets.lock().expect("lock");
+            if let Some(secret) = secrets.get_mut(&key) {
+                secret.metadata.deletion_timestamp =
+                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                        k8s_openapi::jiff::Timestamp::now(),
+                    ));
+            }
+            Self::settle(&mut secrets, &key);
+        }
+
+        /// Removes a Secret being deleted that no finalizer holds any more, as the API does.
+        fn settle(secrets: &mut BTreeMap<(String, String), Secret>, key: &(String, String)) {
+            if secrets.get(key).is_some_and(|s| {
+                s.metadata.deletion_timestamp.is_some() && s.finalizers().is_empty()
+            }) {
+                secrets.remove(key);
+            }
+        }
+
+        /// Applies `change` to `owner`'s Secret `name` when `applies` says it would change it.
+        fn change_owned_secret(
+            &self,
+            owner: &Target,
+            name: &str,
+            applies: fn(&Secret, &Target) -> Option<json_patch::Patch>,
+            change: impl FnOnce(&mut Secret),
+            call: Call,
+        ) -> bool {
+            let key = (owner.namespace.clone(), name.to_string());
+            let mut secrets = self.secrets.lock().expect("lock");
+            let Some(secret) = secrets.get_mut(&key) else {
+                return false;
+            };
+            if applies(secret, owner).is_none() {
+                return false;
+            }
+            change(secret);
+            Self::settle(&mut secrets, &key);
+            drop(secrets);
+            self.record(call);
+            true
+        }
+    }
+
     impl Kube for FakeKube {
         fn delete_secret<'a>(
             &'a self,
@@ -839,24 +978,38 @@ pub mod fake {
             owner: &'a Target,
             name: &'a str,
         ) -> BoxFuture<'a, KubeResult<bool>> {
-            async move {
-                let key = (owner.namespace.clone(), name.to_string());
-                let mut secrets = self.secrets.lock().expect("lock");
-                let Some(secret) = secrets.get_mut(&key) else {
-                    return Ok(false);
-                };
-                if !owned_by(secret, owner) {
-                    return Ok(false);
-                }
-                secret.owner_references_mut().retain(|r| r.uid != owner.uid);
-                drop(secrets);
-                self.record(Call::ReleaseSecret {
+            let released = self.change_owned_secret(
+                owner,
+                name,
+                release_patch,
+                |secret| {
+                    secret.owner_references_mut().retain(|r| r.uid != owner.uid);
+                    secret.finalizers_mut().retain(|f| f != CLEANUP_HOLD);
+                },
+                Call::ReleaseSecret {
                     namespace: owner.namespace.clone(),
                     name: name.to_string(),
-                });
-                Ok(true)
-            }
-            .boxed()
+                },
+            );
+            async move { Ok(released) }.boxed()
+        }
+
+        fn unhold_secret<'a>(
+            &'a self,
+            owner: &'a Target,
+            name: &'a str,
+        ) -> BoxFuture<'a, KubeResult<bool>> {
+            let unheld = self.change_owned_secret(
+                owner,
+                name,
+                unhold_patch,
+                |secret| secret.finalizers_mut().retain(|f| f != CLEANUP_HOLD),
+                Call::UnholdSecret {
+                    namespace: owner.namespace.clone(),
+                    name: name.to_string(),
+                },
+            );
+            async move { Ok(unheld) }.boxed()
         }
 
         fn secret<'a>(
@@ -878,11 +1031,12 @@ pub mod fake {
             owner: &'a Target,
             name: &'a str,
             data: BTreeMap<String, String>,
+            hold: Hold,
         ) -> BoxFuture<'a, Result<bool, SecretError>> {
             async move {
                 let key = (owner.namespace.clone(), name.to_string());
                 let existing = self.secrets.lock().expect("lock").get(&key).cloned();
-                let Some(mut secret) = desired_secret(owner, name, data, existing)? else {
+                let Some(mut secret) = desired_secret(owner, name, data, hold, existing)? else {
                     return Ok(false);
                 };
                 self.take_failure().map_err(SecretError::Kube)?;
@@ -998,13 +1152,13 @@ mod tests {
         let kube = FakeKube::default();
         let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
         assert!(
-            kube.apply_secret(&owner(), "s", data.clone())
+            kube.apply_secret(&owner(), "s", data.clone(), Hold::No)
                 .await
                 .unwrap()
         );
         assert!(
             !kube
-                .apply_secret(&owner(), "s", data.clone())
+                .apply_secret(&owner(), "s", data.clone(), Hold::No)
                 .await
                 .unwrap()
         );
@@ -1019,7 +1173,11 @@ mod tests {
         let kube = FakeKube::default();
         *kube.fail_next_write.lock().unwrap() = Some(503);
         let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
-        assert!(kube.apply_secret(&owner(), "s", data).await.is_err());
+        assert!(
+            kube.apply_secret(&owner(), "s", data, Hold::No)
+                .await
+                .is_err()
+        );
         assert!(kube.secret("ns", "s").await.unwrap().is_none());
     }
 
@@ -1030,7 +1188,7 @@ mod tests {
         kube.put_secret("ns", "s", theirs.clone());
         let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
         let err = kube
-            .apply_secret(&owner(), "s", data.clone())
+            .apply_secret(&owner(), "s", data.clone(), Hold::No)
             .await
             .unwrap_err();
         assert!(
@@ -1051,7 +1209,10 @@ mod tests {
             ..owner()
         };
         kube.put_owned_secret(&other, "t", theirs.clone());
-        let err = kube.apply_secret(&owner(), "t", data).await.unwrap_err();
+        let err = kube
+            .apply_secret(&owner(), "t", data, Hold::No)
+            .await
+            .unwrap_err();
         assert!(
             err.to_string().contains("belongs to S3Bucket other"),
             "{err}"
@@ -1067,7 +1228,7 @@ mod tests {
     async fn a_released_secret_stays_with_its_data_and_no_longer_belongs_to_the_owner() {
         let kube = FakeKube::default();
         let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
-        kube.apply_secret(&owner(), "s", data.clone())
+        kube.apply_secret(&owner(), "s", data.clone(), Hold::No)
             .await
             .unwrap();
         assert!(kube.release_secret(&owner(), "s").await.unwrap());
@@ -1079,6 +1240,132 @@ mod tests {
         assert_eq!(secret_data(&kept), data);
         assert!(!kube.release_secret(&owner(), "s").await.unwrap(), "once");
         assert!(!kube.release_secret(&owner(), "missing").await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_held_secret_outlives_its_deletion_and_stays_readable_until_unheld() {
+        let kube = FakeKube::default();
+        let data = BTreeMap::from([("password".to_string(), "p".to_string())]);
+        kube.apply_secret(&owner(), "s", data.clone(), Hold::UntilReleased)
+            .await
+            .unwrap();
+        let stored = kube.secret("ns", "s").await.unwrap().unwrap();
+        assert_eq!(stored.finalizers(), [CLEANUP_HOLD]);
+
+        // The namespace controller deletes it: it stays, being deleted, and its owner reads it.
+        kube.delete_secret("ns", "s");
+        let deleting = kube.secret("ns", "s").await.unwrap().expect("held");
+        assert!(deleting.metadata.deletion_timestamp.is_some());
+        assert_eq!(
+            owned_secret(&kube, &owner(), "s").await.unwrap(),
+            Some(data.clone())
+        );
+        // Applying it again writes nothing: no new finalizer on an object being deleted.
+        assert!(
+            !kube
+                .apply_secret(&owner(), "s", data.clone(), Hold::UntilReleased)
+                .await
+                .unwrap()
+        );
+
+        assert!(kube.unhold_secret(&owner(), "s").await.unwrap());
+        assert!(
+            kube.secret("ns", "s").await.unwrap().is_none(),
+            "gone once unheld"
+        );
+        assert!(!kube.unhold_secret(&owner(), "s").await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_secret_written_before_holds_existed_gets_the_hold_unless_it_is_being_deleted() {
+        let kube = FakeKube::default();
+        let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        kube.put_owned_secret(&owner(), "old", data.clone());
+        assert!(
+            kube.apply_secret(&owner(), "old", data.clone(), Hold::UntilReleased)
+                .await
+                .unwrap(),
+            "the hold is added even though the data is unchanged"
+        );
+        assert_eq!(
+            kube.secret("ns", "old")
+                .await
+                .unwrap()
+                .unwrap()
+                .finalizers(),
+            [CLEANUP_HOLD]
+        );
+
+        kube.put_owned_secret(&owner(), "going", data.clone());
+        kube.secrets
+            .lock()
+            .unwrap()
+            .get_mut(&("ns".to_string(), "going".to_string()))
+            .unwrap()
+            .finalizers_mut()
+            .push("someone.else/finalizer".into());
+        kube.delete_secret("ns", "going");
+        let changed = BTreeMap::from([("k".to_string(), "new".to_string())]);
+        assert!(
+            kube.apply_secret(&owner(), "going", changed.clone(), Hold::UntilReleased)
+                .await
+                .unwrap(),
+            "new data is written"
+        );
+        let going = kube.secret("ns", "going").await.unwrap().unwrap();
+        assert_eq!(
+            going.finalizers(),
+            ["someone.else/finalizer"],
+            "no hold added"
+        );
+        assert_eq!(secret_data(&going), changed);
+        assert!(
+            !kube
+                .apply_secret(&owner(), "going", changed, Hold::UntilReleased)
+                .await
+                .unwrap(),
+            "and nothing more: no write loop"
+        );
+    }
+
+    #[tokio::test]
+    async fn releasing_a_held_secret_drops_the_hold_with_the_owner_reference() {
+        let kube = FakeKube::default();
+        let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+        kube.apply_secret(&owner(), "s", data.clone(), Hold::UntilReleased)
+            .await
+            .unwrap();
+        assert!(kube.release_secret(&owner(), "s").await.unwrap());
+        let kept = kube.secret("ns", "s").await.unwrap().expect("kept");
+        assert!(kept.finalizers().is_empty());
+        assert!(!owned_by(&kept, &owner()));
+        assert!(
+            !kube.unhold_secret(&owner(), "s").await.unwrap(),
+            "no longer the owner's to unhold"
+        );
+    }
+
+    #[test]
+    fn the_unhold_patch_removes_only_the_hold_and_tests_it() {
+        let mut secret = Secret::default();
+        secret.metadata.owner_references = Some(vec![owner().owner_reference()]);
+        assert!(unhold_patch(&secret, &owner()).is_none(), "not held");
+        secret.metadata.finalizers = Some(vec!["other".into(), CLEANUP_HOLD.into()]);
+        let patch = serde_json::to_value(unhold_patch(&secret, &owner()).unwrap()).unwrap();
+        assert_eq!(
+            patch,
+            serde_json::json!([
+                {"op": "test", "path": "/metadata/finalizers/1", "value": CLEANUP_HOLD},
+                {"op": "remove", "path": "/metadata/finalizers/1"},
+            ])
+        );
+        let stranger = Target {
+            uid: "uid-9".into(),
+            ..owner()
+        };
+        assert!(unhold_patch(&secret, &stranger).is_none(), "not its owner");
+        let release = serde_json::to_value(release_patch(&secret, &owner()).unwrap()).unwrap();
+        assert_eq!(release.as_array().unwrap().len(), 4, "reference and hold");
     }
 
     #[test]

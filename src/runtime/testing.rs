@@ -14,6 +14,23 @@ use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 
+/// A configuration with one provider of each kind: `default` (StorageGRID, admin Secret
+/// `grid-admin`) and `store` (S3-compatible without an identity API, keys in Secret `store-creds`).
+pub const TWO_PROVIDERS: &str = "providers:
+  default:
+    storageGrid:
+      adminEndpoint: https://grid.example.com
+      adminCredentialsSecret: {name: grid-admin}
+      s3Endpoint: https://s3.example.com/
+      region: eu-1
+  store:
+    s3Compatible:
+      endpoint: https://store.example.com
+      region: us-east-1
+      credentialsSecret: {name: store-creds}
+      sharedCredentials: true
+";
+
 /// A client that is never connected: the fake seam answers every call.
 fn unconnected_client() -> kube::Client {
     let config = kube::Config::new("http://127.0.0.1:9".parse().expect("valid URL"));

@@ -46,8 +46,14 @@
 //!   Helm's release Secrets). Responses are always JSON.
 //! - **Deletion**: finalizers and deletionTimestamp (+ `deletionGracePeriodSeconds: 0`), no new
 //!   finalizers while deleting, ownerReference garbage collection (background, foreground,
-//!   orphan), namespace termination (`Terminating`, content deleted, 403 on create inside,
-//!   namespace removed once empty), CRD deletion removing its objects.
+//!   orphan), namespace termination (`Terminating`, 403 on create inside, namespace removed once
+//!   empty), CRD deletion removing its objects. A namespace controller (module
+//!   `server::namespaces`) empties a terminating namespace as kube-controller-manager's does:
+//!   API DELETEs (propagation Background) that validating webhooks review as user
+//!   `system:serviceaccount:kube-system:namespace-controller`; a denied object stays, the
+//!   namespace stays `Terminating` with kube's status conditions (`NamespaceDeletionContentFailure`
+//!   with the denial, `NamespaceContentRemaining`, `NamespaceFinalizersRemaining`, ...), and the
+//!   controller looks again every second.
 //! - **CRDs**: served as soon as created (Established/NamesAccepted conditions set at once),
 //!   structural-schema pruning, defaulting and validation (types, required, enum, pattern,
 //!   minimum/maximum, min/maxLength, min/maxItems, nullable, int-or-string,
@@ -83,7 +89,7 @@
 //! - No persistence, no HTTP/2, no TLS on the API itself, no aggregated discovery, no protobuf
 //!   responses and protobuf request bodies only for the kinds above (`kubectl create deployment`
 //!   is refused with 415).
-//! - No controllers besides the garbage collector and the namespace/CRD finalizers: Deployments
+//! - No controllers besides the garbage collector, the namespace controller and the CRD finalizer: Deployments
 //!   never get pods or status, Services get no cluster IP, there are no pods, no `scale`
 //!   subresource.
 //! - Server-side apply keeps, per object and field manager, the configuration applied last and
@@ -102,7 +108,7 @@
 //!   knows the common merge keys rather than the full Go type metadata.
 //! - `generation` is kept for every kind (kube leaves it unset on e.g. Secrets and ConfigMaps).
 //! - Mutating webhooks are not supported; webhooks are not called for garbage-collector
-//!   deletions and `sideEffects` is not checked for dry-run requests.
+//!   deletions (the namespace controller's deletions do go through them) and `sideEffects` is not checked for dry-run requests.
 //! - DELETE of an object removed at once answers a `Status` of `Success`, not the object.
 
 // Every handler returns `ApiError`, which carries the whole Status body a client receives; errors
@@ -151,6 +157,7 @@ async fn serve_shared(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let mut conns = tokio::task::JoinSet::new();
+    let namespace_controller = tokio::spawn(server::namespaces::run(shared.clone()));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -175,6 +182,7 @@ async fn serve_shared(
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
     }
+    namespace_controller.abort();
     conns.shutdown().await;
     Ok(())
 }

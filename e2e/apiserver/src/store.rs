@@ -283,6 +283,19 @@ impl State {
         }
     }
 
+    /// The names of the namespaces being deleted.
+    pub fn terminating_namespaces(&self) -> Vec<String> {
+        self.objects
+            .get(NS_KEY)
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, o)| is_deleting(o))
+                    .map(|((_, n), _)| n.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
     fn is_namespaced_key(&self, key: &str) -> bool {
         self.def_for_key(key).map(|d| d.namespaced).unwrap_or(false)
     }
@@ -299,16 +312,7 @@ impl State {
     fn gc_pass(&mut self) -> bool {
         // Only objects the collector can act on: being deleted, owned, in a terminating
         // namespace, or instances of a CRD being deleted.
-        let terminating: Vec<String> = self
-            .objects
-            .get(NS_KEY)
-            .map(|m| {
-                m.iter()
-                    .filter(|(_, o)| is_deleting(o))
-                    .map(|((_, n), _)| n.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+        let terminating = self.terminating_namespaces();
         let dying_crds: Vec<String> = self
             .objects
             .get(CRD_KEY)
@@ -375,31 +379,22 @@ impl State {
         if changed {
             return true;
         }
-        // Terminating namespaces: delete content, then the namespace.
+        // Terminating namespaces: removed once empty. Their content is deleted by the namespace
+        // controller (`server::namespaces`) through the API, admission webhooks included.
         for (_, _, name, o) in all.iter().filter(|(k, ..)| k == NS_KEY) {
             if !is_deleting(o) {
                 continue;
             }
-            let content: Vec<&(String, String, String, Value)> = all
+            let empty = !all
                 .iter()
-                .filter(|(k, n, ..)| n == name && k != NS_KEY && self.is_namespaced_key(k))
-                .collect();
-            if content.is_empty() {
-                if finalizers(o).is_empty() {
-                    self.objects.get_mut(NS_KEY).map(|m| {
-                        m.get_mut(&(String::new(), name.clone()))
-                            .map(|v| v["spec"]["finalizers"] = json!([]))
-                    });
-                    self.remove(NS_KEY, "", name);
-                    changed = true;
-                }
-                continue;
-            }
-            for (k, n, m, v) in content {
-                if !is_deleting(v) {
-                    self.delete(k, n, m, "Background");
-                    changed = true;
-                }
+                .any(|(k, n, ..)| n == name && k != NS_KEY && self.is_namespaced_key(k));
+            if empty && finalizers(o).is_empty() {
+                self.objects.get_mut(NS_KEY).map(|m| {
+                    m.get_mut(&(String::new(), name.clone()))
+                        .map(|v| v["spec"]["finalizers"] = json!([]))
+                });
+                self.remove(NS_KEY, "", name);
+                changed = true;
             }
         }
         if changed {

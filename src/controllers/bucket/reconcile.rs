@@ -28,7 +28,7 @@ use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus};
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
 use crate::config::Provider;
 use crate::providers::ProviderClients;
-use crate::runtime::cluster::{Target, owned_secret};
+use crate::runtime::cluster::{Hold, Target, owned_secret};
 use crate::runtime::{Context, Next, Note, Outcome, conditions};
 
 /// Whether an annotation is set to `true`.
@@ -888,8 +888,10 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
     };
     let endpoint = published_endpoint(&clients.config);
     let data = lifecycle::secret_data(&keys, &endpoint, &view.desired.region, bucket);
+    // Not held for cleanup: the bucket's cleanup removes its keys on the backend by the bucket's
+    // name, without reading them back.
     cx.kube()
-        .apply_secret(&Target::of(obj), &name, data)
+        .apply_secret(&Target::of(obj), &name, data, Hold::No)
         .await?;
     if let Some(old) = &retire {
         backend.retire_key(bucket, old).await?;

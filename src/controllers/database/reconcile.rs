@@ -20,7 +20,7 @@ use super::{
 use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
 use crate::backends::error::{BackendError, PERMANENT_RETRY};
 use crate::backends::rds::{FinalSnapshot, Modification, NewInstance, Password};
-use crate::runtime::cluster::{Target, owned_secret};
+use crate::runtime::cluster::{Hold, Target, owned_secret};
 use crate::runtime::conditions::DELETION_BLOCKED;
 use crate::runtime::{self, Context, Next, Note, Outcome};
 
@@ -135,7 +135,7 @@ async fn apply_steps<B: DatabaseBackend>(
                 secret = credentials(&db.spec, &username, &generate_password());
                 // Persisted now: the instance is created with exactly this password.
                 cx.kube()
-                    .apply_secret(&target, &secret_name, secret.clone())
+                    .apply_secret(&target, &secret_name, secret.clone(), Hold::No)
                     .await?;
             }
             ApplyStep::Create => {
@@ -219,7 +219,7 @@ async fn apply_steps<B: DatabaseBackend>(
                     .unwrap_or_else(|| DEFAULT_USERNAME.to_string());
                 secret = credentials(&db.spec, &username, &password);
                 cx.kube()
-                    .apply_secret(&target, &secret_name, secret.clone())
+                    .apply_secret(&target, &secret_name, secret.clone(), Hold::No)
                     .await?;
                 out.note(Note::normal(
                     "PasswordReset",
@@ -251,7 +251,7 @@ async fn apply_steps<B: DatabaseBackend>(
                 }
                 let details = connection_details(&secret, db.spec.engine, &endpoint);
                 cx.kube()
-                    .apply_secret(&target, &secret_name, details)
+                    .apply_secret(&target, &secret_name, details, Hold::No)
                     .await?;
                 out.status.endpoint = Some(endpoint);
                 match shrink {
@@ -381,8 +381,11 @@ async fn cleanup_steps<B: DatabaseBackend>(
                 out.deletion_blocked(
                     "DeletionProtection",
                     format!(
-                        "deletion of RDS instance {id} is blocked by deletionProtection: set \
-                         spec.deletionProtection to false to let the deletion proceed"
+                        "deletion of RDS instance {id} is blocked by deletionProtection. To let \
+                         the deletion proceed, run `kubectl patch clouddatabase {} -n {} \
+                         --type merge -p '{{\"spec\":{{\"deletionProtection\":false}}}}'`.",
+                        db.name_any(),
+                        db.namespace().unwrap_or_default()
                     ),
                     generation,
                 );

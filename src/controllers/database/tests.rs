@@ -615,7 +615,9 @@ async fn deletion_protection_blocks_and_turning_it_off_on_the_terminating_resour
     assert!(
         blocked
             .message
-            .contains("set spec.deletionProtection to false")
+            .contains(r#"kubectl patch clouddatabase orders -n shop --type merge -p '{"spec":{"deletionProtection":false}}'"#),
+        "{}",
+        blocked.message
     );
     assert_eq!(
         cluster

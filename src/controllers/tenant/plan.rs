@@ -314,10 +314,10 @@ pub const BUCKET_REMOVAL_GUIDANCE: &str = "keeper does not delete buckets for yo
      it with `kubectl delete s3bucket <name>`.";
 
 /// The guidance given while `deletionProtection` holds a tenant.
-pub fn deletion_protection_message(tenant: &str) -> String {
+pub fn deletion_protection_message(tenant: &str, namespace: &str) -> String {
     format!(
         "S3Tenant {tenant} has deletionProtection enabled. To allow its deletion, run \
-         `kubectl patch s3tenant {tenant} --type merge -p '{{\"spec\":{{\"deletionProtection\":false}}}}'`."
+         `kubectl patch s3tenant {tenant} -n {namespace} --type merge -p '{{\"spec\":{{\"deletionProtection\":false}}}}'`."
     )
 }
 
@@ -555,9 +555,9 @@ mod tests {
     #[test]
     fn the_protection_message_says_how_to_lift_it() {
         assert_eq!(
-            deletion_protection_message("t"),
+            deletion_protection_message("t", "ns"),
             "S3Tenant t has deletionProtection enabled. To allow its deletion, run \
-             `kubectl patch s3tenant t --type merge -p '{\"spec\":{\"deletionProtection\":false}}'`."
+             `kubectl patch s3tenant t -n ns --type merge -p '{\"spec\":{\"deletionProtection\":false}}'`."
         );
     }
 

@@ -20,7 +20,7 @@ use crate::backends::storagegrid::Login;
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
 use crate::providers::{Keys, ProviderClients};
-use crate::runtime::cluster::{Target, owned_secret};
+use crate::runtime::cluster::{Hold, Target, owned_secret};
 use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
 
 type Cx<B> = Context<S3TenantReconciler<B>>;
@@ -157,7 +157,8 @@ pub async fn cleanup<B: Backends>(
     let resources = bucket_resources(cx, tenant).await?;
     match plan::deletion_gate(&tenant.spec) {
         DeletionGate::Protected => {
-            let message = plan::deletion_protection_message(&name);
+            let message =
+                plan::deletion_protection_message(&name, &tenant.namespace().unwrap_or_default());
             // Turning protection off changes the spec, which triggers the next look.
             let mut outcome = Outcome::new(status, Next::AwaitChange);
             outcome.status.bucket_count = Some(resources.len() as i64);
@@ -205,6 +206,7 @@ pub async fn cleanup<B: Backends>(
         Ok(provider) => provider,
         // Nothing was ever created on a provider keeper does not know.
         Err(_) if status.account_id.is_none() => {
+            unhold_secrets(cx, tenant).await?;
             return Ok(Outcome::new(status, Next::Release));
         }
         Err(e) => return Err(e.into()),
@@ -238,6 +240,10 @@ pub async fn cleanup<B: Backends>(
             delete_account(&grid, &id, password.as_deref(), &marker).await?
         }
     };
+    if next == Next::Release {
+        // Last, so that a retry after a failure here still has the password.
+        unhold_secrets(cx, tenant).await?;
+    }
     Ok(Outcome::new(status, next))
 }
 
@@ -316,13 +322,27 @@ async fn publish_credentials<B: Backends>(
         ("endpoint".to_string(), provider.s3_endpoint()),
         ("region".to_string(), provider.region().to_string()),
     ]);
+    // Held: the cleanup of the tenant's buckets on an S3-compatible store signs in with them.
     cx.kube()
         .apply_secret(
             &Target::of(tenant),
             &credentials_secret_name(&tenant.name_any()),
             data,
+            Hold::UntilReleased,
         )
         .await?;
+    Ok(())
+}
+
+/// Lets the tenant's Secrets go once nothing needs them: the tenant is released, and no bucket
+/// cleanup is left to sign in with them (the deletion waited for every bucket).
+async fn unhold_secrets<B: Backends>(cx: &Cx<B>, tenant: &S3Tenant) -> Result<(), Error> {
+    let name = tenant.name_any();
+    for secret in [credentials_secret_name(&name), root_secret_name(&name)] {
+        cx.kube()
+            .unhold_secret(&Target::of(tenant), &secret)
+            .await?;
+    }
     Ok(())
 }
 
@@ -376,6 +396,8 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
                 &Target::of(self.tenant),
                 &root_secret_name(&self.tenant.name_any()),
                 data,
+                // Held: the tenant's own cleanup and its buckets' cleanup sign in with it.
+                Hold::UntilReleased,
             )
             .await?;
         Ok(())

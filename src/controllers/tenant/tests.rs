@@ -20,6 +20,7 @@ use crate::api::{S3TenantSpec, S3TenantStatus, TenantPhase};
 use crate::backends::error::{CONFLICT_RETRY, PERMANENT_RETRY};
 use crate::backends::{s3, storagegrid};
 use crate::config::OperatorConfig;
+use crate::runtime::cluster::CLEANUP_HOLD;
 use crate::runtime::cluster::fake::{Call, FakeKube};
 use crate::runtime::{Keeper, Note, conditions, testing};
 
@@ -597,6 +598,10 @@ async fn retain_releases_the_tenant_and_keeps_the_account() {
                 .is_empty(),
             "{name}"
         );
+        assert!(
+            kept.metadata.finalizers.unwrap_or_default().is_empty(),
+            "{name}: nothing would ever remove a hold left on a released Secret"
+        );
     }
     let retained = h.kube.notes();
     let note = retained
@@ -643,6 +648,120 @@ async fn without_buckets_the_keys_and_the_account_go_then_the_tenant() {
     assert!(h.released());
     assert_eq!(h.accounts(), 0);
     assert_eq!(h.status_writes(), 0);
+}
+
+impl Harness {
+    /// The finalizers of a stored Secret of the tenant, `None` when the Secret is gone.
+    fn secret_finalizers(&self, name: &str) -> Option<Vec<String>> {
+        self.kube
+            .secrets
+            .lock()
+            .unwrap()
+            .get(&("ns".to_string(), name.to_string()))
+            .map(|s| s.metadata.finalizers.clone().unwrap_or_default())
+    }
+}
+
+const TENANT_SECRETS: [&str; 2] = ["t-s3-credentials", "t-root-credentials"];
+
+#[tokio::test]
+async fn the_tenant_secrets_are_held_for_cleanup_while_the_tenant_lives() {
+    let h = harness();
+    h.ready(grid_tenant()).await;
+    for name in TENANT_SECRETS {
+        assert_eq!(
+            h.secret_finalizers(name),
+            Some(vec![CLEANUP_HOLD.to_string()]),
+            "{name}"
+        );
+    }
+    let h = harness();
+    h.ready(tenant("store", Value::Null)).await;
+    assert_eq!(
+        h.secret_finalizers("t-s3-credentials"),
+        Some(vec![CLEANUP_HOLD.to_string()])
+    );
+}
+
+#[tokio::test]
+async fn a_namespace_deletion_leaves_the_secrets_until_the_buckets_are_gone_and_the_account_deleted()
+ {
+    let h = harness();
+    let t = h.ready(grid_tenant()).await;
+    h.kube.buckets.lock().unwrap().push(bucket("alpha", "t"));
+    // The namespace controller deletes everything at once, the Secrets first.
+    for name in TENANT_SECRETS {
+        h.kube.delete_secret("ns", name);
+    }
+    let t = deleting(t);
+    h.reconcile(&t).await.unwrap();
+    assert!(!h.released());
+    for name in TENANT_SECRETS {
+        assert!(
+            h.secret_finalizers(name).is_some(),
+            "{name} stays while a bucket may need it"
+        );
+    }
+    assert!(
+        h.kube
+            .secret_data("ns", "t-root-credentials")
+            .is_some_and(|d| !d["password"].is_empty()),
+        "and is still readable"
+    );
+
+    h.kube.buckets.lock().unwrap().clear();
+    h.reconcile(&t).await.unwrap();
+    assert!(h.released());
+    assert_eq!(
+        h.accounts(),
+        0,
+        "the cleanup signed in with the held password"
+    );
+    for name in TENANT_SECRETS {
+        assert_eq!(h.secret_finalizers(name), None, "{name} goes once unheld");
+    }
+    let calls = h.kube.calls();
+    let unheld = calls
+        .iter()
+        .rposition(|c| matches!(c, Call::UnholdSecret { .. }))
+        .expect("unheld");
+    let released = calls
+        .iter()
+        .position(|c| matches!(c, Call::PatchJson { patch, .. } if patch.to_string().contains("finalizers")))
+        .expect("released");
+    assert!(
+        unheld < released,
+        "the hold goes before the tenant: {calls:#?}"
+    );
+}
+
+#[tokio::test]
+async fn the_hold_stays_while_the_account_delete_is_unconfirmed() {
+    let h = harness();
+    let t = deleting(h.ready(grid_tenant()).await);
+    h.backends.grid.state.lock().unwrap().delete_answers = Some(409);
+    h.reconcile(&t).await.unwrap();
+    for name in TENANT_SECRETS {
+        assert_eq!(
+            h.secret_finalizers(name),
+            Some(vec![CLEANUP_HOLD.to_string()]),
+            "{name}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_s3_compatible_tenant_lets_its_secret_go_once_released() {
+    let h = harness();
+    let t = deleting(h.ready(tenant("store", Value::Null)).await);
+    h.kube.delete_secret("ns", "t-s3-credentials");
+    h.kube.buckets.lock().unwrap().push(bucket("alpha", "t"));
+    h.reconcile(&t).await.unwrap();
+    assert!(h.secret_finalizers("t-s3-credentials").is_some());
+    h.kube.buckets.lock().unwrap().clear();
+    h.reconcile(&t).await.unwrap();
+    assert!(h.released());
+    assert_eq!(h.secret_finalizers("t-s3-credentials"), None);
 }
 
 #[tokio::test]

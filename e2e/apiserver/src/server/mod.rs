@@ -26,6 +26,7 @@ use tokio::sync::{broadcast, mpsc};
 mod create;
 mod delete;
 mod discovery;
+pub mod namespaces;
 mod read;
 mod routing;
 mod strategy;
@@ -154,6 +155,13 @@ struct Ctx {
     query: HashMap<String, String>,
     headers: HeaderMap,
     body: Bytes,
+    /// Who asks, as admission webhooks see it (`userInfo`).
+    user: Value,
+}
+
+/// The one user every HTTP request is taken to come from (no authentication is emulated).
+fn client_user() -> Value {
+    json!({"username": "keeper-dev", "groups": ["system:masters", "system:authenticated"]})
 }
 
 impl Ctx {
@@ -239,6 +247,7 @@ pub async fn handle(
         query,
         headers: parts.headers.clone(),
         body,
+        user: client_user(),
     };
     let ua = parts
         .headers

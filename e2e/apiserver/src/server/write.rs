@@ -96,7 +96,7 @@ fn admission_request(t: &Target, ctx: &Ctx, plan: &Plan) -> Value {
     let mut r = json!({
         "kind": kind, "resource": resource, "requestKind": kind, "requestResource": resource,
         "name": plan.name, "operation": op,
-        "userInfo": {"username": "keeper-dev", "groups": ["system:masters", "system:authenticated"]},
+        "userInfo": ctx.user,
         "object": if plan.op == Op::Delete { Value::Null } else { to_view(&plan.new) },
         "oldObject": if plan.op == Op::Create { Value::Null } else { to_view(&plan.old) },
         "dryRun": ctx.dry_run(),

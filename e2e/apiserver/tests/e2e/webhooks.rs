@@ -116,25 +116,24 @@ fn cm(name: &str, deny: bool) -> Value {
 
 const CMS: &str = "/api/v1/namespaces/default/configmaps";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn webhook_denies_and_warns() {
-    let env = Env::new().await;
-    let hook = start_hook().await;
+/// Registers `hook` as webhook `deny.keeper.dev` (failurePolicy Fail) for `ops` on configmaps.
+async fn register_deny(env: &Env, hook: &Hook, ops: Value) {
     let (code, _, body) = env
         .raw(
             "POST",
             "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
             None,
-            Some(vwc(
-                "deny",
-                &hook.url,
-                &hook.ca_pem,
-                "Fail",
-                json!(["CREATE", "UPDATE", "DELETE"]),
-            )),
+            Some(vwc("deny", &hook.url, &hook.ca_pem, "Fail", ops)),
         )
         .await;
     assert_eq!(code, 201, "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_denies_and_warns() {
+    let env = Env::new().await;
+    let hook = start_hook().await;
+    register_deny(&env, &hook, json!(["CREATE", "UPDATE", "DELETE"])).await;
     // Allowed, with the webhook's warning as a Warning header.
     let (code, warnings, _) = env.raw("POST", CMS, None, Some(cm("ok", false))).await;
     assert_eq!(code, 201);
@@ -372,6 +371,221 @@ async fn webhook_service_reference_needs_a_mapping() {
             .unwrap()
             .contains("keeper-system/elsewhere has no local port mapping"),
         "{st}"
+    );
+    env.stop().await;
+}
+
+/// Polls `check` every 100 ms for at most 10 s.
+async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    for _ in 0..100 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("timed out waiting for {what}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_deletion_goes_through_admission_and_a_denial_keeps_it_terminating() {
+    let env = Env::new().await;
+    let hook = start_hook().await;
+    register_deny(&env, &hook, json!(["DELETE"])).await;
+    env.kubectl_ok(&["create", "namespace", "team"]).await;
+    let cms = "/api/v1/namespaces/team/configmaps";
+    for (name, deny) in [("plain", false), ("blocked", true)] {
+        let (code, _, body) = env.raw("POST", cms, None, Some(cm(name, deny))).await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let (code, _, body) = env
+        .raw("DELETE", "/api/v1/namespaces/team", None, None)
+        .await;
+    assert_eq!(code, 200, "{body}");
+
+    // The namespace controller deletes what admission lets it, as its own user; the denied
+    // object stays, and the namespace says why.
+    let condition = |ns: &Value, type_: &str| {
+        ns["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == type_).cloned())
+            .unwrap_or(Value::Null)
+    };
+    let mut ns = Value::Null;
+    eventually("the content failure condition", async || {
+        ns = env
+            .raw("GET", "/api/v1/namespaces/team", None, None)
+            .await
+            .2;
+        condition(&ns, "NamespaceDeletionContentFailure")["status"] == "True"
+    })
+    .await;
+    let failure = condition(&ns, "NamespaceDeletionContentFailure");
+    assert_eq!(failure["reason"], "ContentDeletionFailed");
+    assert_eq!(
+        failure["message"],
+        "Failed to delete all resource types, 1 remaining: admission webhook \"deny.keeper.dev\" denied the request: objects labelled deny=true are refused"
+    );
+    let remaining = condition(&ns, "NamespaceContentRemaining");
+    assert_eq!(
+        (
+            &remaining["status"],
+            &remaining["reason"],
+            &remaining["message"]
+        ),
+        (
+            &json!("True"),
+            &json!("SomeResourcesRemain"),
+            &json!("Some resources are remaining: configmaps has 1 resource instances")
+        )
+    );
+    assert_eq!(
+        condition(&ns, "NamespaceFinalizersRemaining")["status"],
+        "False"
+    );
+    assert_eq!(ns["status"]["phase"], "Terminating");
+    assert_eq!(
+        env.raw("GET", &format!("{cms}/plain"), None, None).await.0,
+        404
+    );
+    let blocked = env
+        .raw("GET", &format!("{cms}/blocked"), None, None)
+        .await
+        .2;
+    assert!(
+        blocked["metadata"]["deletionTimestamp"].is_null(),
+        "{blocked}"
+    );
+    let reviews = hook.reviews.lock().unwrap().clone();
+    let deletes: Vec<&Value> = reviews
+        .iter()
+        .filter(|r| r["request"]["operation"] == "DELETE")
+        .collect();
+    assert!(deletes.len() >= 2, "{reviews:#?}");
+    for review in &deletes {
+        assert_eq!(
+            review["request"]["userInfo"]["username"],
+            "system:serviceaccount:kube-system:namespace-controller"
+        );
+        assert_eq!(review["request"]["namespace"], "team");
+        assert_eq!(review["request"]["options"]["kind"], "DeleteOptions");
+    }
+
+    // It keeps retrying: once the webhook admits, the namespace finishes.
+    let seen = deletes.len();
+    eventually("a retry", async || {
+        hook.reviews
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r["request"]["operation"] == "DELETE")
+            .count()
+            > seen
+    })
+    .await;
+    let (code, _, body) = env
+        .raw(
+            "PATCH",
+            &format!("{cms}/blocked"),
+            Some("application/merge-patch+json"),
+            Some(json!({"metadata": {"labels": {"deny": "false"}}})),
+        )
+        .await;
+    assert_eq!(code, 200, "{body}");
+    eventually("the namespace to go", async || {
+        env.raw("GET", "/api/v1/namespaces/team", None, None)
+            .await
+            .0
+            == 404
+    })
+    .await;
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminating_namespace_reports_the_finalizers_its_content_waits_on() {
+    let env = Env::new().await;
+    env.kubectl_ok(&["create", "namespace", "held"]).await;
+    let mut held = cm("a", false);
+    held["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    let (code, _, body) = env
+        .raw(
+            "POST",
+            "/api/v1/namespaces/held/configmaps",
+            None,
+            Some(held),
+        )
+        .await;
+    assert_eq!(code, 201, "{body}");
+    env.raw("DELETE", "/api/v1/namespaces/held", None, None)
+        .await;
+    let mut ns = Value::Null;
+    eventually("the finalizers condition", async || {
+        ns = env
+            .raw("GET", "/api/v1/namespaces/held", None, None)
+            .await
+            .2;
+        ns["status"]["conditions"].as_array().is_some_and(|c| {
+            c.iter()
+                .any(|c| c["type"] == "NamespaceFinalizersRemaining" && c["status"] == "True")
+        })
+    })
+    .await;
+    let conditions: Vec<Value> = ns["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| json!([c["type"], c["status"], c["reason"], c["message"]]))
+        .collect();
+    assert_eq!(
+        conditions,
+        [
+            json!([
+                "NamespaceDeletionDiscoveryFailure",
+                "False",
+                "ResourcesDiscovered",
+                "All resources successfully discovered"
+            ]),
+            json!([
+                "NamespaceDeletionGroupVersionParsingFailure",
+                "False",
+                "ParsedGroupVersions",
+                "All legacy kube types successfully parsed"
+            ]),
+            json!([
+                "NamespaceDeletionContentFailure",
+                "False",
+                "ContentDeleted",
+                "All content successfully deleted, may be waiting on finalization"
+            ]),
+            json!([
+                "NamespaceContentRemaining",
+                "True",
+                "SomeResourcesRemain",
+                "Some resources are remaining: configmaps has 1 resource instances"
+            ]),
+            json!([
+                "NamespaceFinalizersRemaining",
+                "True",
+                "SomeFinalizersRemain",
+                "Some content in the namespace has finalizers remaining: example.com/hold in 1 resource instances"
+            ]),
+        ]
+    );
+    // Removing the finalizer lets it go at once.
+    let (code, _, _) = env
+        .raw(
+            "PATCH",
+            "/api/v1/namespaces/held/configmaps/a",
+            Some("application/merge-patch+json"),
+            Some(json!({"metadata": {"finalizers": null}})),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        env.raw("GET", "/api/v1/namespaces/held", None, None)
+            .await
+            .0,
+        404
     );
     env.stop().await;
 }

@@ -385,3 +385,89 @@ impl BucketBackend for AnyBackend {
         either!(self, b => b.shares_provider_keys())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::api::{S3TenantSpec, S3TenantStatus};
+    use crate::config::OperatorConfig;
+    use crate::controllers::tenant::credentials_secret_name;
+    use crate::runtime::cluster::Hold;
+    use crate::runtime::cluster::fake::FakeKube;
+    use crate::runtime::testing;
+
+    fn tenant(provider: &str) -> S3Tenant {
+        S3Tenant {
+            metadata: ObjectMeta {
+                name: Some("t".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u1".into()),
+                ..ObjectMeta::default()
+            },
+            spec: serde_json::from_value::<S3TenantSpec>(serde_json::json!({"provider": provider}))
+                .unwrap(),
+            status: Some(S3TenantStatus {
+                account_id: Some("12345".into()),
+                ..S3TenantStatus::default()
+            }),
+        }
+    }
+
+    /// Connects to `provider` after the namespace controller deleted the tenant's Secrets.
+    async fn connect_after_namespace_deletion(provider: &str) -> Result<AnyBackend, Wait> {
+        let kube = Arc::new(FakeKube::default());
+        let shared = testing::shared(
+            kube.clone(),
+            OperatorConfig::parse(testing::TWO_PROVIDERS).unwrap(),
+        );
+        let tenant = tenant(provider);
+        let owner = Target::of(&tenant);
+        let data = BTreeMap::from([
+            ("password".to_string(), "root-pw".to_string()),
+            ("accessKeyId".to_string(), "AK".to_string()),
+            ("secretAccessKey".to_string(), "SK".to_string()),
+        ]);
+        // S3-compatible bucket operations sign with the provider's keys, in keeper's namespace.
+        kube.put_secret("keeper-system", "store-creds", data.clone());
+        for name in [root_secret_name("t"), credentials_secret_name("t")] {
+            kube.apply_secret(&owner, &name, data.clone(), Hold::UntilReleased)
+                .await
+                .unwrap();
+            kube.delete_secret("ns", &name);
+            assert!(
+                kube.secret("ns", &name)
+                    .await
+                    .unwrap()
+                    .is_some_and(|s| s.metadata.deletion_timestamp.is_some()),
+                "held, being deleted"
+            );
+        }
+        let clients = shared.providers.get(provider).unwrap();
+        Connector
+            .connect(
+                kube.as_ref(),
+                &shared.metrics,
+                &tenant,
+                &clients,
+                "keeper-system",
+            )
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn bucket_cleanup_signs_in_with_tenant_secrets_that_are_being_deleted() {
+        assert!(matches!(
+            connect_after_namespace_deletion("default").await,
+            Ok(AnyBackend::Grid(_))
+        ));
+        assert!(matches!(
+            connect_after_namespace_deletion("store").await,
+            Ok(AnyBackend::S3(_))
+        ));
+    }
+}

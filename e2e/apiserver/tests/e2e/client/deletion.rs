@@ -213,6 +213,16 @@ async fn namespace_deletion_terminates_then_disappears() {
     nss.delete("team", &DeleteParams::default()).await.unwrap();
     let ns = nss.get("team").await.unwrap();
     assert_eq!(ns.status.unwrap().phase.as_deref(), Some("Terminating"));
+    // The namespace controller deletes the content asynchronously, as kube's does.
+    for _ in 0..100 {
+        let held = cms.get("held").await.unwrap();
+        if cms.get_opt("plain").await.unwrap().is_none()
+            && held.metadata.deletion_timestamp.is_some()
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert!(cms.get_opt("plain").await.unwrap().is_none());
     assert!(
         cms.get("held")
