@@ -39,14 +39,15 @@ endif
 e2e: deps
 	e2e/run-e2e.sh
 
-## chart: lint and render the Helm chart, check that its values schema refuses wrong values, and
-## check its alert rules (promtool check/test rules), dashboard and ServiceMonitor (helm is fetched
+## chart: lint and render the Helm chart, check that its values schema refuses wrong values, assert
+## what four value sets render (check-render.sh), and check its alert rules (promtool check/test rules), dashboard and ServiceMonitor (helm is fetched
 ## once into ~/.cache/keeper; promtool comes with Debian's prometheus, installed by deps)
 chart: deps
 	HELM=$$(e2e/stack.sh helm-path) && $$HELM lint --strict charts/keeper \
 	  && $$HELM lint --strict charts/keeper -f charts/keeper/ci/monitoring-values.yaml \
 	  && $$HELM template keeper charts/keeper -n keeper-system -f charts/keeper/ci/demo-values.yaml >/dev/null \
 	  && charts/keeper/ci/check-schema.sh $$HELM \
+	  && charts/keeper/ci/check-render.sh $$HELM \
 	  && charts/keeper/ci/check-monitoring.sh $$HELM
 
 ## image: the OCI image (release build + buildah, no daemon, no registry) as an OCI archive at
