@@ -137,6 +137,8 @@ impl ProviderClients {
                         endpoint: iam.endpoint.as_ref().map(ToString::to_string),
                         region: iam.region.clone(),
                         keys: admin.clone(),
+                        timeouts: self.timeouts,
+                        ca_bundle: self.ca_bundle.clone(),
                     })
                 })
                 .clone(),

@@ -3,8 +3,6 @@
 //! says now; "already gone" and "already there" are answered, not failed, where the caller asked
 //! for that state. Errors are classified here into the one [`BackendError`].
 
-use std::time::Duration;
-
 use aws_sdk_iam::Client;
 use aws_sdk_iam::config::http::HttpResponse;
 use aws_sdk_iam::config::timeout::TimeoutConfig;
@@ -13,6 +11,8 @@ use aws_sdk_iam::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_iam::types::Tag;
 
 use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::s3::https_client_trusting;
+use crate::config::BackendTimeouts;
 use crate::metrics::Metrics;
 use crate::providers::Keys;
 
@@ -26,6 +26,11 @@ pub struct IamSettings {
     pub endpoint: Option<String>,
     pub region: String,
     pub keys: Keys,
+    /// `runtime.backendTimeouts`, as for every other backend client.
+    pub timeouts: BackendTimeouts,
+    /// The provider's `tls.caBundleFile` (a Ceph RGW with a private CA serves IAM too), already
+    /// checked when the provider registry was built.
+    pub ca_bundle: Option<Vec<u8>>,
 }
 
 /// An IAM client bound to one endpoint and one set of (admin) credentials.
@@ -125,12 +130,18 @@ impl IamStore {
             // A reconcile must not hang on a stalled backend.
             .timeout_config(
                 TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(10))
-                    .operation_attempt_timeout(Duration::from_secs(30))
+                    .connect_timeout(settings.timeouts.connect)
+                    .operation_attempt_timeout(settings.timeouts.request)
                     .build(),
             );
         if let Some(endpoint) = &settings.endpoint {
             config = config.endpoint_url(endpoint.clone());
+        }
+        if let Some(pem) = &settings.ca_bundle {
+            config = config.http_client(
+                https_client_trusting(pem)
+                    .expect("the CA bundle was checked when the registry was built"),
+            );
         }
         IamStore {
             client: Client::from_conf(config.build()),
@@ -270,5 +281,45 @@ impl IamStore {
         let request = self.client.delete_user().user_name(user).send();
         found(call(metrics, "delete_user", request).await)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::s3::tests::Moto;
+
+    fn iam(moto: &Moto, ca_bundle: Option<Vec<u8>>) -> IamStore {
+        IamStore::new(&IamSettings {
+            endpoint: Some(moto.endpoint.clone()),
+            region: "us-east-1".into(),
+            keys: Keys {
+                access_key_id: "testing".into(),
+                secret_access_key: "testing".into(),
+            },
+            timeouts: BackendTimeouts::default(),
+            ca_bundle,
+        })
+    }
+
+    #[tokio::test]
+    async fn the_providers_ca_bundle_makes_a_self_signed_iam_endpoint_trusted() {
+        let Some((moto, pem)) = Moto::start_tls() else {
+            return;
+        };
+        let metrics = Metrics::new();
+        // Without the bundle the certificate is refused: a transient error, nothing is "gone".
+        let err = iam(&moto, None)
+            .access_keys(&metrics, "nobody")
+            .await
+            .unwrap_err();
+        assert_eq!(err.class, ErrorClass::Transient, "{err}");
+        assert_eq!(
+            iam(&moto, Some(pem))
+                .access_keys(&metrics, "nobody")
+                .await
+                .unwrap(),
+            Vec::<AccessKeyId>::new()
+        );
     }
 }

@@ -168,8 +168,11 @@ fn error_chain(err: &dyn std::error::Error) -> String {
     text
 }
 
-/// The SDK's HTTPS client (rustls with aws-lc-rs), trusting the system roots plus `pem`.
-fn https_client_trusting(pem: &[u8]) -> Result<aws_sdk_s3::config::SharedHttpClient, String> {
+/// The SDK's HTTPS client (rustls with aws-lc-rs), trusting the system roots plus `pem`; shared by
+/// the S3 and IAM clients of a provider.
+pub(crate) fn https_client_trusting(
+    pem: &[u8],
+) -> Result<aws_sdk_s3::config::SharedHttpClient, String> {
     use aws_smithy_http_client::tls::{self, TlsContext, TrustStore};
     // The SDK loads the certificates lazily and would fail at the first request: check now.
     if !pem_has_certificate(pem) {

@@ -34,6 +34,34 @@ impl Moto {
         Self::start_with(&[], "http")
     }
 
+    /// Starts moto serving https with a fresh self-signed certificate for 127.0.0.1; returns it
+    /// with the certificate's PEM (the CA bundle that trusts it).
+    pub(crate) fn start_tls() -> Option<(Moto, Vec<u8>)> {
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+        let dir = std::env::temp_dir().join(format!(
+            "keeper-moto-tls-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
+        std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+        std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+        let moto = Moto::start_with(
+            &[
+                "-s",
+                "-c",
+                cert_file.to_str().unwrap(),
+                "-k",
+                key_file.to_str().unwrap(),
+            ],
+            "https",
+        );
+        // moto has read its certificate once it answers.
+        std::fs::remove_dir_all(&dir).unwrap();
+        Some((moto?, cert.cert.pem().into_bytes()))
+    }
+
     /// Starts moto with extra arguments, serving `scheme`.
     fn start_with(extra: &[&str], scheme: &str) -> Option<Moto> {
         let server = MotoServer::start("s3 backend test", extra)?;
@@ -363,23 +391,7 @@ async fn a_legal_hold_stops_the_drain_with_the_key_named() {
 
 #[tokio::test]
 async fn a_ca_bundle_makes_a_self_signed_store_trusted() {
-    let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
-    let dir = std::env::temp_dir().join(format!("keeper-s3-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let (cert_file, key_file) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&cert_file, cert.cert.pem()).unwrap();
-    std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
-    let moto = Moto::start_with(
-        &[
-            "-s",
-            "-c",
-            cert_file.to_str().unwrap(),
-            "-k",
-            key_file.to_str().unwrap(),
-        ],
-        "https",
-    );
-    let Some(moto) = moto else {
+    let Some((moto, pem)) = Moto::start_tls() else {
         return;
     };
     let metrics = Metrics::new();
@@ -388,7 +400,7 @@ async fn a_ca_bundle_makes_a_self_signed_store_trusted() {
     let err = untrusting.ownership(&metrics, "tls").await.unwrap_err();
     assert_eq!(err.class, ErrorClass::Transient, "{err}");
     let trusting = S3Store::new(&S3Settings {
-        ca_bundle: Some(cert.cert.pem().into_bytes()),
+        ca_bundle: Some(pem),
         ..moto.settings()
     })
     .unwrap();
@@ -396,7 +408,6 @@ async fn a_ca_bundle_makes_a_self_signed_store_trusted() {
         trusting.ownership(&metrics, "tls").await.unwrap(),
         Ownership::Missing
     );
-    std::fs::remove_dir_all(&dir).unwrap();
     // A bundle without a certificate is refused up front.
     assert!(
         S3Store::new(&S3Settings {

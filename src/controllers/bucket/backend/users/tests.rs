@@ -286,6 +286,8 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
             endpoint: Some(endpoint.clone()),
             region: "us-east-1".into(),
             keys: keys.clone(),
+            timeouts: crate::config::BackendTimeouts::default(),
+            ca_bundle: None,
         })
     };
     // An admin user, created while moto still lets everything through.
