@@ -380,7 +380,7 @@ The demo runs in the background until 'make dev-down'. Point kubectl at it with:
 Then try:
   kubectl describe s3bucket logs                          # status, conditions and events
   kubectl get secret assets-credentials -o yaml           # the bucket's own credentials
-  kubectl annotate --overwrite s3bucket logs keeper.dev/drain=$(date +%s)  # drain a bucket: watch Draining -> Ready
+  kubectl annotate --overwrite s3bucket logs keeper.dev/drain=\$(date +%s)  # drain a bucket: watch Draining -> Ready
   kubectl delete s3tenant team-a --wait=false             # refused while buckets remain: see the warning
   kubectl delete s3bucket --all && kubectl get s3tenant   # then the tenant goes too
   curl -s \$KEEPER_METRICS_URL | grep keeper_             # metrics (Prometheus: \$KEEPER_PROMETHEUS_URL)
