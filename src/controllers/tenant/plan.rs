@@ -211,6 +211,24 @@ impl RemainingBuckets {
 /// The S3Bucket resources among `buckets` (of `namespace`) that reference `tenant`, sorted:
 /// (resource name, bucket name on the backend). The controller (from its cache) and the
 /// admission webhook (from the API) both ask this.
+/// Whether every S3Bucket of `tenant` in `buckets` is itself being deleted (and there is one).
+/// Their disappearance re-triggers the tenant through the controller's watch, which can run
+/// before the cache the tenant counts buckets from has seen it: a blocked tenant in that state
+/// looks again soon ([`BLOCKED_SOON`]) instead of after [`super::BLOCKED_RECHECK`].
+pub fn only_deleting_buckets<'a>(
+    buckets: impl IntoIterator<Item = &'a S3Bucket>,
+    tenant: &str,
+) -> bool {
+    let mut ours = buckets
+        .into_iter()
+        .filter(|b| b.spec.tenant_ref.name == tenant)
+        .peekable();
+    ours.peek().is_some() && ours.all(|b| b.metadata.deletion_timestamp.is_some())
+}
+
+/// How soon a tenant blocked on buckets that are all being deleted looks again.
+pub const BLOCKED_SOON: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub fn tenant_buckets<'a>(
     buckets: impl IntoIterator<Item = &'a S3Bucket>,
     namespace: &str,
@@ -586,6 +604,28 @@ mod tests {
                 ("logs".to_string(), "custom-logs".to_string()),
                 ("media".to_string(), default_bucket_name("ns", "media")),
             ]
+        );
+
+        // A blocked tenant looks again soon only while all of its buckets are being deleted.
+        assert!(!only_deleting_buckets(&buckets, "t"), "live buckets");
+        assert!(
+            !only_deleting_buckets(&buckets, "nobody"),
+            "no bucket at all"
+        );
+        let mut deleting = buckets.clone();
+        for b in deleting
+            .iter_mut()
+            .filter(|b| b.spec.tenant_ref.name == "t")
+        {
+            b.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                ));
+        }
+        assert!(only_deleting_buckets(&deleting, "t"));
+        assert!(
+            !only_deleting_buckets(&deleting, "u"),
+            "another tenant's live bucket"
         );
     }
 

@@ -5,6 +5,7 @@ pub mod provision;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use kube::ResourceExt;
 
@@ -135,8 +136,9 @@ fn buckets_remain(
     tenant: &str,
     buckets: &RemainingBuckets,
     generation: Option<i64>,
+    recheck: Duration,
 ) -> Outcome<S3TenantStatus> {
-    let mut outcome = Outcome::new(status, Next::Requeue(BLOCKED_RECHECK));
+    let mut outcome = Outcome::new(status, Next::Requeue(recheck));
     outcome.status.bucket_count = Some(buckets.count() as i64);
     outcome.deletion_blocked(
         "BucketsRemain",
@@ -155,6 +157,18 @@ pub async fn cleanup<B: Backends>(
     let generation = tenant.metadata.generation;
     let status = tenant.status.clone().unwrap_or_default();
     let resources = bucket_resources(cx, tenant).await?;
+    let recheck = if plan::only_deleting_buckets(
+        cx.kube()
+            .buckets(&tenant.namespace().unwrap_or_default())
+            .await?
+            .iter()
+            .map(|b| b.as_ref()),
+        &name,
+    ) {
+        plan::BLOCKED_SOON
+    } else {
+        BLOCKED_RECHECK
+    };
     match plan::deletion_gate(&tenant.spec) {
         DeletionGate::Protected => {
             let message =
@@ -169,7 +183,7 @@ pub async fn cleanup<B: Backends>(
         // is gone would lose their credentials source: Retain waits for them like Delete does.
         DeletionGate::Retain if !resources.is_empty() => {
             let buckets = RemainingBuckets::new(resources, Vec::<String>::new());
-            return Ok(buckets_remain(status, &name, &buckets, generation));
+            return Ok(buckets_remain(status, &name, &buckets, generation, recheck));
         }
         DeletionGate::Retain => {
             // The account stays, and so do its working credentials: the Secrets are released
@@ -232,7 +246,7 @@ pub async fn cleanup<B: Backends>(
     let next = match plan::deletion_step(account_id, remaining) {
         DeletionStep::Release => Next::Release,
         DeletionStep::Blocked(buckets) => {
-            return Ok(buckets_remain(status, &name, &buckets, generation));
+            return Ok(buckets_remain(status, &name, &buckets, generation, recheck));
         }
         DeletionStep::DeleteAccount { id } => {
             let grid = grid.expect("only grid tenants have accounts");

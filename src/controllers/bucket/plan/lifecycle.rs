@@ -38,9 +38,14 @@ pub fn tenant_gate(bucket: &S3Bucket, tenant: Option<&S3Tenant>, cleanup: bool) 
         return TenantGate::Ready;
     }
     if tenant.metadata.deletion_timestamp.is_some() {
+        // A live bucket of a tenant being deleted changes nothing (a drain request included):
+        // the tenant waits for the bucket's deletion, whose cleanup carries out the drain.
+        let bucket_name = bucket.name_any();
         return TenantGate::Wait(
             "TenantDeleting",
-            format!("S3Tenant {name:?} is being deleted"),
+            format!(
+                "S3Tenant {name:?} is being deleted, so this bucket changes nothing until it is deleted too: `kubectl delete s3bucket {bucket_name} -n {namespace}` (objects in it are deleted only on a `{DRAIN_ANNOTATION}` request)"
+            ),
         );
     }
     let phase = tenant.status.as_ref().and_then(|s| s.phase);
@@ -190,10 +195,14 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::now(),
             ));
-        assert!(matches!(
-            tenant_gate(&b, Some(&deleting), false),
-            TenantGate::Wait("TenantDeleting", _)
-        ));
+        let TenantGate::Wait("TenantDeleting", message) = tenant_gate(&b, Some(&deleting), false)
+        else {
+            panic!("a live bucket of a deleting tenant waits");
+        };
+        assert!(
+            message.contains("kubectl delete s3bucket") && message.contains("keeper.dev/drain"),
+            "{message}"
+        );
         assert_eq!(
             tenant_gate(&b, Some(&tenant("ns", Some(TenantPhase::Ready))), false),
             TenantGate::Ready
