@@ -24,29 +24,23 @@ use crate::runtime::cluster::CLEANUP_HOLD;
 use crate::runtime::cluster::fake::{Call, FakeKube};
 use crate::runtime::{Keeper, Note, conditions, testing};
 
-const CONFIG: &str = "providers:
-  default:
-    storageGrid:
-      adminEndpoint: https://grid.example.com
-      adminCredentialsSecret: {name: grid-admin}
-      s3Endpoint: https://s3.example.com/
-      region: eu-1
-  store:
+/// The shared test providers (`default` grid, `store` with shared keys) plus an S3-compatible
+/// provider with an IAM API (`aws`) and one with neither option (`bare`).
+fn config() -> String {
+    format!(
+        "{}  aws:
     s3Compatible:
       endpoint: https://store.example.com
-      region: us-east-1
-      credentialsSecret: {name: store-creds}
-      sharedCredentials: true
-  aws:
-    s3Compatible:
-      endpoint: https://store.example.com
-      credentialsSecret: {name: store-creds}
-      iam: {endpoint: https://iam.example.com}
+      credentialsSecret: {{name: store-creds}}
+      iam: {{endpoint: https://iam.example.com}}
   bare:
     s3Compatible:
       endpoint: https://store.example.com
-      credentialsSecret: {name: store-creds}
-";
+      credentialsSecret: {{name: store-creds}}
+",
+        testing::TWO_PROVIDERS
+    )
+}
 
 type Cx = Context<S3TenantReconciler<FakeBackends>>;
 
@@ -79,7 +73,7 @@ fn harness() -> Harness {
         ]),
     );
     let backends = FakeBackends::default();
-    let shared = testing::shared(kube.clone(), OperatorConfig::parse(CONFIG).unwrap());
+    let shared = testing::shared(kube.clone(), OperatorConfig::parse(&config()).unwrap());
     let cx = Arc::new(Context::new(
         shared,
         S3TenantReconciler::new(backends.clone()),
@@ -900,7 +894,7 @@ fn the_requeue_intervals_are_unchanged() {
 /// A harness whose grid serves only namespaces labelled `keeper.dev/grid=allowed`, and whose
 /// S3-compatible store serves only namespace `ops`.
 fn restricted_harness() -> Harness {
-    let config = CONFIG
+    let config = config()
         .replace(
             "      region: eu-1\n",
             "      region: eu-1\n      allowedNamespaces:\n        selector: {matchLabels: {keeper.dev/grid: allowed}}\n",
