@@ -131,6 +131,26 @@ impl Env {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// The events about `kind` `name` in `namespace`, as `kubectl get events` lists them.
+    pub fn events_of(&self, namespace: &str, kind: &str, name: &str) -> anyhow::Result<Vec<Value>> {
+        let selector = format!("involvedObject.name={name},involvedObject.kind={kind}");
+        let out = self.kubectl(&[
+            "get",
+            "events",
+            "-n",
+            namespace,
+            "--field-selector",
+            &selector,
+            "-o",
+            "json",
+        ])?;
+        let list: Value = serde_json::from_str(&out)?;
+        list["items"]
+            .as_array()
+            .cloned()
+            .context("`kubectl get events -o json` answered without items")
+    }
+
     /// The object as JSON, or `None` when it does not exist.
     pub fn get_json(&self, namespace: &str, resource: &str) -> anyhow::Result<Option<Value>> {
         let out = self.kubectl_output(&["get", "-n", namespace, resource, "-o", "json"])?;

@@ -55,21 +55,7 @@ async fn count_objects(s3: &aws_sdk_s3::Client, bucket: &str) -> Option<usize> {
 }
 
 fn events(env: &Env, ns: &str, name: &str) -> Vec<String> {
-    let out = env
-        .kubectl(&[
-            "get",
-            "events",
-            "-n",
-            ns,
-            "--field-selector",
-            &format!("involvedObject.name={name},involvedObject.kind=S3Bucket"),
-            "-o",
-            "json",
-        ])
-        .unwrap();
-    let list: Value = serde_json::from_str(&out).unwrap();
-    list["items"]
-        .as_array()
+    env.events_of(ns, "S3Bucket", name)
         .unwrap()
         .iter()
         .map(|e| e["reason"].as_str().unwrap_or_default().to_string())

@@ -73,21 +73,7 @@ async fn count_objects(s3: &aws_sdk_s3::Client, bucket: &str) -> usize {
 
 /// How many events of `reason` the bucket has.
 fn events_of(env: &Env, ns: &str, reason: &str) -> usize {
-    let out = env
-        .kubectl(&[
-            "get",
-            "events",
-            "-n",
-            ns,
-            "--field-selector",
-            "involvedObject.name=data,involvedObject.kind=S3Bucket",
-            "-o",
-            "json",
-        ])
-        .unwrap();
-    let list: Value = serde_json::from_str(&out).unwrap();
-    list["items"]
-        .as_array()
+    env.events_of(ns, "S3Bucket", "data")
         .unwrap()
         .iter()
         .filter(|e| e["reason"] == reason)
