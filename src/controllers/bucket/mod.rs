@@ -32,6 +32,9 @@ use crate::server::Readiness;
 use backend::{Connect, Connector, Observed};
 use reconcile::{Cache, Report};
 
+/// keeper's finalizer on an S3Bucket: while it is there, the bucket still needs its tenant (its
+/// cleanup signs in with the tenant's account).
+pub const FINALIZER: &str = "keeper.dev/bucket-cleanup";
 pub const DRAIN_ANNOTATION: &str = "keeper.dev/drain";
 pub const ADOPT_ANNOTATION: &str = "keeper.dev/adopt";
 pub const ROTATE_ANNOTATION: &str = "keeper.dev/rotate-credentials";
@@ -148,7 +151,7 @@ impl<C: Connect> Reconciler for S3BucketReconciler<C> {
     type Resource = S3Bucket;
     type Error = Error;
     const NAME: &'static str = "s3bucket";
-    const FINALIZER: &'static str = "keeper.dev/bucket-cleanup";
+    const FINALIZER: &'static str = FINALIZER;
 
     async fn apply(
         &self,

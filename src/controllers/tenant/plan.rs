@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 use crate::api::names::default_bucket_name;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
 use crate::config::{BucketKeys, Provider};
+use crate::controllers::bucket::FINALIZER as BUCKET_FINALIZER;
 
 /// Most bucket names a message lists before "and N more".
 const MAX_NAMED_BUCKETS: usize = 10;
@@ -208,9 +209,16 @@ impl RemainingBuckets {
     }
 }
 
-/// The S3Bucket resources among `buckets` (of `namespace`) that reference `tenant`, sorted:
-/// (resource name, bucket name on the backend). The controller (from its cache) and the
-/// admission webhook (from the API) both ask this.
+/// Whether `bucket` still holds its tenant: every S3Bucket does until keeper has released it. A
+/// bucket being deleted whose keeper finalizer is gone has been cleaned up (its backend bucket
+/// deleted, or retained by policy) and waits only on another controller's finalizer, which is
+/// none of the tenant's business: counting it would hold the tenant forever.
+fn holds_tenant(bucket: &S3Bucket, tenant: &str) -> bool {
+    bucket.spec.tenant_ref.name == tenant
+        && (bucket.metadata.deletion_timestamp.is_none()
+            || bucket.finalizers().iter().any(|f| f == BUCKET_FINALIZER))
+}
+
 /// Whether every S3Bucket of `tenant` in `buckets` is itself being deleted (and there is one).
 /// Their disappearance re-triggers the tenant through the controller's watch, which can run
 /// before the cache the tenant counts buckets from has seen it: a blocked tenant in that state
@@ -221,7 +229,7 @@ pub fn only_deleting_buckets<'a>(
 ) -> bool {
     let mut ours = buckets
         .into_iter()
-        .filter(|b| b.spec.tenant_ref.name == tenant)
+        .filter(|b| holds_tenant(b, tenant))
         .peekable();
     ours.peek().is_some() && ours.all(|b| b.metadata.deletion_timestamp.is_some())
 }
@@ -229,6 +237,9 @@ pub fn only_deleting_buckets<'a>(
 /// How soon a tenant blocked on buckets that are all being deleted looks again.
 pub const BLOCKED_SOON: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The S3Bucket resources among `buckets` (of `namespace`) that hold `tenant`, sorted: (resource
+/// name, bucket name on the backend). The controller (from its cache) and the admission webhook
+/// (from the API) both ask this.
 pub fn tenant_buckets<'a>(
     buckets: impl IntoIterator<Item = &'a S3Bucket>,
     namespace: &str,
@@ -236,7 +247,7 @@ pub fn tenant_buckets<'a>(
 ) -> Vec<(String, String)> {
     let mut found: Vec<(String, String)> = buckets
         .into_iter()
-        .filter(|b| b.spec.tenant_ref.name == tenant)
+        .filter(|b| holds_tenant(b, tenant))
         .map(|b| {
             let name = b.name_any();
             let bucket = b
@@ -621,12 +632,28 @@ mod tests {
                 Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                     k8s_openapi::jiff::Timestamp::now(),
                 ));
+            b.metadata.finalizers = Some(vec![BUCKET_FINALIZER.into()]);
         }
         assert!(only_deleting_buckets(&deleting, "t"));
         assert!(
             !only_deleting_buckets(&deleting, "u"),
             "another tenant's live bucket"
         );
+
+        // Released by keeper, held only by another controller's finalizer: no longer the
+        // tenant's; still holding keeper's finalizer: still the tenant's.
+        for b in deleting.iter_mut() {
+            b.metadata.finalizers = Some(vec!["example.com/audit".into()]);
+        }
+        deleting[0].metadata.finalizers =
+            Some(vec!["example.com/audit".into(), BUCKET_FINALIZER.into()]);
+        assert_eq!(
+            tenant_buckets(&deleting, "ns", "t"),
+            [("media".to_string(), default_bucket_name("ns", "media"))]
+        );
+        deleting[0].metadata.finalizers = None;
+        assert!(tenant_buckets(&deleting, "ns", "t").is_empty());
+        assert!(!only_deleting_buckets(&deleting, "t"), "nothing holds it");
     }
 
     #[test]
