@@ -82,6 +82,9 @@
 //!   timeoutSeconds, kube's denial messages and codes, warnings as `Warning: 299` headers,
 //!   DELETE reviewed with `oldObject`.
 //! - `GET /debug/requests` / `DELETE /debug/requests`: an audit-style request log (bounded).
+//! - `GET|PUT|DELETE /debug/faults`: fault injection per resource and verb (latency, a seeded
+//!   share of 409/429/500/503 answers shaped like kube-apiserver's, watches closed after N
+//!   events or seconds); see [`faults`].
 //!
 //! ## What is not emulated (known deviations)
 //! - No authentication or authorization: any token is accepted, every request is allowed; no
@@ -118,6 +121,7 @@
 pub mod cel;
 pub mod error;
 pub mod events;
+pub mod faults;
 pub mod meta;
 pub mod openapi;
 pub mod patch;

@@ -4,6 +4,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -221,9 +223,15 @@ pub struct Fault {
     pub status: Option<u16>,
     #[serde(default)]
     pub delay_ms: Option<u64>,
-    /// How many matching requests this rule applies to (default 1).
+    /// How many matching requests this rule applies to (default 1; with `share`, how many it
+    /// hits, default unlimited).
     #[serde(default)]
     pub count: Option<u64>,
+    /// Share (0..=1) of the matching requests the rule hits, at random (seeded by
+    /// `POST /debug/faults {"seed": N, ...}`): the share-based mode. Without it the rule hits
+    /// the next `count` matching requests.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub share: Option<f64>,
 }
 
 impl Fault {
@@ -247,6 +255,9 @@ pub(crate) struct State {
     pub keys: BTreeMap<String, AccessKey>,
     pub requests: Vec<RequestRecord>,
     pub faults: Vec<Fault>,
+    /// Draws the share-based faults; reseeded by `POST /debug/faults` with a `seed`, so a test
+    /// can repeat the same faults.
+    pub fault_rng: Option<StdRng>,
 }
 
 /// What a matching fault rule asks for.
@@ -256,21 +267,36 @@ pub(crate) struct FaultHit {
 }
 
 impl State {
-    /// Consumes one use of the first fault rule matching the request, if any.
+    /// Consumes one use of the first fault rule that matches the request and hits it (a rule
+    /// with a `share` hits that share of its requests; one without hits every one), if any.
     pub fn take_fault(&mut self, method: &str, path: &str) -> Option<FaultHit> {
-        let idx = self.faults.iter().position(|f| f.matches(method, path))?;
+        let rng = self
+            .fault_rng
+            .get_or_insert_with(|| StdRng::from_rng(&mut rand::rng()));
+        let idx = self
+            .faults
+            .iter()
+            .position(|f| f.matches(method, path) && f.share.is_none_or(|p| rng.random_bool(p)))?;
         let f = &mut self.faults[idx];
         let hit = FaultHit {
             status: f.status,
             delay: f.delay_ms.map(Duration::from_millis),
         };
-        let left = f.count.unwrap_or(1).saturating_sub(1);
+        let left = match (f.count, f.share) {
+            (None, Some(_)) => return Some(hit),
+            (count, _) => count.unwrap_or(1).saturating_sub(1),
+        };
         if left == 0 {
             self.faults.remove(idx);
         } else {
             f.count = Some(left);
         }
         Some(hit)
+    }
+
+    /// Restarts the share-based faults' random draws from `seed`.
+    pub fn seed_faults(&mut self, seed: u64) {
+        self.fault_rng = Some(StdRng::seed_from_u64(seed));
     }
 
     pub fn user_groups<'a>(&'a self, user: &'a User) -> impl Iterator<Item = &'a Group> + 'a {

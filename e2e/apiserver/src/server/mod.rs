@@ -38,6 +38,7 @@ use create::{check_namespace, check_type, plan_create};
 use delete::{delete_collection, plan_delete};
 use discovery::{api_groups, openapi_v2, resource_list, version};
 use read::{Filter, get, list, shape_one};
+pub(crate) use routing::request_verb;
 use routing::{Target, route};
 use strategy::{cr_schema, strategy, without};
 use update::{plan_patch, plan_update};
@@ -76,6 +77,7 @@ pub struct Shared {
     pub config: Config,
     pub requests: Mutex<Vec<Value>>,
     pub server_address: String,
+    pub faults: crate::faults::Faults,
 }
 
 impl Shared {
@@ -88,11 +90,21 @@ impl Shared {
             config,
             requests: Mutex::new(Vec::new()),
             server_address,
+            faults: Default::default(),
         }
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Appends to the request log (`/debug/requests`).
+    fn record(&self, entry: Value) {
+        let mut log = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        if log.len() >= REQUEST_LOG_LIMIT {
+            log.drain(..REQUEST_LOG_LIMIT / 10);
+        }
+        log.push(entry);
     }
 }
 
@@ -157,6 +169,8 @@ struct Ctx {
     body: Bytes,
     /// Who asks, as admission webhooks see it (`userInfo`).
     user: Value,
+    /// An injected early end of a watch (`crate::faults`).
+    watch_cut: Option<crate::faults::WatchCut>,
 }
 
 /// The one user every HTTP request is taken to come from (no authentication is emulated).
@@ -243,11 +257,13 @@ pub async fn handle(
     if parts.method == Method::GET && path == "/openapi/v2" {
         return Ok(openapi_v2(&parts.headers));
     }
+    let faults = shared.faults.decide(&parts.method, &path, &query).await;
     let ctx = Ctx {
         query,
         headers: parts.headers.clone(),
         body,
         user: client_user(),
+        watch_cut: faults.watch_cut,
     };
     let ua = parts
         .headers
@@ -255,6 +271,19 @@ pub async fn handle(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
+    if let Some(refusal) = faults.refuse {
+        let mut response = render(Out::err(refusal.error));
+        if let Some(seconds) = refusal.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, seconds.into());
+        }
+        let mut entry = refusal.log;
+        entry["userAgent"] = json!(ua);
+        entry["code"] = json!(response.status().as_u16());
+        shared.record(entry);
+        return Ok(response);
+    }
     let routed = std::panic::AssertUnwindSafe(route(&shared, &parts.method, &path, &ctx));
     let (out, log) = match futures::FutureExt::catch_unwind(routed).await {
         Ok(r) => r,
@@ -276,11 +305,7 @@ pub async fn handle(
     if let Some(mut entry) = log {
         entry["userAgent"] = json!(ua);
         entry["code"] = json!(out.code);
-        let mut log = shared.requests.lock().unwrap_or_else(|e| e.into_inner());
-        if log.len() >= REQUEST_LOG_LIMIT {
-            log.drain(..REQUEST_LOG_LIMIT / 10);
-        }
-        log.push(entry);
+        shared.record(entry);
     }
     tracing::debug!(method = %parts.method, %path, code = out.code, "request");
     Ok(render(out))

@@ -68,6 +68,7 @@ async fn sync(shared: &Arc<Shared>, ns: &str) {
         headers: HeaderMap::new(),
         body: Bytes::new(),
         user: user_info(),
+        watch_cut: None,
     };
     let mut failures = Vec::new();
     for (def, name) in content {

@@ -77,6 +77,10 @@ pub(super) async fn route(
             }
             return plain(json!({"requests": *reqs}));
         }
+        ["debug", "faults"] => {
+            let (code, body) = shared.faults.endpoint(method, &ctx.body);
+            return (Out::json(code, body), None);
+        }
         _ => {}
     }
     let (group, version, rest) = match s.as_slice() {
@@ -92,17 +96,7 @@ pub(super) async fn route(
         Some(t) => t,
         None => return (Out::err(ApiError::not_found_path()), None),
     };
-    let verb = match (method.as_str(), target.name.is_some()) {
-        ("GET", true) => "get",
-        ("GET", false) if matches!(ctx.q("watch"), Some("true" | "1")) => "watch",
-        ("GET", false) => "list",
-        ("POST", false) => "create",
-        ("PUT", true) => "update",
-        ("PATCH", true) => "patch",
-        ("DELETE", true) => "delete",
-        ("DELETE", false) => "deletecollection",
-        _ => "unsupported",
-    };
+    let verb = request_verb(method, target.name.is_some(), ctx.q("watch"));
     let log = json!({"verb": verb, "resource": target.def.plural, "subresource": target.sub,
         "namespace": target.ns.clone().unwrap_or_default(), "name": target.name.clone().unwrap_or_default(),
         "apiGroup": target.def.group, "apiVersion": target.def.version});
@@ -111,6 +105,22 @@ pub(super) async fn route(
         Err(e) => Out::err(e),
     };
     (out, Some(log))
+}
+
+/// The API verb of a request on a resource path: its method, whether the path names an object,
+/// and its `watch` query parameter.
+pub(crate) fn request_verb(method: &Method, named: bool, watch: Option<&str>) -> &'static str {
+    match (method.as_str(), named) {
+        ("GET", true) => "get",
+        ("GET", false) if matches!(watch, Some("true" | "1")) => "watch",
+        ("GET", false) => "list",
+        ("POST", false) => "create",
+        ("PUT", true) => "update",
+        ("PATCH", true) => "patch",
+        ("DELETE", true) => "delete",
+        ("DELETE", false) => "deletecollection",
+        _ => "unsupported",
+    }
 }
 
 pub(super) struct Target {

@@ -18,6 +18,13 @@ pub(super) fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Ou
         .q("timeoutSeconds")
         .and_then(|s| s.parse::<u64>().ok())
         .map(Duration::from_secs);
+    // An injected cut (crate::faults) ends the watch earlier than the client asked.
+    let cut = ctx.watch_cut;
+    let timeout = match (timeout, cut.and_then(|c| c.after)) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let mut events_left = cut.and_then(|c| c.after_events).unwrap_or(u64::MAX);
     let want = want(&ctx.headers);
     let include = ctx.q("includeObject").unwrap_or("Metadata").to_string();
     let (tx, rx) = mpsc::channel::<Bytes>(256);
@@ -83,8 +90,15 @@ pub(super) fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Ou
             let _ = tx.send(render("ERROR", e.to_status())).await;
             return;
         }
+        if events_left == 0 {
+            return;
+        }
         for (ty, obj) in first {
             if tx.send(render(&ty, obj)).await.is_err() {
+                return;
+            }
+            events_left -= 1;
+            if events_left == 0 {
                 return;
             }
         }
@@ -117,9 +131,14 @@ pub(super) fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Ou
                             && c.obj["spec"]["names"]["plural"] == def.plural.as_str() {
                             return;
                         }
-                        if let Some((ty, obj)) = translate(&def, &filter, &c)
-                            && tx.send(render(&ty, obj)).await.is_err() {
-                            return;
+                        if let Some((ty, obj)) = translate(&def, &filter, &c) {
+                            if tx.send(render(&ty, obj)).await.is_err() {
+                                return;
+                            }
+                            events_left -= 1;
+                            if events_left == 0 {
+                                return;
+                            }
                         }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {

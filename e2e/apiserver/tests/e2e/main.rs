@@ -5,5 +5,6 @@ mod cli;
 mod client;
 mod common;
 mod controller;
+mod faults;
 mod kubectl;
 mod webhooks;

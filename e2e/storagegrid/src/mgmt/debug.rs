@@ -1,5 +1,7 @@
 //! Debug endpoints (not part of StorageGRID; for tests): the request log, the state dump and
-//! fault injection.
+//! fault injection. A fault rule hits the next `count` matching requests, or, with a `share`,
+//! each matching request with that probability (drawn from a generator that
+//! `{"seed": N, "faults": [...]}` reseeds), so faults can land at random through a long run.
 
 use super::*;
 
@@ -33,9 +35,11 @@ pub(super) async fn debug(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Bod
             plain(StatusCode::OK, json!({"faults": ctx.lock().faults}))
         }
         (Method::POST, "/debug/faults") => {
+            let mut seed = None;
             let parsed: Result<Vec<Fault>, _> = match serde_json::from_slice::<Value>(&body) {
                 Ok(v @ Value::Array(_)) => serde_json::from_value(v),
                 Ok(Value::Object(mut o)) if o.contains_key("faults") => {
+                    seed = o.get("seed").and_then(Value::as_u64);
                     serde_json::from_value(o.remove("faults").unwrap_or_default())
                 }
                 Ok(v) => serde_json::from_value::<Fault>(v).map(|f| vec![f]),
@@ -46,13 +50,17 @@ pub(super) async fn debug(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Bod
                     if let Some(bad) = faults.iter().find(|f| {
                         f.status.is_some_and(|s| StatusCode::from_u16(s).is_err())
                             || (f.status.is_none() && f.delay_ms.is_none())
+                            || f.share.is_some_and(|p| !(0.0..=1.0).contains(&p))
                     }) {
                         return plain(
                             StatusCode::UNPROCESSABLE_ENTITY,
-                            json!({"error": format!("a fault needs a valid status and/or delay_ms: {bad:?}")}),
+                            json!({"error": format!("a fault needs a valid status and/or delay_ms, and a share between 0 and 1: {bad:?}")}),
                         );
                     }
                     let mut st = ctx.lock();
+                    if let Some(seed) = seed {
+                        st.seed_faults(seed);
+                    }
                     st.faults.extend(faults);
                     plain(StatusCode::CREATED, json!({"faults": st.faults}))
                 }

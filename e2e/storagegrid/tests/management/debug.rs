@@ -157,3 +157,75 @@ async fn fault_injection() {
         .await;
     assert_eq!(bad.status, 422);
 }
+
+#[tokio::test]
+async fn share_based_faults_hit_at_random_and_repeat_with_the_seed() {
+    let s = Stack::start().await;
+    let base = s.emu.management_url().to_owned();
+    let grid = s.grid_token().await;
+    let rule = json!({"seed": 11, "faults": [{"path_prefix": "/api/v4/grid/accounts", "method": "GET",
+        "status": 503, "share": 0.4}]});
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        s.raw(Method::DELETE, &format!("{base}/debug/faults"), None, None)
+            .await;
+        let f = s
+            .raw(
+                Method::POST,
+                &format!("{base}/debug/faults"),
+                None,
+                Some(rule.clone()),
+            )
+            .await;
+        assert_eq!(f.status, 201);
+        let mut codes = Vec::new();
+        for _ in 0..40 {
+            codes.push(s.get("/grid/accounts", &grid).await.status.as_u16());
+        }
+        runs.push(codes);
+    }
+    assert_eq!(runs[0], runs[1], "the same seed gives the same faults");
+    let failed = runs[0].iter().filter(|c| **c == 503).count();
+    assert!((6..=28).contains(&failed), "{failed} of 40: {:?}", runs[0]);
+    assert!(runs[0].iter().all(|c| *c == 503 || *c == 200));
+    // At random, not the next N: a success comes before the last failure.
+    let first_ok = runs[0].iter().position(|c| *c == 200).unwrap();
+    let last_fault = runs[0].iter().rposition(|c| *c == 503).unwrap();
+    assert!(first_ok < last_fault, "{:?}", runs[0]);
+    // The rule stays until removed.
+    let listed = s
+        .raw(Method::GET, &format!("{base}/debug/faults"), None, None)
+        .await;
+    assert_eq!(listed.body["faults"][0]["share"], 0.4);
+
+    // With a count, the rule goes after that many hits.
+    s.raw(Method::DELETE, &format!("{base}/debug/faults"), None, None)
+        .await;
+    s.raw(
+        Method::POST,
+        &format!("{base}/debug/faults"),
+        None,
+        Some(json!({"path_prefix": "/api/v4/grid/accounts", "status": 500, "share": 0.5, "count": 3})),
+    )
+    .await;
+    let mut failures = 0;
+    for _ in 0..60 {
+        if s.get("/grid/accounts", &grid).await.status == 500 {
+            failures += 1;
+        }
+    }
+    assert_eq!(failures, 3);
+    let listed = s
+        .raw(Method::GET, &format!("{base}/debug/faults"), None, None)
+        .await;
+    assert_eq!(listed.body["faults"], json!([]));
+    let bad = s
+        .raw(
+            Method::POST,
+            &format!("{base}/debug/faults"),
+            None,
+            Some(json!({"path_prefix": "/x", "status": 500, "share": 2})),
+        )
+        .await;
+    assert_eq!(bad.status, 422);
+}
