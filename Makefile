@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 CARGO ?= cargo
 NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build crds fmt fmt-check clippy chart unit e2e test deps deps-moto dev-up dev-down demo image image-test
+.PHONY: all build crds fmt fmt-check clippy chart unit e2e chaos test deps deps-moto dev-up dev-down demo image image-test
 
 all: build
 
@@ -38,6 +38,14 @@ endif
 ## (or against the cluster in KEEPER_E2E_KUBECONFIG; see README)
 e2e: deps
 	e2e/run-e2e.sh
+
+## chaos: the long chaos run: 200 objects of every kind created, filled, drained and deleted while
+## keeper is SIGKILLed every 2-10 s (at least 50 times), then checked for orphans, duplicates,
+## lost objects, stuck or removed finalizers and leaked secrets; prints a summary table. Its short
+## form (24 objects, >= 8 kills) is part of `make e2e`.
+chaos: deps
+	KEEPER_CHAOS_OBJECTS=200 KEEPER_CHAOS_KILL_MS=2000-10000 KEEPER_CHAOS_MIN_KILLS=50 \
+	  NEXTEST_SUCCESS_OUTPUT=immediate e2e/run-e2e.sh crash_chaos
 
 ## chart: lint and render the Helm chart, check that its values schema refuses wrong values, assert
 ## what four value sets render (check-render.sh), and check its alert rules (promtool check/test rules), dashboard and ServiceMonitor (helm is fetched
