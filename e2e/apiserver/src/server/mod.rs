@@ -3,6 +3,7 @@
 //! `read` and `watch` serve get/list/watch, `write` runs every write (plan, admission, commit) with
 //! the plans of `create`, `update` and `delete`, and `strategy` holds the kind-specific rules.
 
+use crate::auth::{self, Authenticator, Gate, UserInfo};
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::events;
 use crate::patch;
@@ -19,6 +20,8 @@ use hyper::body::{Frame, Incoming};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
@@ -59,6 +62,13 @@ pub struct Config {
     /// Webhook `clientConfig.service` references (`namespace/name`) served on a local port;
     /// they are called as `https://127.0.0.1:<port><path>`.
     pub webhook_services: HashMap<String, u16>,
+    /// Bearer tokens besides the admin's (kube-apiserver's `--token-auth-file`, see [`auth`]).
+    pub static_tokens: HashMap<String, UserInfo>,
+    /// Every logged request is also appended here as a JSON line (kube's `--audit-log-path`):
+    /// unlike `GET /debug/requests` it is never cleared nor bounded.
+    pub audit_log: Option<PathBuf>,
+    /// The HTTPS identity; `None`: a new CA and certificate at start.
+    pub tls: Option<Arc<crate::tls::Tls>>,
 }
 
 impl Default for Config {
@@ -67,6 +77,9 @@ impl Default for Config {
             watch_history: 10_000,
             bookmark_interval: Duration::from_secs(10),
             webhook_services: HashMap::new(),
+            static_tokens: HashMap::new(),
+            audit_log: None,
+            tls: None,
         }
     }
 }
@@ -76,19 +89,32 @@ pub struct Shared {
     pub config: Config,
     pub requests: Mutex<Vec<Value>>,
     pub server_address: String,
+    pub authn: Authenticator,
+    audit: Option<Mutex<std::fs::File>>,
 }
 
 impl Shared {
-    pub fn new(config: Config, server_address: String) -> Self {
+    pub fn new(config: Config, server_address: String) -> std::io::Result<Self> {
         let (tx, _) = broadcast::channel(16_384);
         let mut state = State::new(config.watch_history, tx);
         state.webhook_services = config.webhook_services.clone();
-        Shared {
+        let audit = match &config.audit_log {
+            Some(path) => Some(Mutex::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            )),
+            None => None,
+        };
+        Ok(Shared {
             state: Mutex::new(state),
+            authn: Authenticator::new(&config.static_tokens),
             config,
             requests: Mutex::new(Vec::new()),
             server_address,
-        }
+            audit,
+        })
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
@@ -157,11 +183,6 @@ struct Ctx {
     body: Bytes,
     /// Who asks, as admission webhooks see it (`userInfo`).
     user: Value,
-}
-
-/// The one user every HTTP request is taken to come from (no authentication is emulated).
-fn client_user() -> Value {
-    json!({"username": "keeper-dev", "groups": ["system:masters", "system:authenticated"]})
 }
 
 impl Ctx {
@@ -240,6 +261,32 @@ pub async fn handle(
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
     let path = parts.uri.path().to_string();
+    let ua = parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let gate = auth::gate(
+        &shared.authn,
+        &shared.lock(),
+        &parts.method,
+        &path,
+        &query,
+        &parts.headers,
+        &body,
+    );
+    let user = match gate {
+        Gate::Pass(user) => user,
+        Gate::Answered { user, result, log } => {
+            let out = match result {
+                Ok((code, v)) => Out::json(code, v),
+                Err(e) => Out::err(e),
+            };
+            record(&shared, log, &out, &ua, user.as_ref());
+            return Ok(render(out));
+        }
+    };
     if parts.method == Method::GET && path == "/openapi/v2" {
         return Ok(openapi_v2(&parts.headers));
     }
@@ -247,14 +294,8 @@ pub async fn handle(
         query,
         headers: parts.headers.clone(),
         body,
-        user: client_user(),
+        user: user.to_json(),
     };
-    let ua = parts
-        .headers
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
     let routed = std::panic::AssertUnwindSafe(route(&shared, &parts.method, &path, &ctx));
     let (out, log) = match futures::FutureExt::catch_unwind(routed).await {
         Ok(r) => r,
@@ -273,17 +314,30 @@ pub async fn handle(
             )
         }
     };
-    if let Some(mut entry) = log {
-        entry["userAgent"] = json!(ua);
-        entry["code"] = json!(out.code);
-        let mut log = shared.requests.lock().unwrap_or_else(|e| e.into_inner());
-        if log.len() >= REQUEST_LOG_LIMIT {
-            log.drain(..REQUEST_LOG_LIMIT / 10);
-        }
-        log.push(entry);
-    }
+    record(&shared, log, &out, &ua, Some(&user));
     tracing::debug!(method = %parts.method, %path, code = out.code, "request");
     Ok(render(out))
+}
+
+/// Adds a resource request to the request log (and the audit log file), with who made it.
+fn record(shared: &Shared, entry: Option<Value>, out: &Out, ua: &str, user: Option<&UserInfo>) {
+    let Some(mut entry) = entry else {
+        return;
+    };
+    entry["userAgent"] = json!(ua);
+    entry["code"] = json!(out.code);
+    entry["user"] = json!(user.map(|u| u.name.as_str()).unwrap_or_default());
+    if let Some(file) = &shared.audit {
+        let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = writeln!(file, "{entry}") {
+            tracing::warn!(error = %e, "cannot write the audit log");
+        }
+    }
+    let mut log = shared.requests.lock().unwrap_or_else(|e| e.into_inner());
+    if log.len() >= REQUEST_LOG_LIMIT {
+        log.drain(..REQUEST_LOG_LIMIT / 10);
+    }
+    log.push(entry);
 }
 
 fn render(out: Out) -> Response<Body> {
