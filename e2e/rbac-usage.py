@@ -9,8 +9,10 @@ ServiceAccount, ClusterRole, Role and their bindings); AUDIT_LOG is the API emul
 name, user, code). Every (verb, group, resource[/subresource]) a rule grants keeper's
 ServiceAccount must have been used by a request of that ServiceAccount (in the Role's namespace for
 a Role), unless ALLOWLIST (default e2e/rbac-allowlist.txt) names it with the code path that needs
-it; and no request of keeper's may have been denied (403). Prints both lists; exits 1 when a grant
-is unused and not allowlisted, or keeper was denied anything.
+it; and no request of keeper's may have been denied by RBAC (a 403 the log marks
+`"authorization": "forbid"`; other 403s, such as creating in a terminating namespace, are answers
+kube gives whatever the rules). Prints both lists; exits 1 when a grant is unused and not
+allowlisted, or keeper was denied anything.
 """
 import json
 import os
@@ -76,7 +78,7 @@ def main():
                 continue
             resource = r["resource"] + (f"/{r['subresource']}" if r.get("subresource") else "")
             key = (r["verb"], r["apiGroup"], resource, r.get("namespace", ""), r.get("name", ""))
-            if r["code"] == 403:
+            if r.get("authorization") == "forbid":
                 denied[label(*key[:4])] = denied.get(label(*key[:4]), 0) + 1
             elif r["code"] != 401:
                 used.add(key)
