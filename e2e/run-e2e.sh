@@ -17,6 +17,7 @@
 #   KEEPER_E2E_KUBECONFIG  a real cluster's kubeconfig (default: the local control plane)
 #   KEEPER_E2E_CONFIG      keeper's configuration for that cluster's backends (required with it)
 #   KEEPER_E2E_OPERATOR_NAMESPACE  keeper's namespace in that cluster (default keeper-system)
+#   KEEPER_E2E_KEEPER_KUBECONFIG   the kubeconfig keeper runs with there (default: KEEPER_E2E_KUBECONFIG)
 #   KEEPER_S3_ENDPOINT, KEEPER_RDS_ENDPOINT
 #                          S3 and RDS endpoints for the real-cluster path (omit for AWS)
 #   CARGO_TARGET_DIR       where keeper and the emulators are built (default target/)

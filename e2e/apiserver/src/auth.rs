@@ -346,11 +346,14 @@ pub enum Gate {
     /// Serve the request on behalf of this user.
     Pass(UserInfo),
     /// Answered here: refused (401, 403, bad impersonation) or a review/token request served.
-    Answered {
-        user: Option<UserInfo>,
-        result: ApiResult<(u16, Value)>,
-        log: Option<Value>,
-    },
+    Answered(Box<Answer>),
+}
+
+/// A request the gate answered itself, and what the request log gets for it.
+pub struct Answer {
+    pub user: Option<UserInfo>,
+    pub result: ApiResult<(u16, Value)>,
+    pub log: Option<Value>,
 }
 
 /// Authenticates, impersonates and authorizes one request; answers SelfSubjectAccessReviews and
@@ -368,10 +371,12 @@ pub fn gate(
         return Gate::Pass(UserInfo::new("system:anonymous", "", &[UNAUTHENTICATED]));
     }
     let attrs = Attributes::from_request(method, path, query);
-    let answered = |user: Option<UserInfo>, result| Gate::Answered {
-        user,
-        result,
-        log: attrs.log_entry(),
+    let answered = |user: Option<UserInfo>, result| {
+        Gate::Answered(Box::new(Answer {
+            user,
+            result,
+            log: attrs.log_entry(),
+        }))
     };
     let Some(authenticated) = authn.authenticate(st, headers) else {
         return answered(
@@ -391,11 +396,11 @@ pub fn gate(
         if let Some(entry) = log.as_mut() {
             entry["authorization"] = json!("forbid");
         }
-        return Gate::Answered {
+        return Gate::Answered(Box::new(Answer {
             user: Some(user.clone()),
             result: Err(attrs.forbidden(&user.name, &decision.reason)),
             log,
-        };
+        }));
     }
     let special = (
         attrs.api_group.as_str(),

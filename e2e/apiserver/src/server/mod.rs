@@ -278,12 +278,12 @@ pub async fn handle(
     );
     let user = match gate {
         Gate::Pass(user) => user,
-        Gate::Answered { user, result, log } => {
-            let out = match result {
+        Gate::Answered(answer) => {
+            let out = match answer.result {
                 Ok((code, v)) => Out::json(code, v),
                 Err(e) => Out::err(e),
             };
-            record(&shared, log, &out, &ua, user.as_ref());
+            record(&shared, answer.log, &out, &ua, answer.user.as_ref());
             return Ok(render(out));
         }
     };
