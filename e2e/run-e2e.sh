@@ -6,7 +6,10 @@
 #
 # Without KEEPER_E2E_KUBECONFIG: starts a private local control plane in .keeper-dev/e2e (beside
 # any `make demo` stack) with `e2e/stack.sh up` and `config`, runs the scenarios against it, and
-# stops it again (`e2e/stack.sh down`), whatever happens.
+# stops it again (`e2e/stack.sh down`), whatever happens. keeper runs there as ServiceAccount
+# keeper-system/keeper under the chart's RBAC, which the API emulator enforces; after a whole-suite
+# run (no ARGS) e2e/rbac-usage.py checks from the emulator's audit log that every granted verb was
+# used by keeper and nothing keeper asked for was denied (the chart's RBAC is minimal and sufficient).
 # With KEEPER_E2E_KUBECONFIG (and KEEPER_E2E_CONFIG): builds keeper, applies crds/ to that cluster
 # and runs the scenarios against it instead.
 #
@@ -14,6 +17,7 @@
 #   KEEPER_E2E_KUBECONFIG  a real cluster's kubeconfig (default: the local control plane)
 #   KEEPER_E2E_CONFIG      keeper's configuration for that cluster's backends (required with it)
 #   KEEPER_E2E_OPERATOR_NAMESPACE  keeper's namespace in that cluster (default keeper-system)
+#   KEEPER_E2E_KEEPER_KUBECONFIG   the kubeconfig keeper runs with there (default: KEEPER_E2E_KUBECONFIG)
 #   KEEPER_S3_ENDPOINT, KEEPER_RDS_ENDPOINT
 #                          S3 and RDS endpoints for the real-cluster path (omit for AWS)
 #   CARGO_TARGET_DIR       where keeper and the emulators are built (default target/)
@@ -47,4 +51,11 @@ trap '"$ROOT/e2e/stack.sh" down' EXIT
 "$ROOT/e2e/stack.sh" config
 # shellcheck source=/dev/null
 . "$KEEPER_DEV_DIR/env"
-cd "$ROOT" && run_scenarios "$@"
+status=0
+cd "$ROOT" && run_scenarios "$@" || status=$?
+if [ $# -eq 0 ]; then
+  # moto's venv has PyYAML, which the check reads the rendered chart with.
+  "$(dirname "$("$ROOT/e2e/stack.sh" moto-path)")/python" "$ROOT/e2e/rbac-usage.py" \
+    "$KEEPER_DEV_DIR/keeper-rbac.yaml" "$KEEPER_AUDIT_LOG" || status=1
+fi
+exit $status

@@ -2,14 +2,17 @@
 //!
 //! An in-memory, single-process stand-in for kube-apiserver that real `kubectl` (v1.32) and
 //! kube-rs 5 clients (including kube-runtime's `Controller`, finalizer helper and event
-//! `Recorder`) talk to through a kubeconfig. It binds 127.0.0.1 only and speaks plain HTTP/1.1.
+//! `Recorder`) talk to through a kubeconfig. It binds 127.0.0.1 only and speaks HTTP/1.1, over
+//! TLS and in plain text on the same port (module [`tls`]: kubectl sends tokens only to `https`).
 //!
 //! ```text
 //! keeper-e2e-apiserver --listen 127.0.0.1:0 --kubeconfig <path> [--ready-file <path>]
 //!                  [--watch-history N] [--bookmark-interval SECONDS]
 //!                  [--webhook-service NAMESPACE/NAME=PORT ...]
+//!                  [--token-auth-file <path>] [--audit-log-path <path>]
 //! ```
-//! It writes a kubeconfig (cluster, user and context `keeper-dev`, namespace `default`), prints
+//! It writes a kubeconfig (cluster, user and context `keeper-dev`, namespace `default`, server
+//! `https://127.0.0.1:PORT` with the CA it made at start, the admin token), prints
 //! `listening on http://127.0.0.1:PORT`, writes the URL atomically to `--ready-file`, and exits 0
 //! on SIGTERM/SIGINT. In-process: [`Server::start`] / [`Server::url`] / [`Server::stop`], or
 //! [`serve`] on your own listener.
@@ -81,15 +84,28 @@
 //!   resources incl. `*` and subresources, scope), namespace/object selectors, failurePolicy,
 //!   timeoutSeconds, kube's denial messages and codes, warnings as `Warning: 299` headers,
 //!   DELETE reviewed with `oldObject`.
-//! - `GET /debug/requests` / `DELETE /debug/requests`: an audit-style request log (bounded).
+//! - **Authentication** (module [`auth`]): bearer tokens — the admin token of the kubeconfig
+//!   (`system:masters`), `--token-auth-file` (kube's CSV), ServiceAccount tokens from TokenRequest
+//!   (`kubectl create token`); 401 `Unauthorized` without a valid one; impersonation headers
+//!   (`kubectl --as`) for callers allowed to `impersonate`.
+//! - **Authorization** (module [`rbac`]): kube's RBAC over the stored Roles, ClusterRoles and
+//!   bindings (verbs, apiGroups, resources and subresources, resourceNames, nonResourceURLs) plus
+//!   the bootstrap grants to `system:authenticated` (discovery, health, self access reviews);
+//!   403 with kube-apiserver's message; `SelfSubjectAccessReview` (`kubectl auth can-i`).
+//! - `GET /debug/requests` / `DELETE /debug/requests`: an audit-style request log (bounded) with
+//!   the user of each request; `--audit-log-path` appends the same entries to a file. `/debug/*`
+//!   needs no token by design (the harness's side channel on a loopback address).
 //! - `GET|PUT|DELETE /debug/faults`: fault injection per resource and verb (latency, a seeded
 //!   share of 409/429/500/503 answers shaped like kube-apiserver's, watches closed after N
 //!   events or seconds); see [`faults`].
 //!
 //! ## What is not emulated (known deviations)
-//! - No authentication or authorization: any token is accepted, every request is allowed; no
-//!   `SelfSubjectAccessReview` (`kubectl auth can-i`).
-//! - No persistence, no HTTP/2, no TLS on the API itself, no aggregated discovery, no protobuf
+//! - Authentication: no client certificates, OIDC, webhook tokens or anonymous requests;
+//!   ServiceAccount tokens are opaque (not JWTs) and in memory; `Impersonate-Extra-*` is ignored.
+//!   Authorization: RBAC only; bootstrap ClusterRoles are evaluated, not stored; no role
+//!   aggregation, no escalation/bind checks on RBAC writes, no SubjectAccessReview,
+//!   LocalSubjectAccessReview or SelfSubjectRulesReview (`kubectl auth can-i --list`).
+//! - No persistence, no HTTP/2, a throwaway serving CA per start, no aggregated discovery, no protobuf
 //!   responses and protobuf request bodies only for the kinds above (`kubectl create deployment`
 //!   is refused with 415).
 //! - No controllers besides the garbage collector, the namespace controller and the CRD finalizer: Deployments
@@ -118,6 +134,7 @@
 // are the exception on a test server, so boxing them would only add noise.
 #![allow(clippy::result_large_err)]
 
+pub mod auth;
 pub mod cel;
 pub mod error;
 pub mod events;
@@ -126,12 +143,14 @@ pub mod meta;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;
+pub mod rbac;
 pub mod resources;
 pub mod schema;
 pub mod selectors;
 pub mod server;
 pub mod store;
 pub mod table;
+pub mod tls;
 pub mod webhook;
 
 pub use server::Config;
@@ -151,13 +170,18 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let addr = listener.local_addr()?;
-    let shared = Arc::new(Shared::new(config, addr.to_string()));
-    serve_shared(listener, shared, shutdown).await
+    let tls = match &config.tls {
+        Some(t) => t.clone(),
+        None => tls::Tls::generate()?,
+    };
+    let shared = Arc::new(Shared::new(config, addr.to_string())?);
+    serve_shared(listener, shared, tls, shutdown).await
 }
 
 async fn serve_shared(
     listener: TcpListener,
     shared: Arc<Shared>,
+    tls: Arc<tls::Tls>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let mut conns = tokio::task::JoinSet::new();
@@ -175,10 +199,22 @@ async fn serve_shared(
                     }
                 };
                 let shared = shared.clone();
+                let tls = tls.clone();
                 conns.spawn(async move {
                     let svc = hyper::service::service_fn(move |req| server::handle(shared.clone(), req));
-                    let io = hyper_util::rt::TokioIo::new(stream);
-                    if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, svc).await {
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let served = if tls::starts_with_tls(&stream).await {
+                        match tls.acceptor.accept(stream).await {
+                            Ok(s) => http.serve_connection(hyper_util::rt::TokioIo::new(s), svc).await,
+                            Err(e) => {
+                                tracing::debug!(error = %e, "TLS handshake failed");
+                                return;
+                            }
+                        }
+                    } else {
+                        http.serve_connection(hyper_util::rt::TokioIo::new(stream), svc).await
+                    };
+                    if let Err(e) = served {
                         tracing::debug!(error = %e, "connection ended");
                     }
                 });
@@ -194,6 +230,7 @@ async fn serve_shared(
 /// A running in-process server; stopped by [`Server::stop`] or on drop.
 pub struct Server {
     addr: SocketAddr,
+    tls: Arc<tls::Tls>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -214,12 +251,17 @@ impl Server {
     pub fn from_listener(listener: TcpListener, config: Config) -> anyhow::Result<Server> {
         let addr = listener.local_addr()?;
         let (tx, rx) = oneshot::channel::<()>();
-        let shared = Arc::new(Shared::new(config, addr.to_string()));
-        let task = tokio::spawn(serve_shared(listener, shared, async move {
+        let tls = match &config.tls {
+            Some(t) => t.clone(),
+            None => tls::Tls::generate()?,
+        };
+        let shared = Arc::new(Shared::new(config, addr.to_string())?);
+        let task = tokio::spawn(serve_shared(listener, shared, tls.clone(), async move {
             let _ = rx.await;
         }));
         Ok(Server {
             addr,
+            tls,
             shutdown: Some(tx),
             task: Some(task),
         })
@@ -229,14 +271,15 @@ impl Server {
         self.addr
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` (the same port serves HTTPS, see [`Server::kubeconfig`]).
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    /// A kubeconfig for this server (cluster, user and context `keeper-dev`, namespace `default`).
+    /// A kubeconfig for this server (cluster, user and context `keeper-dev`, namespace `default`,
+    /// the admin token, `https://` with the server's CA).
     pub fn kubeconfig(&self) -> String {
-        kubeconfig(&self.url())
+        kubeconfig(&self.url(), &self.tls.ca_pem)
     }
 
     /// Stop accepting, close every connection and wait for the server task.
@@ -261,8 +304,13 @@ impl Drop for Server {
     }
 }
 
-/// Kubeconfig text pointing at `url`.
-pub fn kubeconfig(url: &str) -> String {
+/// Kubeconfig text for the server at `url` (`http://` or `https://`; written as `https://`,
+/// trusting `ca_pem`), as the admin (token [`auth::ADMIN_TOKEN`]).
+pub fn kubeconfig(url: &str, ca_pem: &str) -> String {
+    use base64::Engine;
+    let url = url.replacen("http://", "https://", 1);
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let token = auth::ADMIN_TOKEN;
     format!(
         "apiVersion: v1
 kind: Config
@@ -270,6 +318,7 @@ clusters:
 - name: keeper-dev
   cluster:
     server: {url}
+    certificate-authority-data: {ca}
 contexts:
 - name: keeper-dev
   context:
@@ -280,7 +329,7 @@ current-context: keeper-dev
 users:
 - name: keeper-dev
   user:
-    token: keeper-dev-token
+    token: {token}
 preferences: {{}}
 "
     )

@@ -1,4 +1,5 @@
-//! `keeper-e2e-apiserver --listen 127.0.0.1:0 --kubeconfig <path> [--ready-file <path>]`
+//! `keeper-e2e-apiserver --listen 127.0.0.1:0 --kubeconfig <path> [--ready-file <path>]
+//! [--token-auth-file <path>] [--audit-log-path <path>]`
 
 use clap::Parser;
 use std::io::Write;
@@ -29,6 +30,13 @@ struct Args {
     /// Map a webhook Service reference to a local port: `namespace/name=port` (repeatable).
     #[arg(long = "webhook-service", value_name = "NS/NAME=PORT")]
     webhook_services: Vec<String>,
+    /// Bearer tokens besides the admin token of --kubeconfig, in kube-apiserver's
+    /// --token-auth-file format: `token,user,uid[,"group1,group2"]` per line.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// Append every API request (verb, resource, user, code, ...) as a JSON line to this file.
+    #[arg(long)]
+    audit_log_path: Option<PathBuf>,
 }
 
 fn write_atomic(path: &Path, content: &str) -> anyhow::Result<()> {
@@ -66,7 +74,11 @@ async fn main() -> anyhow::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let url = format!("http://{}", listener.local_addr()?);
-    write_atomic(&args.kubeconfig, &keeper_e2e_apiserver::kubeconfig(&url))?;
+    let tls = keeper_e2e_apiserver::tls::Tls::generate()?;
+    write_atomic(
+        &args.kubeconfig,
+        &keeper_e2e_apiserver::kubeconfig(&url, &tls.ca_pem),
+    )?;
     let mut webhook_services = std::collections::HashMap::new();
     for m in &args.webhook_services {
         let (svc, port) = m
@@ -80,10 +92,22 @@ async fn main() -> anyhow::Result<()> {
             .map_err(|e| anyhow::anyhow!("--webhook-service {m:?}: bad port: {e}"))?;
         webhook_services.insert(svc.to_string(), port);
     }
+    let static_tokens = match &args.token_auth_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--token-auth-file {}: {e}", path.display()))?;
+            keeper_e2e_apiserver::auth::parse_token_file(&text)
+                .map_err(|e| anyhow::anyhow!("--token-auth-file {}: {e}", path.display()))?
+        }
+        None => Default::default(),
+    };
     let config = keeper_e2e_apiserver::Config {
         watch_history: args.watch_history,
         bookmark_interval: Duration::from_secs(args.bookmark_interval.max(1)),
         webhook_services,
+        static_tokens,
+        audit_log: args.audit_log_path,
+        tls: Some(tls),
     };
     let shutdown = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -1,6 +1,7 @@
 //! Decoding of the Kubernetes protobuf wire format (`application/vnd.kubernetes.protobuf`) for the
 //! few built-in kinds kubectl's typed clients send that way (`kubectl create secret|configmap|
-//! namespace|serviceaccount|role|clusterrole|rolebinding|clusterrolebinding`). Anything else is refused with 415 and a clear message.
+//! namespace|serviceaccount|role|clusterrole|rolebinding|clusterrolebinding|token`, `kubectl auth
+//! can-i`). Anything else is refused with 415 and a clear message.
 
 use base64::Engine;
 use serde_json::{Map, Value, json};
@@ -119,6 +120,65 @@ const ROLE_BINDING: &[F] = &[
     F(1, "metadata", K::Msg(OBJECT_META), false),
     F(2, "subjects", K::Msg(SUBJECT), true),
     F(3, "roleRef", K::Msg(ROLE_REF), false),
+];
+
+const RESOURCE_ATTRIBUTES: &[F] = &[
+    F(1, "namespace", K::Str, false),
+    F(2, "verb", K::Str, false),
+    F(3, "group", K::Str, false),
+    F(4, "version", K::Str, false),
+    F(5, "resource", K::Str, false),
+    F(6, "subresource", K::Str, false),
+    F(7, "name", K::Str, false),
+];
+
+const NON_RESOURCE_ATTRIBUTES: &[F] = &[F(1, "path", K::Str, false), F(2, "verb", K::Str, false)];
+
+const ACCESS_REVIEW_SPEC: &[F] = &[
+    F(1, "resourceAttributes", K::Msg(RESOURCE_ATTRIBUTES), false),
+    F(
+        2,
+        "nonResourceAttributes",
+        K::Msg(NON_RESOURCE_ATTRIBUTES),
+        false,
+    ),
+];
+
+const ACCESS_REVIEW_STATUS: &[F] = &[
+    F(1, "allowed", K::Bool, false),
+    F(2, "reason", K::Str, false),
+    F(3, "evaluationError", K::Str, false),
+    F(4, "denied", K::Bool, false),
+];
+
+const SELF_SUBJECT_ACCESS_REVIEW: &[F] = &[
+    F(1, "metadata", K::Msg(OBJECT_META), false),
+    F(2, "spec", K::Msg(ACCESS_REVIEW_SPEC), false),
+    F(3, "status", K::Msg(ACCESS_REVIEW_STATUS), false),
+];
+
+const BOUND_OBJECT_REF: &[F] = &[
+    F(1, "kind", K::Str, false),
+    F(2, "apiVersion", K::Str, false),
+    F(3, "name", K::Str, false),
+    F(4, "uid", K::Str, false),
+];
+
+const TOKEN_REQUEST_SPEC: &[F] = &[
+    F(1, "audiences", K::Str, true),
+    F(3, "boundObjectRef", K::Msg(BOUND_OBJECT_REF), false),
+    F(4, "expirationSeconds", K::Int, false),
+];
+
+const TOKEN_REQUEST_STATUS: &[F] = &[
+    F(1, "token", K::Str, false),
+    F(2, "expirationTimestamp", K::Time, false),
+];
+
+const TOKEN_REQUEST: &[F] = &[
+    F(1, "metadata", K::Msg(OBJECT_META), false),
+    F(2, "spec", K::Msg(TOKEN_REQUEST_SPEC), false),
+    F(3, "status", K::Msg(TOKEN_REQUEST_STATUS), false),
 ];
 
 const TYPE_META: &[F] = &[
@@ -263,6 +323,8 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         ("v1", "ServiceAccount") => SERVICE_ACCOUNT,
         ("rbac.authorization.k8s.io/v1", "Role" | "ClusterRole") => ROLE,
         ("rbac.authorization.k8s.io/v1", "RoleBinding" | "ClusterRoleBinding") => ROLE_BINDING,
+        ("authorization.k8s.io/v1", "SelfSubjectAccessReview") => SELF_SUBJECT_ACCESS_REVIEW,
+        ("authentication.k8s.io/v1", "TokenRequest") => TOKEN_REQUEST,
         _ => {
             return Err(format!(
                 "protobuf bodies of {api_version}/{kind} are not supported by the emulator; send JSON"

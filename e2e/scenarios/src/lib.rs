@@ -16,7 +16,12 @@ use serde_json::Value;
 /// What a scenario needs to know about its environment.
 #[derive(Clone, Debug)]
 pub struct Env {
+    /// An administrator's kubeconfig: kubectl, as the user driving keeper.
     pub kubeconfig: PathBuf,
+    /// keeper's own identity: in the local stack the token of ServiceAccount keeper-system/keeper
+    /// under the chart's RBAC (the API emulator enforces it); on a real cluster
+    /// `KEEPER_E2E_KEEPER_KUBECONFIG`, or the admin's kubeconfig without it.
+    pub keeper_kubeconfig: PathBuf,
     pub keeper_bin: PathBuf,
     /// keeper's configuration for this environment.
     pub keeper_config: PathBuf,
@@ -43,6 +48,9 @@ impl Env {
     pub fn from_env() -> anyhow::Result<Env> {
         if let Ok(kubeconfig) = std::env::var("KEEPER_E2E_KUBECONFIG") {
             return Ok(Env {
+                keeper_kubeconfig: std::env::var("KEEPER_E2E_KEEPER_KUBECONFIG")
+                    .unwrap_or_else(|_| kubeconfig.clone())
+                    .into(),
                 kubeconfig: kubeconfig.into(),
                 keeper_bin: var("KEEPER_BIN")?.into(),
                 keeper_config: var("KEEPER_E2E_CONFIG")?.into(),
@@ -64,6 +72,7 @@ impl Env {
         );
         Ok(Env {
             kubeconfig: var("KUBECONFIG")?.into(),
+            keeper_kubeconfig: var("KEEPER_KUBECONFIG")?.into(),
             keeper_bin: var("KEEPER_BIN")?.into(),
             keeper_config: Path::new(&dev).join("keeper.yaml"),
             keeper_env: [
@@ -298,7 +307,7 @@ impl Keeper {
             .arg(&env.keeper_config)
             .arg(format!("--leader-election={}", lease.is_some()))
             .args(lease.map(|l| format!("--leader-election-lease={l}")))
-            .env("KUBECONFIG", &env.kubeconfig)
+            .env("KUBECONFIG", &env.keeper_kubeconfig)
             .envs(env.keeper_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(file.try_clone()?)
             .stderr(file);

@@ -93,7 +93,7 @@ fn a_configuration_with_an_unknown_field_is_refused_at_start_naming_the_field() 
     let out = Command::new(&env.keeper_bin)
         .args(["run", "--metrics-bind-address", "127.0.0.1:0", "--config"])
         .arg(&config)
-        .env("KUBECONFIG", &env.kubeconfig)
+        .env("KUBECONFIG", &env.keeper_kubeconfig)
         .output()
         .unwrap();
     std::fs::remove_dir_all(&dir).unwrap();

@@ -23,7 +23,7 @@ fn release_finalizers(env: &Env, ns: &str, lease: &str, confirm: bool) -> Output
             "--lease-name",
             lease,
         ])
-        .env("KUBECONFIG", &env.kubeconfig);
+        .env("KUBECONFIG", &env.keeper_kubeconfig);
     if confirm {
         command.arg("--confirm");
     }

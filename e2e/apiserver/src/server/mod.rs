@@ -3,6 +3,7 @@
 //! `read` and `watch` serve get/list/watch, `write` runs every write (plan, admission, commit) with
 //! the plans of `create`, `update` and `delete`, and `strategy` holds the kind-specific rules.
 
+use crate::auth::{self, Authenticator, Gate, UserInfo};
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::events;
 use crate::patch;
@@ -19,6 +20,8 @@ use hyper::body::{Frame, Incoming};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::io::Write;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
@@ -60,6 +63,13 @@ pub struct Config {
     /// Webhook `clientConfig.service` references (`namespace/name`) served on a local port;
     /// they are called as `https://127.0.0.1:<port><path>`.
     pub webhook_services: HashMap<String, u16>,
+    /// Bearer tokens besides the admin's (kube-apiserver's `--token-auth-file`, see [`auth`]).
+    pub static_tokens: HashMap<String, UserInfo>,
+    /// Every logged request is also appended here as a JSON line (kube's `--audit-log-path`):
+    /// unlike `GET /debug/requests` it is never cleared nor bounded.
+    pub audit_log: Option<PathBuf>,
+    /// The HTTPS identity; `None`: a new CA and certificate at start.
+    pub tls: Option<Arc<crate::tls::Tls>>,
 }
 
 impl Default for Config {
@@ -68,6 +78,9 @@ impl Default for Config {
             watch_history: 10_000,
             bookmark_interval: Duration::from_secs(10),
             webhook_services: HashMap::new(),
+            static_tokens: HashMap::new(),
+            audit_log: None,
+            tls: None,
         }
     }
 }
@@ -78,33 +91,37 @@ pub struct Shared {
     pub requests: Mutex<Vec<Value>>,
     pub server_address: String,
     pub faults: crate::faults::Faults,
+    pub authn: Authenticator,
+    audit: Option<Mutex<std::fs::File>>,
 }
 
 impl Shared {
-    pub fn new(config: Config, server_address: String) -> Self {
+    pub fn new(config: Config, server_address: String) -> std::io::Result<Self> {
         let (tx, _) = broadcast::channel(16_384);
         let mut state = State::new(config.watch_history, tx);
         state.webhook_services = config.webhook_services.clone();
-        Shared {
+        let audit = match &config.audit_log {
+            Some(path) => Some(Mutex::new(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(path)?,
+            )),
+            None => None,
+        };
+        Ok(Shared {
             state: Mutex::new(state),
+            authn: Authenticator::new(&config.static_tokens),
             config,
             requests: Mutex::new(Vec::new()),
             server_address,
             faults: Default::default(),
-        }
+            audit,
+        })
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Appends to the request log (`/debug/requests`).
-    fn record(&self, entry: Value) {
-        let mut log = self.requests.lock().unwrap_or_else(|e| e.into_inner());
-        if log.len() >= REQUEST_LOG_LIMIT {
-            log.drain(..REQUEST_LOG_LIMIT / 10);
-        }
-        log.push(entry);
     }
 }
 
@@ -171,11 +188,6 @@ struct Ctx {
     user: Value,
     /// An injected early end of a watch (`crate::faults`).
     watch_cut: Option<crate::faults::WatchCut>,
-}
-
-/// The one user every HTTP request is taken to come from (no authentication is emulated).
-fn client_user() -> Value {
-    json!({"username": "keeper-dev", "groups": ["system:masters", "system:authenticated"]})
 }
 
 impl Ctx {
@@ -254,6 +266,32 @@ pub async fn handle(
         .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
         .unwrap_or_default();
     let path = parts.uri.path().to_string();
+    let ua = parts
+        .headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let gate = auth::gate(
+        &shared.authn,
+        &shared.lock(),
+        &parts.method,
+        &path,
+        &query,
+        &parts.headers,
+        &body,
+    );
+    let user = match gate {
+        Gate::Pass(user) => user,
+        Gate::Answered(answer) => {
+            let out = match answer.result {
+                Ok((code, v)) => Out::json(code, v),
+                Err(e) => Out::err(e),
+            };
+            record(&shared, answer.log, &out, &ua, answer.user.as_ref());
+            return Ok(render(out));
+        }
+    };
     if parts.method == Method::GET && path == "/openapi/v2" {
         return Ok(openapi_v2(&parts.headers));
     }
@@ -262,26 +300,18 @@ pub async fn handle(
         query,
         headers: parts.headers.clone(),
         body,
-        user: client_user(),
+        user: user.to_json(),
         watch_cut: faults.watch_cut,
     };
-    let ua = parts
-        .headers
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("")
-        .to_string();
     if let Some(refusal) = faults.refuse {
-        let mut response = render(Out::err(refusal.error));
+        let out = Out::err(refusal.error);
+        record(&shared, Some(refusal.log), &out, &ua, Some(&user));
+        let mut response = render(out);
         if let Some(seconds) = refusal.retry_after {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, seconds.into());
         }
-        let mut entry = refusal.log;
-        entry["userAgent"] = json!(ua);
-        entry["code"] = json!(response.status().as_u16());
-        shared.record(entry);
         return Ok(response);
     }
     let routed = std::panic::AssertUnwindSafe(route(&shared, &parts.method, &path, &ctx));
@@ -302,13 +332,30 @@ pub async fn handle(
             )
         }
     };
-    if let Some(mut entry) = log {
-        entry["userAgent"] = json!(ua);
-        entry["code"] = json!(out.code);
-        shared.record(entry);
-    }
+    record(&shared, log, &out, &ua, Some(&user));
     tracing::debug!(method = %parts.method, %path, code = out.code, "request");
     Ok(render(out))
+}
+
+/// Adds a resource request to the request log (and the audit log file), with who made it.
+fn record(shared: &Shared, entry: Option<Value>, out: &Out, ua: &str, user: Option<&UserInfo>) {
+    let Some(mut entry) = entry else {
+        return;
+    };
+    entry["userAgent"] = json!(ua);
+    entry["code"] = json!(out.code);
+    entry["user"] = json!(user.map(|u| u.name.as_str()).unwrap_or_default());
+    if let Some(file) = &shared.audit {
+        let mut file = file.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = writeln!(file, "{entry}") {
+            tracing::warn!(error = %e, "cannot write the audit log");
+        }
+    }
+    let mut log = shared.requests.lock().unwrap_or_else(|e| e.into_inner());
+    if log.len() >= REQUEST_LOG_LIMIT {
+        log.drain(..REQUEST_LOG_LIMIT / 10);
+    }
+    log.push(entry);
 }
 
 fn render(out: Out) -> Response<Body> {

@@ -33,9 +33,13 @@ fn binary_writes_kubeconfig_prints_url_and_exits_on_sigterm() {
     }
     assert_eq!(std::fs::read_to_string(&ready).unwrap(), url);
     let kubeconfig = std::fs::read_to_string(&kc).unwrap();
+    // The same port speaks HTTPS, which kubectl needs to send the admin token.
+    let https = url.replacen("http://", "https://", 1);
     assert!(
-        kubeconfig.contains(&format!("server: {url}"))
-            && kubeconfig.contains("current-context: keeper-dev")
+        kubeconfig.contains(&format!("server: {https}"))
+            && kubeconfig.contains("certificate-authority-data: ")
+            && kubeconfig.contains("current-context: keeper-dev"),
+        "{kubeconfig}"
     );
     let out = Command::new("kubectl")
         .arg("--kubeconfig")

@@ -36,8 +36,23 @@ impl Env {
             server,
             dir,
             kubeconfig,
-            http: reqwest::Client::new(),
+            http: Self::http_client(Some(keeper_e2e_apiserver::auth::ADMIN_TOKEN)),
         }
+    }
+
+    /// A raw HTTP client sending `token` (the admin's for `Env::http`), or none.
+    pub fn http_client(token: Option<&str>) -> reqwest::Client {
+        let mut headers = reqwest::header::HeaderMap::new();
+        if let Some(t) = token {
+            headers.insert(
+                reqwest::header::AUTHORIZATION,
+                format!("Bearer {t}").parse().expect("header"),
+            );
+        }
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .build()
+            .expect("client")
     }
 
     pub fn url(&self) -> String {

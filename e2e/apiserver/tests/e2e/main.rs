@@ -1,5 +1,6 @@
 //! End-to-end tests of the API emulator, driven by real kubectl and a kube-rs 5 client.
 
+mod auth;
 mod cel;
 mod cli;
 mod client;
