@@ -218,8 +218,9 @@ where
 }
 
 /// One round of a client-side drain: passes over the bucket, each listing it from the start,
-/// until a listing from the start finds nothing, the budget is spent, a pass deletes nothing
-/// (every key failed), or something stops the drain (object lock, ownership, a failed call).
+/// until a listing from the start finds nothing, the budget is spent (checked before each
+/// listing: the page in hand is deleted whole), a pass deletes nothing (every key failed), or
+/// something stops the drain (object lock, ownership, a failed call).
 ///
 /// Within a pass the next page is listed before the current one is deleted, while earlier
 /// batches are still in flight: a listing continued from a marker whose entry is already gone
@@ -264,7 +265,12 @@ pub(super) async fn run_round<T: Target>(
         }
         let mut out_of_budget = false;
         'pages: loop {
-            let next = match page.next.take() {
+            // Once the time is up no further page is listed, and the page in hand is deleted
+            // whole: a listing can cost more than the deletes of its page, and a round that
+            // stopped mid-page would list it again.
+            let cursor = page.next.take();
+            out_of_budget = cursor.is_some() && spent(requested);
+            let next = match cursor.filter(|_| !out_of_budget) {
                 Some(cursor) => {
                     match alongside(
                         target.list(listing, &cursor, pace.page()),
@@ -288,10 +294,6 @@ pub(super) async fn run_round<T: Target>(
                     round.settle(done);
                 }
                 if round.stopped() {
-                    break 'pages;
-                }
-                if spent(requested) {
-                    out_of_budget = true;
                     break 'pages;
                 }
                 let due = began + pace.due(requested);

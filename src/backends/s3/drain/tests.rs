@@ -340,18 +340,25 @@ async fn the_rate_cap_and_the_budget_hold_with_deletes_in_flight() {
     let capped = DrainPace {
         budget: Duration::from_millis(500),
         max_per_second: 100,
-        in_flight: 4,
+        in_flight: 1,
     };
     let started = Instant::now();
     let round = run_round(&fake, Listing::Objects, &capped).await;
-    // Batches of 100 start at 0 and 1 s; the budget is spent before a third.
-    assert_eq!(fake.deletes(), 2);
-    assert_eq!(round.deleted, 200);
+    // Pages and batches of 100, started at 0, 1 and 2 s: the time is up when the third page is in
+    // hand, which is deleted whole, and no fourth page is listed.
+    assert_eq!(fake.deletes(), 3);
+    assert_eq!(round.deleted, 300);
     assert!(!round.empty);
-    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    let listings = fake
+        .events()
+        .iter()
+        .filter(|e| matches!(e, Event::ListStarted(_)))
+        .count();
+    assert_eq!(listings, 3);
     // The next round resumes from the bucket as it is.
     let rest = run_round(&fake, Listing::Objects, &pace(4)).await;
     assert!(rest.empty);
     assert_eq!(round.deleted + rest.deleted, 500);
-    assert_eq!(fake.deletes(), 3);
+    assert_eq!(fake.deletes(), 4);
 }
