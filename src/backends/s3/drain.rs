@@ -263,7 +263,7 @@ pub(super) async fn run_round<T: Target>(
         if spent(requested) {
             return round;
         }
-        let mut out_of_budget = false;
+        let mut out_of_budget;
         'pages: loop {
             // Once the time is up no further page is listed, and the page in hand is deleted
             // whole: a listing can cost more than the deletes of its page, and a round that
