@@ -299,7 +299,21 @@ pub struct DrainDefaults {
     /// Client-side drains only: most objects deleted per second (default 1000).
     #[serde(default)]
     pub max_deletes_per_second: Option<u32>,
+    /// Client-side drains only: `DeleteObjects` calls in flight at once (default 4).
+    #[serde(default)]
+    pub deletes_in_flight: Option<u32>,
+    /// Client-side drains only: how long one reconcile deletes before it yields its worker; removing
+    /// the drain annotation takes effect between rounds (default 5s).
+    #[serde(default, deserialize_with = "duration_opt")]
+    pub round_duration: Option<Duration>,
+    /// Server-side drains only: the first poll interval; polls then back off to the configured
+    /// interval (default 2s).
+    #[serde(default, deserialize_with = "duration_opt")]
+    pub first_poll_interval: Option<Duration>,
 }
+
+/// The most `DeleteObjects` calls a client-side drain may keep in flight.
+pub const MAX_DELETES_IN_FLIGHT: u32 = 64;
 
 /// RDS settings.
 #[derive(Deserialize, Debug, Clone, PartialEq)]
@@ -558,6 +572,8 @@ impl OperatorConfig {
                 ("initialPollInterval", drain.initial_poll_interval),
                 ("longRunningPollInterval", drain.long_running_poll_interval),
                 ("stuckThreshold", drain.stuck_threshold),
+                ("roundDuration", drain.round_duration),
+                ("firstPollInterval", drain.first_poll_interval),
             ] {
                 if value.is_some_and(|v| v < MIN_POLL_INTERVAL) {
                     return Err(format!(
@@ -565,6 +581,19 @@ impl OperatorConfig {
                         MIN_POLL_INTERVAL.as_secs()
                     ));
                 }
+            }
+            if drain.max_deletes_per_second == Some(0) {
+                return Err(format!(
+                    "providers.{name}.drain.maxDeletesPerSecond: must be at least 1"
+                ));
+            }
+            if drain
+                .deletes_in_flight
+                .is_some_and(|n| !(1..=MAX_DELETES_IN_FLIGHT).contains(&n))
+            {
+                return Err(format!(
+                    "providers.{name}.drain.deletesInFlight: must be between 1 and {MAX_DELETES_IN_FLIGHT}"
+                ));
             }
         }
         self.runtime.validate()?;
@@ -774,6 +803,8 @@ mod tests {
             "initialPollInterval",
             "longRunningPollInterval",
             "stuckThreshold",
+            "roundDuration",
+            "firstPollInterval",
         ] {
             let err = OperatorConfig::parse(&format!(
                 "providers:\n  s3:\n    s3Compatible:\n      endpoint: http://s3\n      credentialsSecret: {{name: x}}\n      drain:\n        {field}: 0s\n"
@@ -790,6 +821,38 @@ mod tests {
             )
             .is_ok()
         );
+    }
+
+    #[test]
+    fn client_side_drain_pace_is_configured_within_bounds() {
+        let parse = |drain: &str| {
+            OperatorConfig::parse(&format!(
+                "providers:\n  s3:\n    s3Compatible:\n      endpoint: http://s3\n      credentialsSecret: {{name: x}}\n      drain: {drain}\n"
+            ))
+        };
+        let config = parse("{deletesInFlight: 8, roundDuration: 1m, maxDeletesPerSecond: 5000, firstPollInterval: 5s}").unwrap();
+        let drain = config.providers["s3"].drain();
+        assert_eq!(drain.deletes_in_flight, Some(8));
+        assert_eq!(drain.round_duration, Some(Duration::from_secs(60)));
+        assert_eq!(drain.max_deletes_per_second, Some(5000));
+        assert_eq!(drain.first_poll_interval, Some(Duration::from_secs(5)));
+        for (drain, field) in [
+            (
+                "{deletesInFlight: 0}",
+                "drain.deletesInFlight: must be between 1 and 64",
+            ),
+            (
+                "{deletesInFlight: 65}",
+                "drain.deletesInFlight: must be between 1 and 64",
+            ),
+            (
+                "{maxDeletesPerSecond: 0}",
+                "drain.maxDeletesPerSecond: must be at least 1",
+            ),
+        ] {
+            let err = parse(drain).unwrap_err();
+            assert!(err.contains(field), "{drain}: {err}");
+        }
     }
 
     #[test]

@@ -235,6 +235,58 @@ async fn s3_compatible_drain_without_deletion_empties_the_bucket_and_cancelling_
     drain_and_cancel("s3").await;
 }
 
+/// A StorageGRID drain with no interval configured anywhere (3 minutes by default) is polled
+/// within seconds at first: a small drain shows as complete in seconds, not at the first
+/// 3-minute poll.
+#[tokio::test(flavor = "multi_thread")]
+async fn storagegrid_a_small_drain_with_default_polling_completes_in_seconds() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-drain-quick").unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    ready_tenant(&env, &ns.name, "t", "default");
+    env.apply(
+        &ns.name,
+        &manifest("S3Bucket", "small", "  tenantRef:\n    name: t\n"),
+    )
+    .unwrap();
+    let small = wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/small",
+        "Ready",
+        Duration::from_secs(60),
+        ready,
+    );
+    let creds = secret_data(&env, &ns.name, "small-credentials").unwrap();
+    let name = small["status"]["bucketName"].as_str().unwrap().to_string();
+    put_objects(&client_for(&creds), &name, "a", 20).await;
+    env.kubectl(&[
+        "annotate",
+        "-n",
+        &ns.name,
+        "s3bucket/small",
+        "keeper.dev/drain=quick",
+    ])
+    .unwrap();
+    let obj = wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/small",
+        "drained and recorded as handled well before the 3-minute default interval",
+        Duration::from_secs(45),
+        |o| {
+            o["status"]["handledRequests"]["drain"] == "quick"
+                && o["status"]["drainStatus"].is_null()
+        },
+    );
+    assert_eq!(obj["status"]["objectCount"], 0, "{obj:#}");
+    let reasons = events(&env, &ns.name, "small");
+    assert!(
+        reasons.iter().any(|r| r == "BucketDrainingComplete"),
+        "{reasons:?}"
+    );
+}
+
 async fn drain_and_cancel(provider: &str) {
     let env = Env::from_env().unwrap();
     let ns = env.namespace(&format!("e2e-drain-{provider}")).unwrap();

@@ -68,6 +68,32 @@ fn mark_of(tags: &[Tag]) -> Option<OwnerMark> {
     })
 }
 
+/// A bucket's versioning state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Versioning {
+    /// Never enabled (no `Status`): every key has exactly one version and there are no delete
+    /// markers.
+    Never,
+    Enabled,
+    /// Enabled once, then suspended: older versions and delete markers may remain.
+    Suspended,
+}
+
+/// The versioning state in a GetBucketVersioning answer the SDK could not decode; `None` when the
+/// body is not such an answer.
+pub(super) fn versioning_in(body: &str) -> Option<Versioning> {
+    if !body.contains("Versioning") {
+        return None;
+    }
+    Some(if body.contains("<Status>Enabled</Status>") {
+        Versioning::Enabled
+    } else if body.contains("<Status>") {
+        Versioning::Suspended
+    } else {
+        Versioning::Never
+    })
+}
+
 /// What a create attempt found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CreateOutcome {
@@ -226,6 +252,37 @@ impl S3Store {
             })
             .await?;
         Ok(())
+    }
+
+    /// The bucket's versioning state (GetBucketVersioning). Some stores (moto) name the answer's
+    /// root element differently, which the SDK refuses to decode: their `Status` element is read
+    /// from the raw answer instead.
+    pub async fn versioning(&self, metrics: &Metrics, bucket: &str) -> Result<Versioning, S3Error> {
+        metrics
+            .backend_call(BACKEND, "get_bucket_versioning", async {
+                match self
+                    .client
+                    .get_bucket_versioning()
+                    .bucket(bucket)
+                    .send()
+                    .await
+                {
+                    Ok(out) => Ok(match out.status() {
+                        None => Versioning::Never,
+                        Some(BucketVersioningStatus::Enabled) => Versioning::Enabled,
+                        Some(_) => Versioning::Suspended,
+                    }),
+                    Err(e) => {
+                        let answered = e
+                            .raw_response()
+                            .filter(|raw| raw.status().is_success())
+                            .and_then(|raw| raw.body().bytes())
+                            .and_then(|body| versioning_in(&String::from_utf8_lossy(body)));
+                        answered.ok_or_else(|| classify("get_bucket_versioning", e))
+                    }
+                }
+            })
+            .await
     }
 
     /// Deletes the (empty) bucket. A bucket already gone counts as deleted.

@@ -1,12 +1,24 @@
 //! Usage by bounded listing and the client-side drain in `DeleteObjects` batches.
+//!
+//! A drain round lists the bucket with the cheapest call that sees everything in it
+//! (`ListObjectsV2` for a bucket that was never versioned, `ListObjectVersions` otherwise), lists
+//! the next page while the current one is deleted, and keeps a few `DeleteObjects` calls in
+//! flight. The pipeline ([`run_round`]) is generic over [`Target`] so that its ordering and
+//! bounds are tested without a store.
 
-use std::time::{Duration, Instant};
+use std::future::Future;
+use std::pin::pin;
+use std::time::Duration;
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::time::Instant;
 
 use super::{
-    BACKEND, ErrorClass, MAX_DELETE_BATCH, OwnerMark, Ownership, S3Error, S3Store, classify,
+    BACKEND, ErrorClass, MAX_DELETE_BATCH, OwnerMark, Ownership, S3Error, S3Store, Versioning,
+    classify,
 };
 use crate::metrics::Metrics;
 
@@ -20,21 +32,165 @@ pub struct Usage {
     pub complete: bool,
 }
 
+/// Which call lists what must go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// `ListObjectsV2`: one entry per key, complete only in a bucket that was never versioned
+    /// (no older versions, no delete markers), and much cheaper on some stores.
+    Objects,
+    /// `ListObjectVersions`: every version and delete marker.
+    Versions,
+}
+
+impl Listing {
+    /// The cheapest listing that sees everything in a bucket in this versioning state. A
+    /// suspended bucket may still hold versions and delete markers.
+    pub fn for_versioning(versioning: Versioning) -> Listing {
+        match versioning {
+            Versioning::Never => Listing::Objects,
+            Versioning::Enabled | Versioning::Suspended => Listing::Versions,
+        }
+    }
+
+    fn operation(self) -> &'static str {
+        match self {
+            Listing::Objects => "list_objects_v2",
+            Listing::Versions => "list_object_versions",
+        }
+    }
+}
+
+/// Where a listing starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Cursor {
+    Start,
+    /// After this entry (`start-after` for objects; key and version-id markers for versions).
+    After {
+        key: String,
+        version: Option<String>,
+    },
+}
+
+/// One thing to delete: a key, or one version (or delete marker) of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Entry {
+    pub key: String,
+    pub version: Option<String>,
+}
+
+/// One listing page.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(super) struct Page {
+    pub entries: Vec<Entry>,
+    pub bytes: i64,
+    /// Where the listing goes on; `None` when this page is the last.
+    pub next: Option<Cursor>,
+}
+
+/// A key `DeleteObjects` did not delete.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct KeyFailure {
+    pub key: String,
+    pub code: String,
+    pub message: String,
+}
+
+/// What a drain round does to a bucket; the store implements it, the pipeline's tests fake it.
+pub(super) trait Target {
+    fn list(
+        &self,
+        listing: Listing,
+        from: &Cursor,
+        max_keys: usize,
+    ) -> impl Future<Output = Result<Page, S3Error>>;
+
+    /// Why the bucket is no longer the drain's owner's, checked right before each batch.
+    fn not_owned(&self) -> impl Future<Output = Result<Option<String>, S3Error>>;
+
+    /// One `DeleteObjects` call; the keys it did not delete.
+    fn delete(&self, batch: Vec<Entry>) -> impl Future<Output = Result<Vec<KeyFailure>, S3Error>>;
+}
+
+/// How fast a client-side drain goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainPace {
+    /// How long a round starts new batches (it always starts at least one).
+    pub budget: Duration,
+    /// The user's cap: objects deleted per second.
+    pub max_per_second: u32,
+    /// `DeleteObjects` calls in flight at once.
+    pub in_flight: usize,
+}
+
+impl DrainPace {
+    /// Keys per `DeleteObjects` call: 1,000, or fewer under a lower rate cap (a batch never
+    /// needs more than a second of the budget).
+    pub fn batch(&self) -> usize {
+        MAX_DELETE_BATCH.min(self.max_per_second.max(1) as usize)
+    }
+
+    /// Entries asked of one listing call: enough for every delete in flight. S3 gives at most
+    /// 1,000 a page whatever is asked; a store that gives more saves listing calls.
+    pub fn page(&self) -> usize {
+        self.batch() * self.in_flight.max(1)
+    }
+
+    /// How long after the round began the batch that follows `requested` objects may start.
+    pub fn due(&self, requested: u64) -> Duration {
+        Duration::from_secs_f64(requested as f64 / f64::from(self.max_per_second.max(1)))
+    }
+}
+
 /// What one drain round did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DrainRound {
     /// Versions and delete markers deleted in this round.
     pub deleted: u64,
-    /// The last listing came back empty: nothing is left.
+    /// A listing from the start came back empty: nothing is left.
     pub empty: bool,
     /// Objects that cannot be deleted because of object lock or a legal hold: the drain must stop.
     pub blocked: Option<String>,
-    /// Other per-key failures in the last batch (retried by the next round).
+    /// Other per-key failures in this round (retried by the next round, which lists again).
     pub failed: Vec<String>,
     /// Incomplete multipart uploads aborted in this round.
     pub aborted_uploads: u64,
     /// The bucket no longer carries the drain's owner mark: the round stopped before deleting.
     pub not_ours: Option<String>,
+    /// A call that failed and ended the round early; what `deleted` counts was deleted all the
+    /// same (the next round lists the bucket again, so the failed batch is retried, not lost).
+    pub error: Option<S3Error>,
+}
+
+impl DrainRound {
+    /// Whether the round must start no further batch.
+    fn stopped(&self) -> bool {
+        self.blocked.is_some() || self.not_ours.is_some() || self.error.is_some()
+    }
+
+    /// Counts a finished `DeleteObjects` call of `requested` keys.
+    fn settle(&mut self, (requested, result): (u64, Result<Vec<KeyFailure>, S3Error>)) {
+        let failures = match result {
+            Ok(failures) => failures,
+            Err(e) => {
+                self.error.get_or_insert(e);
+                return;
+            }
+        };
+        self.deleted += requested - failures.len() as u64;
+        if self.blocked.is_none()
+            && let Some(locked) = failures.iter().find(|f| is_lock_error(&f.code))
+        {
+            self.blocked = Some(format!(
+                "object {:?} cannot be deleted ({}: {}); object lock retention or a legal hold protects it",
+                locked.key, locked.code, locked.message
+            ));
+        }
+        self.failed.extend(
+            failures
+                .iter()
+                .map(|f| format!("{}: {}: {}", f.key, f.code, f.message)),
+        );
+    }
 }
 
 /// Per-key error codes that mean retention or a legal hold protects the object.
@@ -42,68 +198,357 @@ fn is_lock_error(code: &str) -> bool {
     matches!(code, "AccessDenied" | "InvalidRequest" | "ObjectLocked")
 }
 
+/// Awaits `work` while the deletes in flight go on (and are counted as they finish).
+async fn alongside<T, D>(
+    work: impl Future<Output = T>,
+    running: &mut FuturesUnordered<D>,
+    round: &mut DrainRound,
+) -> T
+where
+    D: Future<Output = (u64, Result<Vec<KeyFailure>, S3Error>)>,
+{
+    let mut work = pin!(work);
+    loop {
+        tokio::select! {
+            biased;
+            Some(done) = running.next(), if !running.is_empty() => round.settle(done),
+            out = &mut work => return out,
+        }
+    }
+}
+
+/// One round of a client-side drain: passes over the bucket, each listing it from the start,
+/// until a listing from the start finds nothing, the budget is spent (checked before each
+/// listing: the page in hand is deleted whole), a pass deletes nothing (every key failed), or
+/// something stops the drain (object lock, ownership, a failed call).
+///
+/// Within a pass the next page is listed before the current one is deleted, while earlier
+/// batches are still in flight: a listing continued from a marker whose entry is already gone
+/// ends early on some stores. At most `pace.in_flight` batches run at once, each started only
+/// after the ownership check and no sooner than `pace.max_per_second` allows. Every batch is
+/// full but the last of a pass, so a bucket of N entries takes ⌈N/1000⌉ `DeleteObjects` calls.
+/// Nothing is remembered between rounds: a restart lists the bucket from the start again.
+pub(super) async fn run_round<T: Target>(
+    target: &T,
+    mut listing: Listing,
+    pace: &DrainPace,
+) -> DrainRound {
+    let began = Instant::now();
+    let mut round = DrainRound::default();
+    let mut running = FuturesUnordered::new();
+    // Objects in the batches started so far (the rate cap counts them as they start).
+    let mut requested: u64 = 0;
+    let spent = |requested: u64| requested > 0 && began.elapsed() >= pace.budget;
+    loop {
+        let deleted_before = round.deleted;
+        let mut page = match target.list(listing, &Cursor::Start, pace.page()).await {
+            Ok(page) => page,
+            Err(e) => {
+                round.error = Some(e);
+                return round;
+            }
+        };
+        if page.entries.is_empty() {
+            if listing == Listing::Objects {
+                // Versions or delete markers (versioning turned on meanwhile) are invisible to
+                // ListObjectsV2: emptiness is only believed from ListObjectVersions.
+                listing = Listing::Versions;
+                continue;
+            }
+            round.empty = true;
+            return round;
+        }
+        // Checked after the listing, so that a round that deleted the last objects still finds
+        // the bucket empty.
+        if spent(requested) {
+            return round;
+        }
+        let mut out_of_budget;
+        'pages: loop {
+            // Once the time is up no further page is listed, and the page in hand is deleted
+            // whole: a listing can cost more than the deletes of its page, and a round that
+            // stopped mid-page would list it again.
+            let cursor = page.next.take();
+            out_of_budget = cursor.is_some() && spent(requested);
+            let next = match cursor.filter(|_| !out_of_budget) {
+                Some(cursor) => {
+                    match alongside(
+                        target.list(listing, &cursor, pace.page()),
+                        &mut running,
+                        &mut round,
+                    )
+                    .await
+                    {
+                        Ok(next) => Some(next),
+                        Err(e) => {
+                            round.error.get_or_insert(e);
+                            break 'pages;
+                        }
+                    }
+                }
+                None => None,
+            };
+            for chunk in page.entries.chunks(pace.batch()) {
+                while running.len() >= pace.in_flight.max(1) {
+                    let done = running.next().await.expect("deletes are running");
+                    round.settle(done);
+                }
+                if round.stopped() {
+                    break 'pages;
+                }
+                let due = began + pace.due(requested);
+                alongside(tokio::time::sleep_until(due), &mut running, &mut round).await;
+                match alongside(target.not_owned(), &mut running, &mut round).await {
+                    Ok(None) => {}
+                    Ok(Some(why)) => round.not_ours = Some(why),
+                    Err(e) => {
+                        round.error.get_or_insert(e);
+                    }
+                }
+                if round.stopped() {
+                    break 'pages;
+                }
+                let batch = chunk.to_vec();
+                let count = batch.len() as u64;
+                requested += count;
+                running.push(async move { (count, target.delete(batch).await) });
+            }
+            match next {
+                Some(next) => page = next,
+                None => break 'pages,
+            }
+        }
+        while let Some(done) = running.next().await {
+            round.settle(done);
+        }
+        if round.stopped() || out_of_budget || round.deleted == deleted_before {
+            return round;
+        }
+    }
+}
+
+/// A bucket of a store, as the drain pipeline sees it.
+struct Bucket<'a> {
+    store: &'a S3Store,
+    metrics: &'a Metrics,
+    name: &'a str,
+    owner: Option<&'a OwnerMark>,
+}
+
+impl Target for Bucket<'_> {
+    async fn list(
+        &self,
+        listing: Listing,
+        from: &Cursor,
+        max_keys: usize,
+    ) -> Result<Page, S3Error> {
+        let max_keys = i32::try_from(max_keys).unwrap_or(i32::MAX);
+        let (key, version) = match from {
+            Cursor::Start => (None, None),
+            Cursor::After { key, version } => (Some(key.clone()), version.clone()),
+        };
+        let operation = listing.operation();
+        let page = self
+            .metrics
+            .backend_call(BACKEND, operation, async {
+                match listing {
+                    Listing::Objects => {
+                        let out = self
+                            .store
+                            .client
+                            .list_objects_v2()
+                            .bucket(self.name)
+                            .max_keys(max_keys)
+                            .set_start_after(key)
+                            .send()
+                            .await
+                            .map_err(|e| classify(operation, e))?;
+                        let entries: Vec<Entry> = out
+                            .contents()
+                            .iter()
+                            .filter_map(|o| {
+                                Some(Entry {
+                                    key: o.key()?.to_string(),
+                                    version: None,
+                                })
+                            })
+                            .collect();
+                        // `start-after` a key works whatever happened to that key since.
+                        let next = out.is_truncated().unwrap_or(false).then(|| Cursor::After {
+                            key: entries.last().map(|e| e.key.clone()).unwrap_or_default(),
+                            version: None,
+                        });
+                        Ok(Page {
+                            bytes: out.contents().iter().filter_map(|o| o.size()).sum(),
+                            entries,
+                            next,
+                        })
+                    }
+                    Listing::Versions => {
+                        let out = self
+                            .store
+                            .client
+                            .list_object_versions()
+                            .bucket(self.name)
+                            .max_keys(max_keys)
+                            .set_key_marker(key)
+                            .set_version_id_marker(version)
+                            .send()
+                            .await
+                            .map_err(|e| classify(operation, e))?;
+                        let entries = out
+                            .versions()
+                            .iter()
+                            .map(|v| (v.key(), v.version_id()))
+                            .chain(
+                                out.delete_markers()
+                                    .iter()
+                                    .map(|m| (m.key(), m.version_id())),
+                            )
+                            .filter_map(|(key, version)| {
+                                Some(Entry {
+                                    key: key?.to_string(),
+                                    version: version.map(str::to_string),
+                                })
+                            })
+                            .collect();
+                        let next = out.is_truncated().unwrap_or(false).then(|| Cursor::After {
+                            key: out.next_key_marker().unwrap_or_default().to_string(),
+                            version: out.next_version_id_marker().map(str::to_string),
+                        });
+                        Ok(Page {
+                            bytes: out.versions().iter().filter_map(|v| v.size()).sum(),
+                            entries,
+                            next,
+                        })
+                    }
+                }
+            })
+            .await?;
+        // A truncated page must say where to go on, and somewhere new: a store that repeats its
+        // marker would be listed forever.
+        if let Some(Cursor::After { key, .. }) = &page.next
+            && (key.is_empty() || page.next.as_ref() == Some(from))
+        {
+            return Err(S3Error {
+                operation,
+                class: ErrorClass::Permanent,
+                code: "RepeatedContinuationMarker".to_string(),
+                message: format!(
+                    "the store answered a truncated listing of bucket {} without a new continuation marker ({key:?}); it does not page correctly",
+                    self.name
+                ),
+            });
+        }
+        Ok(page)
+    }
+
+    async fn not_owned(&self) -> Result<Option<String>, S3Error> {
+        let Some(owner) = self.owner else {
+            return Ok(None);
+        };
+        self.store
+            .not_owned_by(self.metrics, self.name, owner)
+            .await
+    }
+
+    async fn delete(&self, batch: Vec<Entry>) -> Result<Vec<KeyFailure>, S3Error> {
+        let ids = batch
+            .into_iter()
+            .map(|e| {
+                ObjectIdentifier::builder()
+                    .key(e.key)
+                    .set_version_id(e.version)
+                    .build()
+                    .expect("key is set")
+            })
+            .collect();
+        let delete = Delete::builder()
+            .set_objects(Some(ids))
+            .quiet(true)
+            .build()
+            .expect("objects are set");
+        let out = self
+            .metrics
+            .backend_call(BACKEND, "delete_objects", async {
+                self.store
+                    .client
+                    .delete_objects()
+                    .bucket(self.name)
+                    .delete(delete)
+                    .send()
+                    .await
+                    .map_err(|e| classify("delete_objects", e))
+            })
+            .await?;
+        // Quiet mode reports only failures; everything else was deleted.
+        Ok(out
+            .errors()
+            .iter()
+            .map(|f| KeyFailure {
+                key: f.key().unwrap_or_default().to_string(),
+                code: f.code().unwrap_or("Unknown").to_string(),
+                message: f.message().unwrap_or_default().to_string(),
+            })
+            .collect())
+    }
+}
+
 impl S3Store {
-    /// Counts versions and delete markers, listing at most `max_entries` of them so that a
-    /// bucket with millions of objects costs a bounded number of requests. `Ok(None)` when the
-    /// bucket does not exist.
+    /// The bucket's versioning state; `Ok(None)` when the bucket does not exist.
+    async fn versioning_if_exists(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+    ) -> Result<Option<Versioning>, S3Error> {
+        match self.versioning(metrics, bucket).await {
+            Ok(versioning) => Ok(Some(versioning)),
+            Err(e) if e.code == "NoSuchBucket" => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Counts versions and delete markers (with the cheapest listing for the bucket's versioning
+    /// state), listing at most about `max_entries` of them so that a bucket with millions of
+    /// objects costs a bounded number of requests. `Ok(None)` when the bucket does not exist.
     pub async fn usage(
         &self,
         metrics: &Metrics,
         bucket: &str,
         max_entries: i64,
     ) -> Result<Option<Usage>, S3Error> {
+        let Some(versioning) = self.versioning_if_exists(metrics, bucket).await? else {
+            return Ok(None);
+        };
+        let listing = Listing::for_versioning(versioning);
+        let target = Bucket {
+            store: self,
+            metrics,
+            name: bucket,
+            owner: None,
+        };
         let mut usage = Usage::default();
-        let mut key_marker: Option<String> = None;
-        let mut version_marker: Option<String> = None;
+        let mut cursor = Cursor::Start;
         loop {
-            let page = metrics
-                .backend_call(BACKEND, "list_object_versions", async {
-                    match self
-                        .client
-                        .list_object_versions()
-                        .bucket(bucket)
-                        .max_keys(MAX_DELETE_BATCH as i32)
-                        .set_key_marker(key_marker.clone())
-                        .set_version_id_marker(version_marker.clone())
-                        .send()
-                        .await
-                    {
-                        Ok(page) => Ok(Some(page)),
-                        Err(e) if e.code() == Some("NoSuchBucket") => Ok(None),
-                        Err(e) => Err(classify("list_object_versions", e)),
-                    }
-                })
-                .await?;
-            let Some(page) = page else {
-                return Ok(None);
+            // Ask for what is left to count: S3 gives 1,000 a page, some stores give more.
+            let wanted = usize::try_from(max_entries - usage.objects)
+                .unwrap_or_default()
+                .max(MAX_DELETE_BATCH);
+            let page = match target.list(listing, &cursor, wanted).await {
+                Ok(page) => page,
+                Err(e) if e.code == "NoSuchBucket" => return Ok(None),
+                Err(e) => return Err(e),
             };
-            usage.objects += (page.versions().len() + page.delete_markers().len()) as i64;
-            usage.bytes += page.versions().iter().filter_map(|v| v.size()).sum::<i64>();
-            if !page.is_truncated().unwrap_or(false) {
+            usage.objects += page.entries.len() as i64;
+            usage.bytes += page.bytes;
+            let Some(next) = page.next else {
                 usage.complete = true;
                 return Ok(Some(usage));
-            }
+            };
             if usage.objects >= max_entries {
                 return Ok(Some(usage));
             }
-            let next = (
-                page.next_key_marker().map(str::to_string),
-                page.next_version_id_marker().map(str::to_string),
-            );
-            // A truncated page must say where to go on, and somewhere new: a server that
-            // repeats its marker would be listed forever.
-            if next.0.is_none() || next == (key_marker.clone(), version_marker.clone()) {
-                return Err(S3Error {
-                    operation: "list_object_versions",
-                    class: ErrorClass::Permanent,
-                    code: "RepeatedContinuationMarker".to_string(),
-                    message: format!(
-                        "the store answered a truncated listing of bucket {bucket} without a new continuation marker ({:?}); it does not page correctly",
-                        next.0
-                    ),
-                });
-            }
-            (key_marker, version_marker) = next;
+            cursor = next;
         }
     }
 
@@ -130,125 +575,32 @@ impl S3Store {
         })
     }
 
-    /// Deletes versions and delete markers for about `budget` (at least one batch), at most
-    /// `max_per_second` per second, then aborts incomplete multipart uploads (their parts hold
-    /// data and keep some stores from deleting the bucket). Each batch first checks that the
-    /// bucket still carries `owner`'s mark.
-    ///
-    /// Stateless, so a restart resumes where the bucket is: every batch re-lists from the start
-    /// (continuing a listing across deletions can end it early on some servers).
+    /// Deletes versions and delete markers for about `pace.budget` (at least one batch), see
+    /// [`run_round`], then, once nothing is left, aborts incomplete multipart uploads (their
+    /// parts hold data and keep some stores from deleting the bucket). Each batch first checks
+    /// that the bucket still carries `owner`'s mark.
     pub async fn drain_round(
         &self,
         metrics: &Metrics,
         bucket: &str,
         owner: &OwnerMark,
-        budget: Duration,
-        max_per_second: u32,
+        pace: &DrainPace,
     ) -> Result<DrainRound, S3Error> {
-        let started = Instant::now();
-        let mut round = DrainRound::default();
-        let max_per_second = max_per_second.max(1);
-        // Batches never exceed the rate, so one batch never needs more than a second of budget.
-        let batch_size = MAX_DELETE_BATCH.min(max_per_second as usize);
-        loop {
-            let page = metrics
-                .backend_call(BACKEND, "list_object_versions", async {
-                    self.client
-                        .list_object_versions()
-                        .bucket(bucket)
-                        .max_keys(batch_size as i32)
-                        .send()
-                        .await
-                        .map_err(|e| classify("list_object_versions", e))
-                })
+        let listing = Listing::for_versioning(self.versioning(metrics, bucket).await?);
+        let target = Bucket {
+            store: self,
+            metrics,
+            name: bucket,
+            owner: Some(owner),
+        };
+        let mut round = run_round(&target, listing, pace).await;
+        if round.empty {
+            self.abort_uploads(metrics, bucket, owner, &mut round)
                 .await?;
-            let ids: Vec<ObjectIdentifier> = page
-                .versions()
-                .iter()
-                .filter_map(|v| Some((v.key()?, v.version_id())))
-                .chain(
-                    page.delete_markers()
-                        .iter()
-                        .filter_map(|m| Some((m.key()?, m.version_id()))),
-                )
-                .take(batch_size)
-                .map(|(key, version)| {
-                    ObjectIdentifier::builder()
-                        .key(key)
-                        .set_version_id(version.map(str::to_string))
-                        .build()
-                        .expect("key is set")
-                })
-                .collect();
-            if ids.is_empty() {
-                self.abort_uploads(metrics, bucket, owner, &mut round)
-                    .await?;
-                // Aborted uploads are listed again by the next round, which then finds none.
-                round.empty = round.not_ours.is_none() && round.aborted_uploads == 0;
-                return Ok(round);
-            }
-            // The budget is checked after the listing, so a round that deleted the last objects
-            // still reports the bucket empty.
-            if round.deleted > 0 && started.elapsed() >= budget {
-                return Ok(round);
-            }
-            if let Some(why) = self.not_owned_by(metrics, bucket, owner).await? {
-                round.not_ours = Some(why);
-                return Ok(round);
-            }
-            let requested = ids.len() as u64;
-            let delete = Delete::builder()
-                .set_objects(Some(ids))
-                .quiet(true)
-                .build()
-                .expect("objects are set");
-            let out = metrics
-                .backend_call(BACKEND, "delete_objects", async {
-                    self.client
-                        .delete_objects()
-                        .bucket(bucket)
-                        .delete(delete)
-                        .send()
-                        .await
-                        .map_err(|e| classify("delete_objects", e))
-                })
-                .await?;
-            // Quiet mode reports only failures; everything else was deleted.
-            let failures = out.errors();
-            round.deleted += requested - failures.len() as u64;
-            round.failed = failures
-                .iter()
-                .map(|f| {
-                    format!(
-                        "{}: {}: {}",
-                        f.key().unwrap_or_default(),
-                        f.code().unwrap_or("Unknown"),
-                        f.message().unwrap_or_default()
-                    )
-                })
-                .collect();
-            if let Some(locked) = failures
-                .iter()
-                .find(|f| f.code().is_some_and(is_lock_error))
-            {
-                round.blocked = Some(format!(
-                    "object {:?} cannot be deleted ({}: {}); object lock retention or a legal hold protects it",
-                    locked.key().unwrap_or_default(),
-                    locked.code().unwrap_or_default(),
-                    locked.message().unwrap_or_default()
-                ));
-                return Ok(round);
-            }
-            // A batch that deleted nothing would be listed again unchanged: let the caller retry later.
-            if failures.len() as u64 == requested {
-                return Ok(round);
-            }
-            // Rate limit: never get ahead of `max_per_second` since the round began.
-            let due = Duration::from_secs_f64(round.deleted as f64 / f64::from(max_per_second));
-            if let Some(wait) = due.checked_sub(started.elapsed()) {
-                tokio::time::sleep(wait).await;
-            }
+            // Aborted uploads are listed again by the next round, which then finds none.
+            round.empty = round.not_ours.is_none() && round.aborted_uploads == 0;
         }
+        Ok(round)
     }
 
     /// Aborts one page of the incomplete multipart uploads of a bucket whose objects are gone,
@@ -308,3 +660,6 @@ impl S3Store {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

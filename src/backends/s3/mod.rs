@@ -24,8 +24,8 @@ mod drain;
 pub(crate) mod tests;
 
 pub use access::Access;
-pub use bucket::{CreateOutcome, DeleteOutcome, OwnerMark, Ownership};
-pub use drain::{DrainRound, Usage};
+pub use bucket::{CreateOutcome, DeleteOutcome, OwnerMark, Ownership, Versioning};
+pub use drain::{DrainPace, DrainRound, Listing, Usage};
 
 /// The bucket tag that records which S3Bucket (by uid) created the bucket.
 pub const OWNER_TAG: &str = "keeper.dev/owner-uid";
@@ -76,7 +76,7 @@ pub enum ErrorClass {
     Permanent,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("S3 {operation} failed: {code}: {message}")]
 pub struct S3Error {
     /// The operation in snake_case, as in the metrics (`create_bucket`).
@@ -211,6 +211,16 @@ impl S3Store {
         settings: &S3Settings,
         timeouts: &BackendTimeouts,
     ) -> Result<Self, String> {
+        Ok(S3Store {
+            client: Client::from_conf(Self::config(settings, timeouts)?.build()),
+        })
+    }
+
+    /// The SDK configuration of a client for `settings`.
+    fn config(
+        settings: &S3Settings,
+        timeouts: &BackendTimeouts,
+    ) -> Result<aws_sdk_s3::config::Builder, String> {
         let credentials = Credentials::new(
             settings.access_key_id.clone(),
             settings.secret_access_key.clone(),
@@ -237,8 +247,6 @@ impl S3Store {
         if let Some(pem) = &settings.ca_bundle {
             config = config.http_client(https_client_trusting(pem)?);
         }
-        Ok(S3Store {
-            client: Client::from_conf(config.build()),
-        })
+        Ok(config)
     }
 }

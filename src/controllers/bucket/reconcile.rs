@@ -204,7 +204,7 @@ async fn run_drain<B: BucketBackend>(
         out.deleted += progress.deleted;
         if let Some(lost) = progress.not_ours {
             lose_ownership(out, lost, generation);
-            out.next = Next::Requeue(drain::next_poll_interval(&view.drain, Duration::ZERO));
+            out.next = Next::Requeue(drain::next_poll_interval(&view.drain, None, Duration::ZERO));
             return Ok(None);
         }
         if let Some(blocked) = progress.blocked {
@@ -214,7 +214,7 @@ async fn run_drain<B: BucketBackend>(
                 generation,
                 false,
             );
-            out.next = Next::Requeue(drain::next_poll_interval(&view.drain, Duration::ZERO));
+            out.next = Next::Requeue(drain::next_poll_interval(&view.drain, None, Duration::ZERO));
             out.observed = Cache::Forget;
             return Ok(None);
         }
@@ -241,7 +241,8 @@ async fn run_drain<B: BucketBackend>(
         DrainStep::Idle => {}
         DrainStep::Initiate => {
             if ownership_lost(backend, view, out).await?.is_some() {
-                out.next = Next::Requeue(drain::next_poll_interval(&view.drain, Duration::ZERO));
+                out.next =
+                    Next::Requeue(drain::next_poll_interval(&view.drain, None, Duration::ZERO));
                 return Ok(None);
             }
             backend.start_drain(bucket).await?;
@@ -257,7 +258,7 @@ async fn run_drain<B: BucketBackend>(
             out.next = Next::Requeue(if client_side {
                 CLIENT_DRAIN_CONTINUE
             } else {
-                drain::next_poll_interval(&view.drain, Duration::ZERO)
+                drain::next_poll_interval(&view.drain, Some(mode), Duration::ZERO)
             });
             out.status.drain_status = Some(status);
         }

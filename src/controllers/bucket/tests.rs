@@ -355,7 +355,8 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
     let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::STARTED]);
     assert_eq!(out.status.phase, Some(BucketPhase::Draining));
-    assert_eq!(out.next_requeue(), Duration::from_secs(180));
+    // The first poll comes within seconds (then backs off to the 3-minute interval).
+    assert_eq!(out.next_requeue(), Duration::from_secs(2));
     let ds = out.status.drain_status.clone().unwrap();
     assert_eq!(ds.initial_object_count, 900);
     assert_eq!(ds.mode, Some(DrainMode::ServerSide));
@@ -363,13 +364,13 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
     fake.take_calls();
     // An unrelated event before the poll is due: no backend call, no change, wake at the due time.
     let cached = cache_of(&out, None);
-    let early = apply_bucket(&fake, &view(&obj, at(60), cached))
+    let early = apply_bucket(&fake, &view(&obj, at(1), cached))
         .await
         .unwrap();
     assert_eq!(early.status, obj.status.clone().unwrap());
-    assert_eq!(early.next_requeue(), Duration::from_secs(120));
+    assert_eq!(early.next_requeue(), Duration::from_secs(1));
     assert!(fake.take_calls().is_empty());
-    let out = apply_bucket(&fake, &view(&obj, at(180), cached))
+    let out = apply_bucket(&fake, &view(&obj, at(2), cached))
         .await
         .unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::PROGRESS]);
@@ -378,13 +379,9 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
         out.deleted, 300,
         "server-side progress counts as deleted objects"
     );
-    let out = apply_bucket(&fake, &view(&obj, at(360), None))
-        .await
-        .unwrap();
+    let out = apply_bucket(&fake, &view(&obj, at(4), None)).await.unwrap();
     write_back(&mut obj, &out);
-    let out = apply_bucket(&fake, &view(&obj, at(540), None))
-        .await
-        .unwrap();
+    let out = apply_bucket(&fake, &view(&obj, at(6), None)).await.unwrap();
     // The last deletions show as progress, then the completion.
     assert_eq!(
         write_back(&mut obj, &out),

@@ -272,7 +272,7 @@ impl Connect for Connector {
                     store: clients.s3(&admin),
                     metrics: metrics.clone(),
                     credentials,
-                    max_deletes_per_second: p.drain.max_deletes_per_second,
+                    pace: s3::drain_pace(&p.drain),
                 })))
             }
             Provider::StorageGrid(_) => {

@@ -7,16 +7,32 @@ use super::users::{BucketUsers, Iam};
 use super::{BucketBackend, DesiredBucket, DrainProgress, KeyCheck, KeyPlan, Observed, Owner};
 use crate::api::DrainMode;
 use crate::backends::error::{BackendError, ErrorClass};
-use crate::backends::s3::{self, CreateOutcome, DeleteOutcome, S3Store};
+use crate::backends::s3::{self, CreateOutcome, DeleteOutcome, DrainPace, S3Store};
+use crate::config::DrainDefaults;
 use crate::metrics::Metrics;
 use crate::providers::Keys;
 
 /// Listing more than this many versions to compute usage is left for the next refresh.
 const USAGE_LISTING_BOUND: i64 = 100_000;
-/// How long one reconcile deletes objects before it yields its worker. Short, because removing
-/// the annotation takes effect only between rounds.
-const DRAIN_ROUND_BUDGET: Duration = Duration::from_secs(5);
+/// How long one reconcile deletes objects before it yields its worker, unless configured
+/// (`drain.roundDuration`). Short, because removing the annotation takes effect only between
+/// rounds.
+const DEFAULT_ROUND_DURATION: Duration = Duration::from_secs(5);
 const DEFAULT_MAX_DELETES_PER_SECOND: u32 = 1000;
+/// `DeleteObjects` calls in flight unless configured (`drain.deletesInFlight`): enough to hide
+/// the listing and a store's latency, few enough not to crowd a shared store.
+const DEFAULT_DELETES_IN_FLIGHT: u32 = 4;
+
+/// The pace of client-side drains: the provider's configuration over the defaults.
+pub fn drain_pace(drain: &DrainDefaults) -> DrainPace {
+    DrainPace {
+        budget: drain.round_duration.unwrap_or(DEFAULT_ROUND_DURATION),
+        max_per_second: drain
+            .max_deletes_per_second
+            .unwrap_or(DEFAULT_MAX_DELETES_PER_SECOND),
+        in_flight: drain.deletes_in_flight.unwrap_or(DEFAULT_DELETES_IN_FLIGHT) as usize,
+    }
+}
 
 /// A tenant on an S3-compatible store: keeper manages its buckets with the provider's keys,
 /// drains client-side, and gives each bucket the keys the provider's configuration says.
@@ -25,7 +41,7 @@ pub struct S3Compatible {
     pub store: S3Store,
     pub metrics: Arc<Metrics>,
     pub credentials: Credentials,
-    pub max_deletes_per_second: Option<u32>,
+    pub pace: DrainPace,
 }
 
 /// The keys a bucket's Secret carries on an S3-compatible provider.
@@ -143,17 +159,14 @@ impl BucketBackend for S3Compatible {
     async fn drain_round(&self, desired: &DesiredBucket) -> Result<DrainProgress, BackendError> {
         let round = self
             .store
-            .drain_round(
-                &self.metrics,
-                &desired.name,
-                &desired.owner,
-                DRAIN_ROUND_BUDGET,
-                self.max_deletes_per_second
-                    .unwrap_or(DEFAULT_MAX_DELETES_PER_SECOND),
-            )
+            .drain_round(&self.metrics, &desired.name, &desired.owner, &self.pace)
             .await?;
         let stopped = round.blocked.is_some() || round.not_ours.is_some();
         if !stopped && round.deleted == 0 && round.aborted_uploads == 0 && !round.empty {
+            // A call failed before anything was deleted: the reconcile retries with backoff.
+            if let Some(e) = round.error {
+                return Err(e.into());
+            }
             // Every key of the batch failed for a reason other than a lock: retry with backoff.
             return Err(BackendError::new(
                 "s3",
@@ -165,6 +178,10 @@ impl BucketBackend for S3Compatible {
                     round.failed.first().map_or("", String::as_str)
                 ),
             ));
+        }
+        if let Some(e) = &round.error {
+            // What was deleted counts; the next round lists the bucket again and retries.
+            tracing::warn!(bucket = %desired.name, deleted = round.deleted, error = %e, "a drain round ended early");
         }
         Ok(DrainProgress {
             deleted: round.deleted,

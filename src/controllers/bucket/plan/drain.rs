@@ -23,6 +23,9 @@ pub const ALREADY_EMPTY: &str = "BucketAlreadyEmpty";
 const DEFAULT_INITIAL_POLL: Duration = Duration::from_secs(3 * 60);
 const DEFAULT_LONG_RUNNING_POLL: Duration = Duration::from_secs(15 * 60);
 const DEFAULT_STUCK_THRESHOLD: Duration = Duration::from_secs(3 * 60 * 60);
+/// The first poll of a server-side drain comes this soon unless configured
+/// (`drain.firstPollInterval`): a small drain is over in seconds.
+const DEFAULT_FIRST_POLL: Duration = Duration::from_secs(2);
 /// Drains are polled at the initial interval for this long, then at the long-running one.
 const FIRST_PHASE: Duration = Duration::from_secs(60 * 60);
 
@@ -32,6 +35,8 @@ pub struct DrainSettings {
     pub initial_poll: Duration,
     pub long_running_poll: Duration,
     pub stuck_threshold: Duration,
+    /// Server-side drains: the first poll interval, from which polls back off to the others.
+    pub first_poll: Duration,
 }
 
 /// Resolves the drain timing: bucket spec > provider configuration > built-in defaults.
@@ -58,15 +63,31 @@ pub fn settings(
         stuck_threshold: spec_stuck
             .or(provider.stuck_threshold)
             .unwrap_or(DEFAULT_STUCK_THRESHOLD),
+        first_poll: provider.first_poll_interval.unwrap_or(DEFAULT_FIRST_POLL),
     })
 }
 
-/// The poll interval for a drain that has run for `elapsed`.
-pub fn next_poll_interval(settings: &DrainSettings, elapsed: Duration) -> Duration {
-    if elapsed < FIRST_PHASE {
+/// The poll interval for a drain in `mode` that has run for `elapsed`: the initial interval in
+/// the first hour, the long-running one after it. A server-side drain is polled adaptively
+/// below that: first after `first_poll`, then after half the time it has run so far, so that its
+/// end is seen at most half again its duration late, with a few polls in its first minutes.
+/// A client-side drain sees its end itself (its own listing comes back empty) and a poll costs a
+/// full listing: it keeps the configured interval.
+pub fn next_poll_interval(
+    settings: &DrainSettings,
+    mode: Option<DrainMode>,
+    elapsed: Duration,
+) -> Duration {
+    let configured = if elapsed < FIRST_PHASE {
         settings.initial_poll
     } else {
         settings.long_running_poll
+    };
+    match mode {
+        Some(DrainMode::ServerSide) => {
+            (elapsed / 2).clamp(settings.first_poll.min(configured), configured)
+        }
+        _ => configured,
     }
 }
 
@@ -134,6 +155,7 @@ pub fn initiate(
         message: Some(format!("deleting {objects} objects")),
         next_poll_interval: Some(format_duration(next_poll_interval(
             settings,
+            Some(mode),
             Duration::ZERO,
         ))),
         mode: Some(mode),
@@ -196,6 +218,7 @@ pub fn poll(
     ));
     next.next_poll_interval = Some(format_duration(next_poll_interval(
         settings,
+        current.mode,
         elapsed(current.started_at.as_ref(), now),
     )));
     (next, notes)
@@ -306,6 +329,7 @@ mod tests {
     #[test]
     fn built_in_defaults_are_3m_15m_and_3h() {
         let s = defaults();
+        assert_eq!(s.first_poll, Duration::from_secs(2));
         assert_eq!(s.initial_poll, Duration::from_secs(180));
         assert_eq!(s.long_running_poll, Duration::from_secs(900));
         assert_eq!(s.stuck_threshold, Duration::from_secs(3 * 3600));
@@ -317,7 +341,7 @@ mod tests {
             initial_poll_interval: Some(Duration::from_secs(60)),
             long_running_poll_interval: None,
             stuck_threshold: Some(Duration::from_secs(7200)),
-            max_deletes_per_second: None,
+            ..DrainDefaults::default()
         };
         let s = settings(None, &provider).unwrap();
         assert_eq!(s.initial_poll, Duration::from_secs(60));
@@ -346,13 +370,65 @@ mod tests {
     #[test]
     fn polling_slows_down_after_the_first_hour() {
         let s = defaults();
+        for mode in [
+            None,
+            Some(DrainMode::ClientSide),
+            Some(DrainMode::ServerSide),
+        ] {
+            assert_eq!(
+                next_poll_interval(&s, mode, Duration::from_secs(3599)),
+                Duration::from_secs(180)
+            );
+            assert_eq!(
+                next_poll_interval(&s, mode, Duration::from_secs(3600)),
+                Duration::from_secs(900)
+            );
+        }
+    }
+
+    #[test]
+    fn server_side_drains_are_polled_within_seconds_then_back_off_to_the_interval() {
+        let s = defaults();
+        let server = |secs| {
+            next_poll_interval(&s, Some(DrainMode::ServerSide), Duration::from_secs(secs)).as_secs()
+        };
+        // Half the time run so far, from 2 s up to the configured 3 minutes.
+        let intervals: Vec<u64> = [0, 2, 4, 10, 60, 300, 359, 360, 3000]
+            .into_iter()
+            .map(server)
+            .collect();
+        assert_eq!(intervals, [2, 2, 2, 5, 30, 150, 179, 180, 180]);
+        // Polled from the start, a drain of a few seconds is seen over in seconds, and one of an
+        // hour costs a handful of extra polls.
+        let mut at = 0;
+        let mut polls = Vec::new();
+        while at < 3600 {
+            at += server(at);
+            polls.push(at);
+        }
+        assert_eq!(&polls[..4], [2, 4, 6, 9]);
+        assert!(polls.len() <= 35, "{polls:?}");
+        // Client-side drains see their end themselves: a poll (a full listing) keeps the interval.
         assert_eq!(
-            next_poll_interval(&s, Duration::from_secs(3599)),
+            next_poll_interval(&s, Some(DrainMode::ClientSide), Duration::ZERO),
             Duration::from_secs(180)
         );
+        // A configured first poll is used; an interval below it wins.
+        let slow_start = DrainSettings {
+            first_poll: Duration::from_secs(20),
+            ..s
+        };
         assert_eq!(
-            next_poll_interval(&s, Duration::from_secs(3600)),
-            Duration::from_secs(900)
+            next_poll_interval(&slow_start, Some(DrainMode::ServerSide), Duration::ZERO),
+            Duration::from_secs(20)
+        );
+        let fast = DrainSettings {
+            initial_poll: Duration::from_secs(1),
+            ..s
+        };
+        assert_eq!(
+            next_poll_interval(&fast, Some(DrainMode::ServerSide), Duration::from_secs(30)),
+            Duration::from_secs(1)
         );
     }
 
@@ -387,7 +463,8 @@ mod tests {
         assert_eq!(status.initial_object_count, 1500);
         assert_eq!(status.initial_object_bytes, 73_000);
         assert_eq!(status.previous_object_count, 1500);
-        assert_eq!(status.next_poll_interval.as_deref(), Some("3m0s"));
+        // A server-side drain is first polled within seconds.
+        assert_eq!(status.next_poll_interval.as_deref(), Some("2s"));
         assert_eq!(status.mode, Some(DrainMode::ServerSide));
         assert!(status.is_deleting_objects);
         assert_eq!(note.reason, STARTED);
