@@ -9,6 +9,7 @@
 //! |---|---|
 //! | `resource` | `*` (default), a plural (`s3buckets`: the main resource only) or `plural/subresource` (`s3buckets/status`), as in RBAC |
 //! | `group` | API group to match (`""` is core); any group when absent |
+//! | `user` | the authenticated user name to match (`system:serviceaccount:NS:NAME`), so that only one client's requests fail; any user when absent |
 //! | `verbs` | `get`, `list`, `watch`, `create`, `update`, `patch`, `delete`, `deletecollection`; all when empty |
 //! | `latencyMs` | delay every matching request by this long before it is served |
 //! | `share` | share (0..=1) of matching requests answered with an error instead of being served |
@@ -59,6 +60,8 @@ pub struct Rule {
     pub resource: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
     #[serde(default)]
     pub verbs: Vec<String>,
     #[serde(default)]
@@ -121,7 +124,7 @@ impl Rule {
         Ok(())
     }
 
-    fn matches(&self, r: &RequestInfo) -> bool {
+    fn matches(&self, r: &RequestInfo, user: &str) -> bool {
         let resource = if r.subresource.is_empty() {
             r.resource.clone()
         } else {
@@ -129,6 +132,7 @@ impl Rule {
         };
         (self.resource == "*" || self.resource == resource)
             && self.group.as_deref().is_none_or(|g| g == r.group)
+            && self.user.as_deref().is_none_or(|u| u == user)
             && (self.verbs.is_empty() || self.verbs.iter().any(|v| v == r.verb))
     }
 
@@ -266,12 +270,13 @@ impl Faults {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Decides for one request and waits out the rule's latency.
+    /// Decides for one request of `user` and waits out the rule's latency.
     pub async fn decide(
         &self,
         method: &Method,
         path: &str,
         query: &HashMap<String, String>,
+        user: &str,
     ) -> Decision {
         let Some(info) = classify(method, path, query) else {
             return Decision::default();
@@ -279,7 +284,7 @@ impl Faults {
         let (latency, decision) = {
             let mut inner = self.lock();
             let inner = &mut *inner;
-            let Some(i) = inner.rules.iter().position(|r| r.matches(&info)) else {
+            let Some(i) = inner.rules.iter().position(|r| r.matches(&info, user)) else {
                 return Decision::default();
             };
             let rule = &inner.rules[i];
@@ -464,14 +469,22 @@ mod tests {
             &[],
         )
         .unwrap();
-        assert!(rule.matches(&status));
+        assert!(rule.matches(&status, "admin"));
         assert!(
-            !rule.matches(&main),
+            !rule.matches(&main, "admin"),
             "the main resource is not its subresource"
         );
         let core: Rule = serde_json::from_value(json!({"group": ""})).unwrap();
-        assert!(!core.matches(&main));
-        assert!(core.matches(&info(Method::GET, "/api/v1/secrets", &[]).unwrap()));
+        assert!(!core.matches(&main, "admin"));
+        assert!(core.matches(&info(Method::GET, "/api/v1/secrets", &[]).unwrap(), "admin"));
+        let keeper: Rule =
+            serde_json::from_value(json!({"user": "system:serviceaccount:keeper-system:keeper"}))
+                .unwrap();
+        assert!(keeper.matches(&main, "system:serviceaccount:keeper-system:keeper"));
+        assert!(
+            !keeper.matches(&main, "admin"),
+            "another user's requests are served"
+        );
     }
 
     #[test]

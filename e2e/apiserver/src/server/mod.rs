@@ -295,7 +295,10 @@ pub async fn handle(
     if parts.method == Method::GET && path == "/openapi/v2" {
         return Ok(openapi_v2(&parts.headers));
     }
-    let faults = shared.faults.decide(&parts.method, &path, &query).await;
+    let faults = shared
+        .faults
+        .decide(&parts.method, &path, &query, &user.name)
+        .await;
     let ctx = Ctx {
         query,
         headers: parts.headers.clone(),
