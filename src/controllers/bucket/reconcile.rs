@@ -6,6 +6,7 @@
 //! through the backend trait, so they are tested against an in-memory fake; [`apply`] and
 //! [`cleanup`] wrap them with what needs Kubernetes (tenant, Secrets).
 
+use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
@@ -858,6 +859,33 @@ async fn keep_credentials<C: Connect>(
     Ok(())
 }
 
+/// Writes freshly issued keys into Secret `name` only if it still carries what the decision to
+/// issue them saw (`published`). A second writer (two keepers without leader election, or this
+/// one behind a stale cache) may have published keys of its own meanwhile: overwriting them
+/// would leave a live key that no Secret carries. The write itself is conditional too (create
+/// fails when the Secret appeared, replace when it changed since this read).
+async fn publish_issued<C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &S3Bucket,
+    name: &str,
+    published: Option<&str>,
+    data: BTreeMap<String, String>,
+) -> Result<(), Error> {
+    let owner = Target::of(obj);
+    let now = owned_secret(cx.kube(), &owner, name).await?;
+    let now_id = now
+        .as_ref()
+        .and_then(lifecycle::keys_from)
+        .map(|k| k.access_key_id);
+    if now_id.as_deref() != published {
+        return Err(Error::Retry(format!(
+            "Secret {name:?} got other keys while new ones were issued"
+        )));
+    }
+    cx.kube().apply_secret(&owner, name, data, Hold::No).await?;
+    Ok(())
+}
+
 /// Publishes `<name>-credentials` and handles `keeper.dev/rotate-credentials`.
 async fn publish_credentials<B: BucketBackend, C: Connect>(
     cx: &Context<S3BucketReconciler<C>>,
@@ -878,6 +906,7 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
     let rotate = rotation.is_pending();
     let plan = backend.keys(bucket, published.as_ref(), rotate).await?;
     let issued = matches!(plan, KeyPlan::Publish { .. });
+    let published_id = published.as_ref().map(|k| k.access_key_id.clone());
     let (keys, retire) = match (plan, published) {
         (KeyPlan::Keep, Some(published)) => (published, None),
         (KeyPlan::Publish { keys, retire }, _) => (keys, retire),
@@ -891,9 +920,25 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
     let data = lifecycle::secret_data(&keys, &endpoint, &view.desired.region, bucket);
     // Not held for cleanup: the bucket's cleanup removes its keys on the backend by the bucket's
     // name, without reading them back.
-    cx.kube()
-        .apply_secret(&Target::of(obj), &name, data, Hold::No)
-        .await?;
+    let written = if issued {
+        publish_issued(cx, obj, &name, published_id.as_deref(), data).await
+    } else {
+        cx.kube()
+            .apply_secret(&Target::of(obj), &name, data, Hold::No)
+            .await
+            .map(drop)
+            .map_err(Error::from)
+    };
+    if let Err(e) = written {
+        if issued {
+            // Nobody will ever hold a key that was not published: delete it now rather than
+            // leave a live credential behind (the next reconcile issues another if need be).
+            if let Err(cleanup) = backend.retire_key(bucket, &keys.access_key_id).await {
+                tracing::warn!(error = %cleanup, bucket, "cannot delete a key that was not published");
+            }
+        }
+        return Err(e);
+    }
     if let Some(old) = &retire {
         backend.retire_key(bucket, old).await?;
     }

@@ -574,3 +574,27 @@ async fn a_tagging_failure_right_after_the_create_does_not_orphan_the_bucket() {
     assert_eq!(buckets.len(), 1);
     assert_eq!(buckets[NAME].owner.as_deref(), Some(UID));
 }
+
+#[tokio::test]
+async fn keys_that_could_not_be_published_are_deleted_at_once() {
+    // A bucket whose Secret is gone gets new keys; the write of the Secret fails (another writer
+    // created it first, or the API failed): nobody will ever hold the key just issued, so it
+    // must not stay alive on the backend.
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    testing::reconcile(&cx, finalized()).await.unwrap();
+    let mut ready = finalized();
+    ready.status = Some(
+        serde_json::from_value(status_patches(&kube).last().unwrap()["status"].clone()).unwrap(),
+    );
+    kube.secrets.lock().unwrap().clear();
+    fake.calls.lock().unwrap().clear();
+    *kube.fail_next_write.lock().unwrap() = Some(409);
+    testing::reconcile(&cx, ready).await.unwrap();
+    assert!(kube.secret_data("ns", "b-credentials").is_none());
+    let calls = fake.calls.lock().unwrap().clone();
+    let issued = calls.iter().position(|c| c == "keys").expect("keys issued");
+    assert!(
+        calls[issued..].iter().any(|c| c == "retire_key"),
+        "{calls:?}"
+    );
+}
