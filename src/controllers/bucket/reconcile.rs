@@ -904,7 +904,13 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
         record_handled(out, Kind::RotateCredentials, value);
     }
     let rotate = rotation.is_pending();
-    let plan = backend.keys(bucket, published.as_ref(), rotate).await?;
+    let lost = key_plan::keys_lost(
+        key_plan::keys_unverified_since(obj.status.as_ref()),
+        view.now,
+    );
+    let plan = backend
+        .keys(bucket, published.as_ref(), rotate || lost)
+        .await?;
     let issued = matches!(plan, KeyPlan::Publish { .. });
     let published_id = published.as_ref().map(|k| k.access_key_id.clone());
     let (keys, retire) = match (plan, published) {
@@ -953,8 +959,17 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
     } else {
         None
     };
+    if lost && issued {
+        out.note(Note::warning(
+            "CredentialsReplaced",
+            format!(
+                "the keys in Secret {name:?} were refused for {}s or more, so they are gone from the store: published new keys",
+                key_plan::KEYS_LOST_AFTER.as_secs()
+            ),
+        ));
+    }
     if let Some(answer) = refused {
-        keys_not_yet_valid(obj, &name, &answer, view.now, out);
+        keys_not_yet_valid(obj, &name, &answer, issued, view.now, out);
     } else if backend.shares_provider_keys() {
         say_keys_are_shared(out, &name, &clients.name, obj.metadata.generation);
     }
@@ -1012,15 +1027,18 @@ fn say_keys_are_shared(
 
 /// The bucket's keys are published but the store does not accept them yet (IAM is eventually
 /// consistent; AWS takes seconds). Not a failure: `Ready=False` says so, the "ready" event of
-/// this reconcile is withdrawn, and keeper looks again, waiting longer the longer it lasts.
+/// this reconcile is withdrawn, and keeper looks again, waiting longer the longer it lasts (until
+/// the keys count as lost: [`key_plan::KEYS_LOST_AFTER`]).
 fn keys_not_yet_valid(
     obj: &S3Bucket,
     secret: &str,
     answer: &str,
+    issued: bool,
     now: Timestamp,
     out: &mut Outcome<S3BucketStatus>,
 ) {
-    let since = key_plan::keys_unverified_since(obj.status.as_ref());
+    // Keys issued by this reconcile start their own wait.
+    let since = key_plan::keys_unverified_since(obj.status.as_ref()).filter(|_| !issued);
     let waited = since
         .and_then(|since| now.duration_since(since).try_into().ok())
         .unwrap_or(Duration::ZERO);
@@ -1033,7 +1051,7 @@ fn keys_not_yet_valid(
         false,
         KEYS_NOT_YET_VALID,
         format!(
-            "the keys in Secret {secret:?} are not accepted by the store yet (it answered {answer}; new IAM keys take a few seconds to be in force); keeper tries them again, waiting longer each time (at most a minute)"
+            "the keys in Secret {secret:?} are not accepted by the store yet (it answered {answer}; new IAM keys take a few seconds to be in force); keeper tries them again, waiting longer each time (at most a minute), and issues new keys if they are still refused after {}s", key_plan::KEYS_LOST_AFTER.as_secs()
         ),
         obj.metadata.generation,
         false,

@@ -113,6 +113,20 @@ pub fn keys_unverified_since(status: Option<&S3BucketStatus>) -> Option<Timestam
         .map(|c| c.last_transition_time.0)
 }
 
+/// Published keys refused for this long are taken as lost rather than late (IAM takes seconds to
+/// put a key in force): deleted behind keeper's back, or by a second keeper racing this one for
+/// the same bucket. keeper then issues new keys as a rotation would.
+pub const KEYS_LOST_AFTER: Duration = Duration::from_secs(120);
+
+/// Whether the published keys, refused since `since` (see [`keys_unverified_since`]), are lost.
+pub fn keys_lost(since: Option<Timestamp>, now: Timestamp) -> bool {
+    since.is_some_and(|since| {
+        now.duration_since(since)
+            .try_into()
+            .is_ok_and(|d: Duration| d >= KEYS_LOST_AFTER)
+    })
+}
+
 /// How soon to try refused keys again: as long as they have been refused so far (so the wait
 /// doubles), in whole seconds between 2 seconds and a minute.
 pub fn keys_check_backoff(refused_for: Duration) -> Duration {
@@ -122,6 +136,20 @@ pub fn keys_check_backoff(refused_for: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn keys_refused_for_two_minutes_are_lost_not_late() {
+        let now = Timestamp::now();
+        let ago = |s: u64| Some(now - Duration::from_secs(s));
+        assert!(!keys_lost(None, now), "keys never refused");
+        assert!(!keys_lost(ago(119), now));
+        assert!(keys_lost(ago(120), now));
+        assert!(keys_lost(ago(3600), now));
+        assert!(
+            !keys_lost(Some(now + Duration::from_secs(5)), now),
+            "a clock ahead"
+        );
+    }
 
     #[test]
     fn refused_keys_are_tried_again_sooner_first_then_at_most_every_minute() {

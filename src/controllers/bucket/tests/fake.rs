@@ -240,19 +240,26 @@ macro_rules! fake_backend {
             async fn keys(
                 &self,
                 _bucket: &str,
-                _published: Option<&Keys>,
-                _rotate: bool,
+                published: Option<&Keys>,
+                rotate: bool,
             ) -> Result<KeyPlan, BackendError> {
                 self.call("keys")?;
-                // Keys are issued once and then kept.
-                Ok(match _published {
-                    Some(_) => KeyPlan::Keep,
-                    None => KeyPlan::Publish {
+                // Keys are issued once and then kept, until a rotation replaces them.
+                Ok(match (published, rotate) {
+                    (Some(_), false) => KeyPlan::Keep,
+                    (None, _) => KeyPlan::Publish {
                         keys: Keys {
                             access_key_id: "AK".into(),
                             secret_access_key: "SK".into(),
                         },
                         retire: None,
+                    },
+                    (Some(old), true) => KeyPlan::Publish {
+                        keys: Keys {
+                            access_key_id: format!("{}-next", old.access_key_id),
+                            secret_access_key: "SK-next".into(),
+                        },
+                        retire: Some(old.access_key_id.clone()),
                     },
                 })
             }

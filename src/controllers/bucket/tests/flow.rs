@@ -598,3 +598,50 @@ async fn keys_that_could_not_be_published_are_deleted_at_once() {
         "{calls:?}"
     );
 }
+
+#[tokio::test]
+async fn keys_refused_for_minutes_are_replaced_and_the_wait_starts_again() {
+    // The published key is gone from the store (deleted by hand, or by a second keeper racing
+    // this one): waiting on it would keep the bucket Pending for good.
+    let fake = Fake::new(DrainMode::ClientSide);
+    *fake.keys_not_yet_valid.lock().unwrap() = 1000;
+    let (kube, fake, cx) = context(fake, TenantPhase::Ready);
+    testing::reconcile(&cx, finalized()).await.unwrap();
+    let mut refused: crate::api::S3BucketStatus =
+        serde_json::from_value(status_patches(&kube).last().unwrap()["status"].clone()).unwrap();
+    let minutes_ago = Timestamp::now() - std::time::Duration::from_secs(180);
+    refused.conditions[0].last_transition_time = Time(minutes_ago);
+    let mut stale = finalized();
+    stale.status = Some(refused.clone());
+    fake.calls.lock().unwrap().clear();
+    testing::reconcile(&cx, stale).await.unwrap();
+    let calls = fake.calls.lock().unwrap().clone();
+    assert!(calls.iter().any(|c| c == "retire_key"), "{calls:?}");
+    let data = kube.secret_data("ns", "b-credentials").unwrap();
+    assert_eq!(data["accessKeyId"], "AK-next");
+    assert!(
+        kube.notes()
+            .iter()
+            .any(|n| n.reason == "CredentialsReplaced"),
+        "{:?}",
+        kube.notes()
+    );
+    let status = status_patches(&kube).last().unwrap()["status"].clone();
+    let since: Timestamp = status["conditions"][0]["lastTransitionTime"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(since > minutes_ago, "the new keys' wait starts now");
+    // Refused for less than that: the same keys are tried again, nothing is issued.
+    refused.conditions[0].last_transition_time =
+        Time(Timestamp::now() - std::time::Duration::from_secs(30));
+    let mut recent = finalized();
+    recent.status = Some(refused);
+    kube.secrets.lock().unwrap().clear();
+    testing::reconcile(&cx, finalized()).await.unwrap();
+    fake.calls.lock().unwrap().clear();
+    testing::reconcile(&cx, recent).await.unwrap();
+    let calls = fake.calls.lock().unwrap().clone();
+    assert!(!calls.iter().any(|c| c == "retire_key"), "{calls:?}");
+}
