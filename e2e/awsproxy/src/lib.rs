@@ -26,7 +26,10 @@
 //!   `curl -X PUT $URL/_awsproxy/faults -d '{"seed": 1, "rules": [{"service": "rds", "share": 0.2, "faults": ["throttle", "500", "lost"]}]}'`
 //! - `GET|PUT /_awsproxy/rds`: phase lengths in milliseconds,
 //!   `{"creating": 2000, "backingUp": 2000, "modifying": 2000, "deleting": 2000}`.
+//! - `GET|DELETE /_awsproxy/calls`: calls by service and action since the last reset (see
+//!   [`calls`]), `{"calls": {"s3": {"CreateBucket": 2}}, "total": 2}`.
 
+pub mod calls;
 pub mod classify;
 pub mod faults;
 pub mod rds;
@@ -90,6 +93,7 @@ struct Ctx {
     http: Client<HttpConnector, Full<Bytes>>,
     faults: faults::Faults,
     rds: rds::Rds,
+    calls: calls::Calls,
 }
 
 /// A running proxy; stops on drop.
@@ -126,6 +130,7 @@ pub async fn start(config: Config) -> anyhow::Result<Proxy> {
         http: Client::builder(TokioExecutor::new()).build(HttpConnector::new()),
         faults: faults::Faults::new(config.faults),
         rds: rds::Rds::new(config.phases),
+        calls: calls::Calls::default(),
     });
     let (stop, stop_rx) = watch::channel(false);
     tokio::spawn(serve(listener, ctx, stop_rx));
@@ -190,6 +195,7 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Full<B
         &parts.headers,
         &body,
     );
+    ctx.calls.count(&call);
     let decision = ctx.faults.decide(&call);
     if !decision.latency.is_zero() {
         tokio::time::sleep(decision.latency).await;
@@ -282,6 +288,11 @@ fn debug(ctx: &Ctx, method: &Method, path: &str, body: &[u8]) -> Response<Full<B
             ctx.faults.set(Settings::default());
             plain(StatusCode::OK, ctx.faults.describe())
         }
+        (Method::GET, "calls") => plain(StatusCode::OK, ctx.calls.describe()),
+        (Method::DELETE, "calls") => {
+            ctx.calls.reset();
+            plain(StatusCode::OK, ctx.calls.describe())
+        }
         (Method::GET, "rds") => plain(StatusCode::OK, json!(ctx.rds.phases())),
         (Method::PUT, "rds") => match serde_json::from_slice::<Phases>(body) {
             Ok(p) => {
@@ -295,7 +306,7 @@ fn debug(ctx: &Ctx, method: &Method, path: &str, body: &[u8]) -> Response<Full<B
         },
         _ => plain(
             StatusCode::NOT_FOUND,
-            json!({"error": "GET|PUT|DELETE /_awsproxy/faults, GET|PUT /_awsproxy/rds"}),
+            json!({"error": "GET|PUT|DELETE /_awsproxy/faults, GET|PUT /_awsproxy/rds, GET|DELETE /_awsproxy/calls"}),
         ),
     }
 }

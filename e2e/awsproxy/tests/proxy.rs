@@ -397,3 +397,61 @@ async fn rds_instances_take_time_to_create_modify_and_delete() {
         Some("slow-final")
     );
 }
+
+#[tokio::test]
+async fn calls_are_counted_by_service_and_action_until_reset() {
+    let s = Stack::start().await;
+    let calls = |s: &Stack| {
+        let http = s.http.clone();
+        let url = format!("{}/_awsproxy/calls", s.proxy.url());
+        async move {
+            http.get(url)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let s3 = s.s3().await;
+    s3.create_bucket().bucket("counted").send().await.unwrap();
+    for key in ["a", "b"] {
+        s3.put_object()
+            .bucket("counted")
+            .key(key)
+            .body(b"x".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    s.iam()
+        .await
+        .create_user()
+        .user_name("counted")
+        .send()
+        .await
+        .unwrap();
+    // A faulted call counts too: the client asked for it.
+    s.put(
+        "faults",
+        json!({"rules": [{"service": "s3", "actions": ["HeadBucket"], "share": 1.0, "faults": ["500"]}]}),
+    )
+    .await;
+    assert!(s3.head_bucket().bucket("counted").send().await.is_err());
+    let got = calls(&s).await;
+    assert_eq!(got["calls"]["s3"]["CreateBucket"], 1, "{got}");
+    assert_eq!(got["calls"]["s3"]["PutObject"], 2, "{got}");
+    assert_eq!(got["calls"]["iam"]["CreateUser"], 1, "{got}");
+    assert!(
+        got["calls"]["s3"]["HeadBucket"].as_u64().unwrap() >= 1,
+        "{got}"
+    );
+    assert!(got["calls"].get("moto").is_none(), "{got}");
+    s.http
+        .delete(format!("{}/_awsproxy/calls", s.proxy.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(calls(&s).await["total"], 0);
+}
