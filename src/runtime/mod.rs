@@ -14,6 +14,7 @@ pub mod gauges;
 pub mod kinds;
 pub mod outcome;
 mod status;
+pub mod triggers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -76,6 +77,8 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
     const NAME: &'static str;
     /// The finalizer that keeps the object until its backend resource is cleaned up.
     const FINALIZER: &'static str;
+    /// How long triggers of one object are gathered into one reconcile (none by default).
+    const DEBOUNCE: Duration = Duration::ZERO;
 
     /// Brings the backend in line with a live object. Runs only once the finalizer is in place.
     fn apply(
@@ -440,7 +443,11 @@ pub async fn run<R: Reconciler>(
     let acquired = cx.shared.leadership.acquired();
     let concurrency = cx.shared.config.runtime.concurrency;
     controller
-        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .with_config(
+            kube::runtime::controller::Config::default()
+                .concurrency(concurrency)
+                .debounce(R::DEBOUNCE),
+        )
         .reconcile_all_on(acquired)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(observed::<R>, error_policy::<R>, cx)

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ListParams;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -27,7 +27,7 @@ use crate::api::{S3Bucket, S3Tenant, S3TenantStatus};
 use crate::backends::error::{ErrorClass, classify_kube};
 use crate::providers::ProviderError;
 use crate::runtime::cluster::SecretError;
-use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
+use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared, triggers};
 use crate::server::Readiness;
 
 /// How often a blocked deletion looks again for buckets that live only on the backend (deleted
@@ -161,6 +161,9 @@ impl<B: Backends> Reconciler for S3TenantReconciler<B> {
     type Error = Error;
     const NAME: &'static str = "s3tenant";
     const FINALIZER: &'static str = "keeper.dev/tenant-cleanup";
+    // A burst of bucket changes (a GitOps sync of many buckets, a namespace deletion) becomes
+    // one tenant reconcile and one status write.
+    const DEBOUNCE: Duration = Duration::from_secs(1);
 
     async fn apply(
         &self,
@@ -196,11 +199,18 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let api = Api::<S3Tenant>::all(shared.client.clone());
-    let mut controller = Controller::new(api, watcher::Config::default()).watches(
-        Api::<S3Bucket>::all(shared.client.clone()),
-        watcher::Config::default(),
-        bucket_to_tenant,
+    // Only bucket changes that can change a tenant's answer re-reconcile it (not every status
+    // write of every bucket).
+    let buckets = triggers::changed(
+        watcher(
+            Api::<S3Bucket>::all(shared.client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff(),
+        plan::bucket_trigger_key,
     );
+    let mut controller =
+        Controller::new(api, watcher::Config::default()).watches_stream(buckets, bucket_to_tenant);
     if shared.config.uses_namespace_selector() {
         // Labelling or unlabelling a namespace allows or denies its tenants at once (and their
         // buckets follow the tenant's phase).

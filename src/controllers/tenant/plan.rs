@@ -219,6 +219,23 @@ fn holds_tenant(bucket: &S3Bucket, tenant: &str) -> bool {
             || bucket.finalizers().iter().any(|f| f == BUCKET_FINALIZER))
 }
 
+/// What a tenant reads of one of its S3Buckets (which tenant, whether it still holds it, its
+/// backend name), hashed: a bucket change that leaves this alone (its status, a drain's
+/// progress) does not re-reconcile the tenant. See [`crate::runtime::triggers`].
+pub fn bucket_trigger_key(bucket: &S3Bucket) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        &bucket.spec.tenant_ref.name,
+        bucket.metadata.deletion_timestamp.is_some(),
+        bucket.finalizers().iter().any(|f| f == BUCKET_FINALIZER),
+        &bucket.spec.bucket_name,
+        bucket.status.as_ref().and_then(|s| s.bucket_name.as_ref()),
+    )
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Whether every S3Bucket of `tenant` in `buckets` is itself being deleted (and there is one).
 /// Their disappearance re-triggers the tenant through the controller's watch, which can run
 /// before the cache the tenant counts buckets from has seen it: a blocked tenant in that state
@@ -579,6 +596,42 @@ mod tests {
         assert!(message.contains("b09 and 3 more."), "{message}");
         assert!(!message.contains("b10"), "{message}");
         assert!(message.contains("must be emptied and deleted on the backend"));
+    }
+
+    #[test]
+    fn a_bucket_retriggers_its_tenant_only_when_what_the_tenant_reads_changes() {
+        let mut bucket = S3Bucket::new(
+            "media",
+            serde_json::from_value(serde_json::json!({"tenantRef": {"name": "t"}})).unwrap(),
+        );
+        bucket.metadata.finalizers = Some(vec![BUCKET_FINALIZER.into()]);
+        let key = bucket_trigger_key(&bucket);
+        // Progress and conditions: the tenant's answer cannot change.
+        let mut progressed = bucket.clone();
+        progressed.status = Some(crate::api::S3BucketStatus {
+            object_count: Some(42),
+            observed_generation: Some(3),
+            ..Default::default()
+        });
+        progressed.metadata.resource_version = Some("99".into());
+        assert_eq!(bucket_trigger_key(&progressed), key);
+        // What the tenant reads: each one changes the key.
+        let mut named = progressed.clone();
+        named.status.as_mut().unwrap().bucket_name = Some("ns-media".into());
+        let mut deleting = bucket.clone();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        let mut released = deleting.clone();
+        released.metadata.finalizers = Some(vec!["example.com/other".into()]);
+        let mut moved = bucket.clone();
+        moved.spec.tenant_ref.name = "u".into();
+        let keys: std::collections::BTreeSet<u64> = [&bucket, &named, &deleting, &released, &moved]
+            .iter()
+            .map(|b| bucket_trigger_key(b))
+            .collect();
+        assert_eq!(keys.len(), 5);
     }
 
     #[test]
