@@ -16,6 +16,7 @@ use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::runtime::Shared;
 use crate::runtime::cluster::KubeApi;
+use crate::runtime::informer::Informers;
 use crate::server::{self, Readiness, ServerState};
 use crate::telemetry::LogFormat;
 use crate::webhook;
@@ -146,8 +147,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     controllers.sort();
     controllers.dedup();
     let readiness = Readiness::new(controllers.len());
+    let informers = Arc::new(Informers::new(client.clone()));
     let kube = Arc::new(KubeApi::start(
         client.clone(),
+        informers.clone(),
         &config.provider_secrets(&args.namespace),
         config.uses_namespace_selector(),
     ));
@@ -179,6 +182,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         (Leadership::always(), None)
     };
     let shared = Shared {
+        informers,
         leadership,
         client,
         kube,

@@ -6,12 +6,10 @@
 //! every controller's reconcile is unit-tested the same way, without an API server.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use futures::FutureExt;
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Namespace, ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -20,11 +18,11 @@ use kube::api::{
     PostParams, Preconditions,
 };
 use kube::runtime::events::{Event, Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::Value;
 
+use super::informer::{Informer, Informers};
 use super::outcome::Note;
 use crate::api::{S3Bucket, S3Tenant};
 
@@ -271,106 +269,50 @@ pub trait Kube: Send + Sync + 'static {
     ) -> BoxFuture<'a, KubeResult<Option<BTreeMap<String, String>>>>;
 }
 
-/// A reflector store and whether it has synced (reads fall back to the API until then).
-struct Cache<K: Resource<DynamicType = ()> + Clone + 'static> {
-    store: Store<K>,
-    synced: Arc<AtomicBool>,
-}
-
-impl<K> Cache<K>
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + std::fmt::Debug
-        + serde::de::DeserializeOwned
-        + Send
-        + Sync
-        + 'static,
-{
-    /// Starts a reflector of `api` filtered by `config`; it runs until the process ends.
-    fn start(api: Api<K>, config: watcher::Config) -> Self {
-        let (store, writer) = reflector::store();
-        let synced = Arc::new(AtomicBool::new(false));
-        let stream = reflector::reflector(writer, watcher(api, config))
-            .default_backoff()
-            .touched_objects();
-        tokio::spawn(async move {
-            futures::pin_mut!(stream);
-            while let Some(event) = stream.next().await {
-                if let Err(e) = event {
-                    tracing::debug!(error = %e, kind = %K::kind(&()), "cache watch error; retrying");
-                }
-            }
-        });
-        let (ready, flag) = (store.clone(), synced.clone());
-        tokio::spawn(async move {
-            // `wait_until_ready` wakes only its last poller; re-poll on a short timer.
-            loop {
-                match tokio::time::timeout(Duration::from_millis(200), ready.wait_until_ready())
-                    .await
-                {
-                    Ok(Ok(())) => {
-                        flag.store(true, Ordering::Release);
-                        break;
-                    }
-                    Ok(Err(_)) => break,
-                    Err(_) => continue,
-                }
-            }
-        });
-        Cache { store, synced }
-    }
-
-    fn synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
-    }
-}
-
-/// The real seam: caches for tenants, buckets and keeper's Secrets, the API for writes.
+/// The real seam: the process's informers for reads (tenants, buckets, keeper's Secrets, the
+/// provider Secrets, namespaces), the API for writes.
 pub struct KubeApi {
     client: Client,
     recorders: Mutex<HashMap<String, Recorder>>,
-    tenants: Cache<S3Tenant>,
-    buckets: Cache<S3Bucket>,
-    /// Secrets labelled as keeper's, cluster-wide.
-    managed_secrets: Cache<Secret>,
+    informers: Arc<Informers>,
     /// The provider Secrets the configuration names, each watched by name.
-    provider_secrets: Vec<((String, String), Cache<Secret>)>,
-    /// Namespaces, watched only when some provider admits namespaces by label.
-    namespaces: Option<Cache<Namespace>>,
+    provider_secrets: Vec<((String, String), Informer<Secret>)>,
+    /// Whether namespaces are watched (some provider admits namespaces by label).
+    watch_namespaces: bool,
     /// Secrets keeper wrote, until the cache has caught up with the write: a reconcile right
     /// after a write must see it, or it would generate a second password or key.
     written: Mutex<HashMap<(String, String), Secret>>,
 }
 
 impl KubeApi {
-    /// Starts the caches. `provider_secrets` are (namespace, name) pairs watched by name, so a
-    /// rotated provider password or key is used without a restart. `watch_namespaces` caches
-    /// namespaces (their labels decide which providers a namespace may use).
+    /// Starts the watches the seam reads from. `provider_secrets` are (namespace, name) pairs
+    /// watched by name, so a rotated provider password or key is used without a restart.
+    /// `watch_namespaces` caches namespaces (their labels decide which providers a namespace may
+    /// use).
     pub fn start(
         client: Client,
+        informers: Arc<Informers>,
         provider_secrets: &[(String, String)],
         watch_namespaces: bool,
     ) -> Self {
-        let managed =
-            watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1));
+        informers.tenants();
+        informers.buckets();
+        informers.managed_secrets();
+        if watch_namespaces {
+            informers.namespaces();
+        }
         KubeApi {
-            tenants: Cache::start(Api::all(client.clone()), watcher::Config::default()),
-            buckets: Cache::start(Api::all(client.clone()), watcher::Config::default()),
-            managed_secrets: Cache::start(Api::all(client.clone()), managed),
             provider_secrets: provider_secrets
                 .iter()
                 .map(|(namespace, name)| {
-                    let config =
-                        watcher::Config::default().fields(&format!("metadata.name={name}"));
                     (
                         (namespace.clone(), name.clone()),
-                        Cache::start(Api::namespaced(client.clone(), namespace), config),
+                        informers.secret(namespace, name),
                     )
                 })
                 .collect(),
-            namespaces: watch_namespaces
-                .then(|| Cache::start(Api::all(client.clone()), watcher::Config::default())),
+            informers,
+            watch_namespaces,
             recorders: Mutex::default(),
             written: Mutex::default(),
             client,
@@ -403,17 +345,17 @@ impl KubeApi {
         {
             return cache
                 .synced()
-                .then(|| cache.store.get(&key).map(|s| (*s).clone()));
+                .then(|| cache.store().get(&key).map(|s| (*s).clone()));
         }
-        if !self.managed_secrets.synced() {
-            return None;
-        }
-        // Missing from the label-filtered cache proves nothing (a Secret keeper did not label):
-        // only a hit is an answer.
-        self.managed_secrets
-            .store
-            .get(&key)
-            .map(|s| Some((*s).clone()))
+        let managed = self.informers.managed_secrets();
+        // Every Secret keeper writes carries its label, so once synced the label-filtered cache
+        // knows them all: a miss means keeper has none of that name (no GET per reconcile for a
+        // Secret not created yet). A Secret of that name that keeper did not create is not
+        // cached; it is found when keeper writes (the create answers AlreadyExists) and is never
+        // used or changed.
+        managed
+            .synced()
+            .then(|| managed.store().get(&key).map(|s| (*s).clone()))
     }
 
     /// The newer of the cached Secret and the one keeper last wrote.
@@ -555,14 +497,24 @@ impl Kube for KubeApi {
             let namespace = owner.namespace.as_str();
             let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
             let existing = self.secret(namespace, name).await?;
-            let Some(secret) = desired_secret(owner, name, data, hold, existing)? else {
+            let Some(secret) = desired_secret(owner, name, data.clone(), hold, existing)? else {
                 return Ok(false);
             };
-            let written = if secret.metadata.resource_version.is_none() {
-                api.create(&PostParams::default(), &secret).await?
-            } else {
-                // The resourceVersion of the read makes a concurrent change fail with 409.
-                api.replace(name, &PostParams::default(), &secret).await?
+            let written = match write_secret(&api, &secret).await {
+                Ok(written) => written,
+                // A create that finds a Secret of that name the cache does not hold: one keeper
+                // did not create (a conflict, left untouched) or one that lost keeper's label.
+                // Decide again on what is there.
+                Err(kube::Error::Api(status))
+                    if status.code == 409 && secret.metadata.resource_version.is_none() =>
+                {
+                    let found = api.get_opt(name).await?;
+                    let Some(secret) = desired_secret(owner, name, data, hold, found)? else {
+                        return Ok(false);
+                    };
+                    write_secret(&api, &secret).await?
+                }
+                Err(e) => return Err(e.into()),
             };
             self.written
                 .lock()
@@ -631,10 +583,10 @@ impl Kube for KubeApi {
 
     fn buckets<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, KubeResult<Vec<Arc<S3Bucket>>>> {
         async move {
-            if self.buckets.synced() {
-                return Ok(self
-                    .buckets
-                    .store
+            let buckets = self.informers.buckets();
+            if buckets.synced() {
+                return Ok(buckets
+                    .store()
                     .state()
                     .into_iter()
                     .filter(|b| b.namespace().as_deref() == Some(namespace))
@@ -658,11 +610,9 @@ impl Kube for KubeApi {
         name: &'a str,
     ) -> BoxFuture<'a, KubeResult<Option<Arc<S3Tenant>>>> {
         async move {
-            if self.tenants.synced() {
-                return Ok(self
-                    .tenants
-                    .store
-                    .get(&ObjectRef::new(name).within(namespace)));
+            let tenants = self.informers.tenants();
+            if tenants.synced() {
+                return Ok(tenants.store().get(&ObjectRef::new(name).within(namespace)));
             }
             let api: Api<S3Tenant> = Api::namespaced(self.client.clone(), namespace);
             Ok(api.get_opt(name).await?.map(Arc::new))
@@ -675,8 +625,9 @@ impl Kube for KubeApi {
         name: &'a str,
     ) -> BoxFuture<'a, KubeResult<Option<BTreeMap<String, String>>>> {
         async move {
-            let found = match self.namespaces.as_ref().filter(|c| c.synced()) {
-                Some(cache) => cache.store.get(&ObjectRef::new(name)),
+            let cached = self.watch_namespaces.then(|| self.informers.namespaces());
+            let found = match cached.filter(|c| c.synced()) {
+                Some(cache) => cache.store().get(&ObjectRef::new(name)),
                 None => Api::<Namespace>::all(self.client.clone())
                     .get_opt(name)
                     .await?
@@ -685,6 +636,17 @@ impl Kube for KubeApi {
             Ok(found.map(|ns| ns.labels().clone()))
         }
         .boxed()
+    }
+}
+
+/// Creates `secret`, or replaces it when it was read (its resourceVersion makes a concurrent
+/// change fail with 409 instead of being overwritten).
+async fn write_secret(api: &Api<Secret>, secret: &Secret) -> KubeResult<Secret> {
+    match &secret.metadata.name {
+        Some(name) if secret.metadata.resource_version.is_some() => {
+            api.replace(name, &PostParams::default(), secret).await
+        }
+        _ => api.create(&PostParams::default(), secret).await,
     }
 }
 

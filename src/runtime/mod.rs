@@ -11,6 +11,7 @@ mod backoff;
 pub mod cluster;
 pub mod conditions;
 pub mod gauges;
+pub mod informer;
 pub mod kinds;
 pub mod outcome;
 mod status;
@@ -49,6 +50,8 @@ pub struct Shared {
     pub operator_namespace: String,
     /// The Kubernetes seam every controller goes through (caches for reads).
     pub kube: Arc<dyn Kube>,
+    /// One watch and one cache per kind, which controllers are triggered from and the seam reads.
+    pub informers: Arc<informer::Informers>,
     /// One set of clients per configured provider.
     pub providers: Arc<Providers>,
     /// Whether this process leads (only the leader reconciles).

@@ -40,8 +40,10 @@ fn unconnected_client() -> kube::Client {
 /// Shared pieces over `kube` with `config`.
 pub fn shared(kube: Arc<FakeKube>, config: OperatorConfig) -> Shared {
     let metrics = Arc::new(Metrics::new());
+    let client = unconnected_client();
     Shared {
-        client: unconnected_client(),
+        informers: Arc::new(crate::runtime::informer::Informers::new(client.clone())),
+        client,
         providers: Arc::new(
             Providers::build(
                 &config,

@@ -8,65 +8,47 @@
 //! kube's `predicate_filter` does the first part but drops a deletion whose key did not change,
 //! which is exactly the event a tenant waiting for its last bucket to go needs.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use futures::{Stream, StreamExt, future};
-use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-/// The objects of `events` (a watcher stream) whose `key` changed since they were last seen,
-/// the deleted ones, and those seen for the first time; errors pass through.
-pub fn changed<K, S>(
-    events: S,
+use super::informer::{Change, Watched};
+
+/// The objects of `changes` (an informer's) whose `key` changed since they were last seen, the
+/// deleted ones, and those seen for the first time.
+pub fn changed<K: Watched>(
+    changes: impl Stream<Item = Change<K>> + Send + 'static,
     key: fn(&K) -> u64,
-) -> impl Stream<Item = Result<K, watcher::Error>> + Send
-where
-    K: Resource<DynamicType = ()> + Send + 'static,
-    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send,
-{
+) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
     let mut seen: HashMap<ObjectRef<K>, u64> = HashMap::new();
-    // The objects of a relist in progress: what it did not list is gone and is forgotten.
-    let mut relisted: Option<HashSet<ObjectRef<K>>> = None;
-    events
-        .map(move |event| match event {
-            Ok(watcher::Event::Apply(obj)) | Ok(watcher::Event::InitApply(obj)) => {
-                let at = ObjectRef::from_obj(&obj);
-                if let Some(listed) = relisted.as_mut() {
-                    listed.insert(at.clone());
-                }
+    changes
+        .map(move |change| match change {
+            Change::Applied(obj) => {
                 let value = key(&obj);
-                let previous = seen.insert(at, value);
-                (previous != Some(value)).then_some(Ok(obj))
+                let previous = seen.insert(ObjectRef::from_obj(&*obj), value);
+                (previous != Some(value)).then(|| Ok(K::clone(&obj)))
             }
-            Ok(watcher::Event::Delete(obj)) => {
-                seen.remove(&ObjectRef::from_obj(&obj));
-                Some(Ok(obj))
+            Change::Deleted(obj) => {
+                seen.remove(&ObjectRef::from_obj(&*obj));
+                Some(Ok(K::clone(&obj)))
             }
-            Ok(watcher::Event::Init) => {
-                relisted = Some(HashSet::new());
-                None
-            }
-            Ok(watcher::Event::InitDone) => {
-                if let Some(listed) = relisted.take() {
-                    seen.retain(|at, _| listed.contains(at));
-                }
-                None
-            }
-            Err(e) => Some(Err(e)),
         })
         .filter_map(future::ready)
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use futures::stream;
     use k8s_openapi::api::core::v1::ConfigMap;
     use kube::api::ObjectMeta;
 
-    fn map(name: &str, watched: &str, other: &str) -> ConfigMap {
-        ConfigMap {
+    fn map(name: &str, watched: &str, other: &str) -> Arc<ConfigMap> {
+        Arc::new(ConfigMap {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some("ns".into()),
@@ -79,15 +61,15 @@ mod tests {
                     .collect(),
             ),
             ..ConfigMap::default()
-        }
+        })
     }
 
     fn watched(m: &ConfigMap) -> u64 {
         m.data.as_ref().unwrap()["watched"].len() as u64
     }
 
-    async fn passed(events: Vec<watcher::Event<ConfigMap>>) -> Vec<String> {
-        changed(stream::iter(events.into_iter().map(Ok)), watched)
+    async fn passed(changes: Vec<Change<ConfigMap>>) -> Vec<String> {
+        changed(stream::iter(changes), watched)
             .map(|r| {
                 let m = r.unwrap();
                 format!("{}={}", m.metadata.name.unwrap(), m.data.unwrap()["other"])
@@ -98,56 +80,22 @@ mod tests {
 
     #[tokio::test]
     async fn only_changes_of_the_key_deletions_and_first_sightings_pass() {
-        use watcher::Event::*;
+        use Change::*;
         let got = passed(vec![
-            Init,
-            InitApply(map("a", "x", "1")),
-            InitApply(map("b", "x", "1")),
-            InitDone,
+            Applied(map("a", "x", "1")),
+            Applied(map("b", "x", "1")),
             // What the key does not read changes (a status write): filtered.
-            Apply(map("a", "x", "2")),
+            Applied(map("a", "x", "2")),
+            // A relist hands every object again: unchanged keys are filtered.
+            Applied(map("b", "x", "2")),
             // The key changes: passed.
-            Apply(map("a", "xx", "3")),
+            Applied(map("a", "xx", "3")),
             // Deleted without a change of the key: still passed.
-            Delete(map("b", "x", "4")),
+            Deleted(map("b", "x", "4")),
             // Seen again after its deletion (a new object of the same name): passed.
-            Apply(map("b", "x", "5")),
+            Applied(map("b", "x", "5")),
         ])
         .await;
         assert_eq!(got, ["a=1", "b=1", "a=3", "b=4", "b=5"]);
-    }
-
-    #[tokio::test]
-    async fn a_relist_passes_only_what_changed_meanwhile() {
-        use watcher::Event::*;
-        let got = passed(vec![
-            InitApply(map("a", "x", "1")),
-            InitApply(map("b", "x", "1")),
-            InitDone,
-            // The watch was cut and the watcher lists again.
-            Init,
-            InitApply(map("a", "x", "2")),
-            InitApply(map("b", "yy", "2")),
-            InitDone,
-            // c was deleted while the watch was cut: forgotten, so when one of that name comes
-            // back it is new.
-            Init,
-            InitApply(map("c", "x", "1")),
-            InitDone,
-            Init,
-            InitDone,
-            Init,
-            InitApply(map("c", "x", "3")),
-            InitDone,
-        ])
-        .await;
-        assert_eq!(got, ["a=1", "b=1", "b=2", "c=1", "c=3"]);
-    }
-
-    #[tokio::test]
-    async fn errors_pass_through() {
-        let events = stream::iter(vec![Err(watcher::Error::NoResourceVersion)]);
-        let got: Vec<_> = changed::<ConfigMap, _>(events, watched).collect().await;
-        assert!(matches!(got[..], [Err(watcher::Error::NoResourceVersion)]));
     }
 }

@@ -14,10 +14,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kube::ResourceExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
-use kube::{Api, ResourceExt};
 use prometheus::IntCounter;
 use tokio_util::sync::CancellationToken;
 
@@ -187,15 +186,14 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let api = Api::<S3Bucket>::all(shared.client.clone());
-    let tenants = Api::<S3Tenant>::all(shared.client.clone());
-    let controller = Controller::new(api, watcher::Config::default());
-    let store = controller.store();
+    let buckets = shared.informers.buckets();
+    let store = buckets.store();
     let mapper_store = store.clone();
     // A tenant turning Ready (or changing) is what a waiting bucket waits for.
-    let controller = controller.watches(tenants, watcher::Config::default(), move |tenant| {
-        buckets_of(&mapper_store, &tenant)
-    });
+    let controller = Controller::for_stream(buckets.triggers(), store.clone())
+        .watches_stream(shared.informers.tenants().triggers(), move |tenant| {
+            buckets_of(&mapper_store, &tenant)
+        });
     let objects_deleted = register_metrics(&shared.metrics, store)?;
     let cx = Arc::new(Context::new(
         shared,

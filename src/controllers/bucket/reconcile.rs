@@ -619,13 +619,9 @@ fn conditions_message(status: &S3BucketStatus, type_: &str) -> String {
 /// the reason to wait is new. While deleting, the deletion is blocked on it too.
 fn waiting(obj: &S3Bucket, wait: Wait, deleting: bool) -> Outcome<S3BucketStatus> {
     let generation = obj.metadata.generation;
-    // The tenant's change that ends the wait arrives through the controller's watch, but the
-    // tenant is read from the seam's own cache, which may not have it yet: look again soon rather
-    // than at the next resync.
-    let mut out = Outcome::new(
-        obj.status.clone().unwrap_or_default(),
-        Next::Requeue(SHORT_RETRY),
-    );
+    // The tenant's change that ends the wait triggers this bucket through the controller's
+    // watch of tenants, after the cache it is read from has it: nothing to poll.
+    let mut out = Outcome::new(obj.status.clone().unwrap_or_default(), Next::AwaitChange);
     out.status.observed_generation = generation;
     out.status.phase = Some(BucketPhase::Pending);
     out.ready(false, wait.reason, wait.message.clone(), generation, false);

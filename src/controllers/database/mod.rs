@@ -21,17 +21,14 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
 use kube::runtime::controller::Controller;
-use kube::runtime::watcher;
 use tokio_util::sync::CancellationToken;
 
 use self::backend::DatabaseBackend;
 use crate::api::{CloudDatabase, CloudDatabaseStatus};
 use crate::backends::error::{BackendError, ErrorClass, classify_kube};
 use crate::backends::rds;
-use crate::runtime::cluster::{MANAGED_BY, SecretError};
+use crate::runtime::cluster::SecretError;
 use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
 
@@ -122,12 +119,10 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let backend = shared.providers.rds().clone();
-    let api = Api::<CloudDatabase>::all(shared.client.clone());
+    let databases = shared.informers.databases();
     // Owning the connection Secrets brings a deleted or edited Secret back at once.
-    let controller = Controller::new(api, watcher::Config::default()).owns(
-        Api::<Secret>::all(shared.client.clone()),
-        watcher::Config::default().labels(&format!("{}={}", MANAGED_BY.0, MANAGED_BY.1)),
-    );
+    let controller = Controller::for_stream(databases.triggers(), databases.store())
+        .owns_stream(shared.informers.managed_secrets().triggers());
     let cx = Arc::new(Context::new(shared, CloudDatabaseReconciler { backend }));
     runtime::run(controller, cx, readiness, shutdown).await;
     Ok(())

@@ -18,7 +18,6 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ListParams;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
@@ -198,28 +197,23 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let api = Api::<S3Tenant>::all(shared.client.clone());
+    let tenants = shared.informers.tenants();
     // Only bucket changes that can change a tenant's answer re-reconcile it (not every status
     // write of every bucket).
     let buckets = triggers::changed(
-        watcher(
-            Api::<S3Bucket>::all(shared.client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff(),
+        shared.informers.buckets().changes(),
         plan::bucket_trigger_key,
     );
-    let mut controller =
-        Controller::new(api, watcher::Config::default()).watches_stream(buckets, bucket_to_tenant);
+    let mut controller = Controller::for_stream(tenants.triggers(), tenants.store())
+        .watches_stream(buckets, bucket_to_tenant);
     if shared.config.uses_namespace_selector() {
         // Labelling or unlabelling a namespace allows or denies its tenants at once (and their
         // buckets follow the tenant's phase).
         let store = controller.store();
-        controller = controller.watches(
-            Api::<Namespace>::all(shared.client.clone()),
-            watcher::Config::default(),
-            move |namespace| tenants_in(&store, &namespace),
-        );
+        controller = controller
+            .watches_stream(shared.informers.namespaces().triggers(), move |namespace| {
+                tenants_in(&store, &namespace)
+            });
     }
     let cx = Arc::new(Context::new(shared, S3TenantReconciler::new(Live)));
     runtime::run(controller, cx, readiness, shutdown).await;

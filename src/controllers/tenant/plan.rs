@@ -236,24 +236,6 @@ pub fn bucket_trigger_key(bucket: &S3Bucket) -> u64 {
     hasher.finish()
 }
 
-/// Whether every S3Bucket of `tenant` in `buckets` is itself being deleted (and there is one).
-/// Their disappearance re-triggers the tenant through the controller's watch, which can run
-/// before the cache the tenant counts buckets from has seen it: a blocked tenant in that state
-/// looks again soon ([`BLOCKED_SOON`]) instead of after [`super::BLOCKED_RECHECK`].
-pub fn only_deleting_buckets<'a>(
-    buckets: impl IntoIterator<Item = &'a S3Bucket>,
-    tenant: &str,
-) -> bool {
-    let mut ours = buckets
-        .into_iter()
-        .filter(|b| holds_tenant(b, tenant))
-        .peekable();
-    ours.peek().is_some() && ours.all(|b| b.metadata.deletion_timestamp.is_some())
-}
-
-/// How soon a tenant blocked on buckets that are all being deleted looks again.
-pub const BLOCKED_SOON: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// The S3Bucket resources among `buckets` (of `namespace`) that hold `tenant`, sorted: (resource
 /// name, bucket name on the backend). The controller (from its cache) and the admission webhook
 /// (from the API) both ask this.
@@ -670,12 +652,6 @@ mod tests {
             ]
         );
 
-        // A blocked tenant looks again soon only while all of its buckets are being deleted.
-        assert!(!only_deleting_buckets(&buckets, "t"), "live buckets");
-        assert!(
-            !only_deleting_buckets(&buckets, "nobody"),
-            "no bucket at all"
-        );
         let mut deleting = buckets.clone();
         for b in deleting
             .iter_mut()
@@ -687,11 +663,6 @@ mod tests {
                 ));
             b.metadata.finalizers = Some(vec![BUCKET_FINALIZER.into()]);
         }
-        assert!(only_deleting_buckets(&deleting, "t"));
-        assert!(
-            !only_deleting_buckets(&deleting, "u"),
-            "another tenant's live bucket"
-        );
 
         // Released by keeper, held only by another controller's finalizer: no longer the
         // tenant's; still holding keeper's finalizer: still the tenant's.
@@ -706,7 +677,6 @@ mod tests {
         );
         deleting[0].metadata.finalizers = None;
         assert!(tenant_buckets(&deleting, "ns", "t").is_empty());
-        assert!(!only_deleting_buckets(&deleting, "t"), "nothing holds it");
     }
 
     #[test]

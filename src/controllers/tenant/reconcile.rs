@@ -5,7 +5,6 @@ pub mod provision;
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
-use std::time::Duration;
 
 use kube::ResourceExt;
 
@@ -129,16 +128,16 @@ async fn namespace_allowed<B: Backends>(
 }
 
 /// The deletion held while buckets remain (with either policy): the count, the names and the
-/// commands to run; looked at again on every bucket change and every minute (for buckets that
-/// live only on the backend).
+/// commands to run; looked at again on every bucket change (each bucket's departure triggers the
+/// tenant after the cache it counts from has it) and every minute (for buckets that live only on
+/// the backend, which no watch reports).
 fn buckets_remain(
     status: S3TenantStatus,
     tenant: &str,
     buckets: &RemainingBuckets,
     generation: Option<i64>,
-    recheck: Duration,
 ) -> Outcome<S3TenantStatus> {
-    let mut outcome = Outcome::new(status, Next::Requeue(recheck));
+    let mut outcome = Outcome::new(status, Next::Requeue(BLOCKED_RECHECK));
     outcome.status.bucket_count = Some(buckets.count() as i64);
     outcome.deletion_blocked(
         "BucketsRemain",
@@ -157,18 +156,6 @@ pub async fn cleanup<B: Backends>(
     let generation = tenant.metadata.generation;
     let status = tenant.status.clone().unwrap_or_default();
     let resources = bucket_resources(cx, tenant).await?;
-    let recheck = if plan::only_deleting_buckets(
-        cx.kube()
-            .buckets(&tenant.namespace().unwrap_or_default())
-            .await?
-            .iter()
-            .map(|b| b.as_ref()),
-        &name,
-    ) {
-        plan::BLOCKED_SOON
-    } else {
-        BLOCKED_RECHECK
-    };
     match plan::deletion_gate(&tenant.spec) {
         DeletionGate::Protected => {
             let message =
@@ -183,7 +170,7 @@ pub async fn cleanup<B: Backends>(
         // is gone would lose their credentials source: Retain waits for them like Delete does.
         DeletionGate::Retain if !resources.is_empty() => {
             let buckets = RemainingBuckets::new(resources, Vec::<String>::new());
-            return Ok(buckets_remain(status, &name, &buckets, generation, recheck));
+            return Ok(buckets_remain(status, &name, &buckets, generation));
         }
         DeletionGate::Retain => {
             // The account stays, and so do its working credentials: the Secrets are released
@@ -246,7 +233,7 @@ pub async fn cleanup<B: Backends>(
     let next = match plan::deletion_step(account_id, remaining) {
         DeletionStep::Release => Next::Release,
         DeletionStep::Blocked(buckets) => {
-            return Ok(buckets_remain(status, &name, &buckets, generation, recheck));
+            return Ok(buckets_remain(status, &name, &buckets, generation));
         }
         DeletionStep::DeleteAccount { id } => {
             let grid = grid.expect("only grid tenants have accounts");

@@ -142,10 +142,7 @@ async fn a_new_bucket_becomes_ready_with_an_event_and_its_credentials_secret() {
 async fn a_tenant_not_ready_keeps_the_bucket_pending_with_a_normal_event() {
     let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Pending);
     let action = testing::reconcile(&cx, finalized()).await.unwrap();
-    assert_eq!(
-        action,
-        Action::requeue(crate::controllers::bucket::SHORT_RETRY)
-    );
+    assert_eq!(action, Action::await_change());
     assert_eq!(status_patches(&kube)[0]["status"]["phase"], "Pending");
     let notes = kube.notes();
     assert_eq!(

@@ -1,0 +1,428 @@
+//! One watch per kind for the whole process, shared by every reader: the controllers (their own
+//! kind and the kinds they watch), the [`super::cluster::Kube`] seam and the gauges.
+//!
+//! kube's `Controller::new` and `watches` open a watch and a cache each: with the seam's own
+//! caches, keeper watched buckets and tenants three times and cached every bucket twice, and a
+//! watch event could reach a controller before the cache it reads from had it (a tenant saw its
+//! last bucket go but still counted it). An [`Informer`] keeps one store per kind, applies every
+//! change to it before any subscriber hears of it, and tells subscribers of deletions too,
+//! including those a watch that was cut missed (found when the relist no longer has them).
+//! kube's own shared streams (`unstable-runtime-subscribe`) forward no deletions, which the
+//! tenant controller needs.
+//!
+//! Stored objects carry only what keeper reads: `metadata.managedFields` and kubectl's
+//! last-applied annotation (often larger than the object itself) are dropped before caching.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use tokio::sync::mpsc;
+
+use super::cluster::MANAGED_BY;
+use crate::api::{CloudDatabase, S3Bucket, S3Tenant};
+
+/// kubectl's client-side apply record: a copy of the whole object keeper never reads.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A change a subscriber hears of, after the store has it.
+#[derive(Debug, Clone)]
+pub enum Change<K> {
+    /// Added or modified (also every object after a relist, and every cached object when a
+    /// subscriber joins late): the stored object.
+    Applied(Arc<K>),
+    /// Gone from the API: its last known state.
+    Deleted(Arc<K>),
+}
+
+impl<K> Change<K> {
+    pub fn object(&self) -> &Arc<K> {
+        match self {
+            Change::Applied(obj) | Change::Deleted(obj) => obj,
+        }
+    }
+}
+
+type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Change<K>>>>>;
+
+/// A shared watch of one kind (see the module documentation).
+pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
+    store: Store<K>,
+    synced: Arc<AtomicBool>,
+    subscribers: Subscribers<K>,
+}
+
+/// What the objects of a kind need to be watched, cached and shared.
+pub trait Watched:
+    Resource<DynamicType = ()>
+    + Clone
+    + std::fmt::Debug
+    + serde::de::DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// Drops what keeper never reads from an object before it is cached.
+pub fn trim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+}
+
+impl<K: Watched> Informer<K> {
+    /// Starts watching `api` filtered by `config`; the watch runs (and retries with backoff)
+    /// until the process ends.
+    pub fn start(api: Api<K>, config: watcher::Config) -> Self {
+        Self::over(watcher(api, config).default_backoff())
+    }
+
+    /// An informer over a stream of watch events (a watcher's, or a test's).
+    fn over(
+        events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    ) -> Self {
+        let (store, writer) = reflector::store();
+        let subscribers: Subscribers<K> = Arc::default();
+        let synced = Arc::new(AtomicBool::new(false));
+        let events = reflector::reflector(writer, events.modify(trim::<K>));
+        tokio::spawn(dispatch(
+            events,
+            store.clone(),
+            subscribers.clone(),
+            synced.clone(),
+        ));
+        Informer {
+            store,
+            synced,
+            subscribers,
+        }
+    }
+
+    /// The store: every object of the kind (as filtered), read without an API request.
+    pub fn store(&self) -> Store<K> {
+        self.store.clone()
+    }
+
+    /// Whether the first listing is complete (until then the store is empty, not authoritative).
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    /// Every change from now on, each after the store has it; a subscriber that joins after the
+    /// first listing first gets every cached object as `Applied`.
+    pub fn changes(&self) -> impl Stream<Item = Change<K>> + Send + 'static {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut subscribers = self.subscribers.lock().expect("subscribers lock");
+        // Under the lock, so that no change is dispatched between the snapshot and joining:
+        // a change is at worst heard twice, never missed.
+        if self.synced() {
+            for obj in self.store.state() {
+                let _ = tx.send(Change::Applied(obj));
+            }
+        }
+        subscribers.push(tx);
+        receiver_stream(rx)
+    }
+
+    /// The changed objects as a controller's trigger stream (`Controller::for_stream`,
+    /// `watches_stream`, `owns_stream`): cloned one at a time as the controller takes them.
+    pub fn triggers(&self) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
+        self.changes().map(|change| Ok(K::clone(change.object())))
+    }
+}
+
+fn receiver_stream<T: Send + 'static>(
+    mut rx: mpsc::UnboundedReceiver<T>,
+) -> impl Stream<Item = T> + Send + 'static {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// Drives the watch: the reflector applies each event to the store, then subscribers hear of it.
+async fn dispatch<K: Watched>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+    store: Store<K>,
+    subscribers: Subscribers<K>,
+    synced: Arc<AtomicBool>,
+) {
+    futures::pin_mut!(events);
+    // What the store held when a relist began: what the relist does not find again is gone.
+    let mut before_relist: Option<Vec<Arc<K>>> = None;
+    while let Some(event) = events.next().await {
+        let changes = match event {
+            Ok(watcher::Event::Apply(obj)) => store
+                .get(&ObjectRef::from_obj(&obj))
+                .map(|stored| vec![Change::Applied(stored)])
+                .unwrap_or_default(),
+            Ok(watcher::Event::Delete(obj)) => vec![Change::Deleted(Arc::new(obj))],
+            Ok(watcher::Event::Init) => {
+                before_relist = Some(store.state());
+                Vec::new()
+            }
+            Ok(watcher::Event::InitApply(_)) => Vec::new(),
+            Ok(watcher::Event::InitDone) => {
+                synced.store(true, Ordering::Release);
+                relisted(before_relist.take().unwrap_or_default(), store.state())
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, kind = %K::kind(&()), "watch error; retrying");
+                Vec::new()
+            }
+        };
+        if changes.is_empty() {
+            continue;
+        }
+        let mut subscribers = subscribers.lock().expect("subscribers lock");
+        subscribers.retain(|tx| changes.iter().all(|c| tx.send(c.clone()).is_ok()));
+    }
+}
+
+/// The changes a relist reveals: objects it no longer lists are `Deleted`, and every object it
+/// lists is `Applied` (what changed while the watch was cut is not known object by object).
+fn relisted<K: Watched>(before: Vec<Arc<K>>, after: Vec<Arc<K>>) -> Vec<Change<K>> {
+    let listed: HashSet<ObjectRef<K>> = after.iter().map(|o| ObjectRef::from_obj(&**o)).collect();
+    before
+        .into_iter()
+        .filter(|o| !listed.contains(&ObjectRef::from_obj(&**o)))
+        .map(Change::Deleted)
+        .chain(after.into_iter().map(Change::Applied))
+        .collect()
+}
+
+/// The informers of one process, each started on first use: a process running only some
+/// controllers watches only what they and the seam read.
+pub struct Informers {
+    client: Client,
+    tenants: OnceLock<Informer<S3Tenant>>,
+    buckets: OnceLock<Informer<S3Bucket>>,
+    databases: OnceLock<Informer<CloudDatabase>>,
+    managed_secrets: OnceLock<Informer<Secret>>,
+    namespaces: OnceLock<Informer<Namespace>>,
+}
+
+impl Informers {
+    pub fn new(client: Client) -> Self {
+        Informers {
+            client,
+            tenants: OnceLock::new(),
+            buckets: OnceLock::new(),
+            databases: OnceLock::new(),
+            managed_secrets: OnceLock::new(),
+            namespaces: OnceLock::new(),
+        }
+    }
+
+    fn all<'a, K: Watched>(
+        &self,
+        cell: &'a OnceLock<Informer<K>>,
+        config: watcher::Config,
+    ) -> &'a Informer<K> {
+        cell.get_or_init(|| Informer::start(Api::all(self.client.clone()), config))
+    }
+
+    pub fn tenants(&self) -> &Informer<S3Tenant> {
+        self.all(&self.tenants, watcher::Config::default())
+    }
+
+    pub fn buckets(&self) -> &Informer<S3Bucket> {
+        self.all(&self.buckets, watcher::Config::default())
+    }
+
+    pub fn databases(&self) -> &Informer<CloudDatabase> {
+        self.all(&self.databases, watcher::Config::default())
+    }
+
+    /// The Secrets keeper created, cluster-wide (label-filtered: other Secrets are never cached).
+    pub fn managed_secrets(&self) -> &Informer<Secret> {
+        let managed = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
+        self.all(
+            &self.managed_secrets,
+            watcher::Config::default().labels(&managed),
+        )
+    }
+
+    pub fn namespaces(&self) -> &Informer<Namespace> {
+        self.all(&self.namespaces, watcher::Config::default())
+    }
+
+    /// One Secret, watched by name (a provider's credentials in keeper's configuration).
+    pub fn secret(&self, namespace: &str, name: &str) -> Informer<Secret> {
+        Informer::start(
+            Api::namespaced(self.client.clone(), namespace),
+            watcher::Config::default().fields(&format!("metadata.name={name}")),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use kube::runtime::watcher::Event;
+
+    fn map(name: &str, value: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("ns".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some([("v".to_string(), value.to_string())].into()),
+            ..ConfigMap::default()
+        }
+    }
+
+    type Feed = mpsc::UnboundedSender<Result<Event<ConfigMap>, watcher::Error>>;
+
+    fn informer() -> (Feed, Informer<ConfigMap>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (tx, Informer::over(receiver_stream(rx)))
+    }
+
+    /// What a subscriber hears, as `+name=value` / `-name`, and whether the store agreed at the
+    /// moment it heard it (an applied object stored, a deleted one gone).
+    async fn next(
+        changes: &mut (impl Stream<Item = Change<ConfigMap>> + Unpin),
+        store: &Store<ConfigMap>,
+    ) -> String {
+        let change = tokio::time::timeout(std::time::Duration::from_secs(5), changes.next())
+            .await
+            .expect("a change within 5 s")
+            .expect("the stream goes on");
+        let obj = change.object();
+        let stored = store.get(&ObjectRef::from_obj(&**obj));
+        let name = obj.metadata.name.clone().unwrap();
+        match &change {
+            Change::Applied(_) => {
+                assert_eq!(
+                    stored.as_deref(),
+                    Some(&**obj),
+                    "stored before it is heard of"
+                );
+                format!("+{name}={}", obj.data.as_ref().unwrap()["v"])
+            }
+            Change::Deleted(_) => {
+                assert!(
+                    stored.is_none(),
+                    "gone from the store before it is heard of"
+                );
+                format!("-{name}")
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn subscribers_hear_of_each_change_after_the_store_has_it() {
+        let (feed, informer) = informer();
+        let mut changes = Box::pin(informer.changes());
+        let store = informer.store();
+        for event in [
+            Event::Init,
+            Event::InitApply(map("a", "1")),
+            Event::InitDone,
+        ] {
+            feed.send(Ok(event)).unwrap();
+        }
+        assert_eq!(next(&mut changes, &store).await, "+a=1");
+        assert!(informer.synced());
+        feed.send(Ok(Event::Apply(map("a", "2")))).unwrap();
+        assert_eq!(next(&mut changes, &store).await, "+a=2");
+        feed.send(Ok(Event::Delete(map("a", "2")))).unwrap();
+        assert_eq!(next(&mut changes, &store).await, "-a");
+    }
+
+    #[tokio::test]
+    async fn a_relist_reports_what_it_no_longer_finds_as_deleted() {
+        let (feed, informer) = informer();
+        let mut changes = Box::pin(informer.changes());
+        let store = informer.store();
+        for event in [
+            Event::Init,
+            Event::InitApply(map("a", "1")),
+            Event::InitApply(map("b", "1")),
+            Event::InitDone,
+        ] {
+            feed.send(Ok(event)).unwrap();
+        }
+        let mut first = vec![
+            next(&mut changes, &store).await,
+            next(&mut changes, &store).await,
+        ];
+        first.sort();
+        assert_eq!(first, ["+a=1", "+b=1"]);
+        // The watch was cut; a was deleted meanwhile and b changed.
+        for event in [
+            Event::Init,
+            Event::InitApply(map("b", "2")),
+            Event::InitDone,
+        ] {
+            feed.send(Ok(event)).unwrap();
+        }
+        assert_eq!(next(&mut changes, &store).await, "-a");
+        assert_eq!(next(&mut changes, &store).await, "+b=2");
+    }
+
+    #[tokio::test]
+    async fn a_late_subscriber_first_hears_of_every_cached_object() {
+        let (feed, informer) = informer();
+        let mut early = Box::pin(informer.changes());
+        for event in [
+            Event::Init,
+            Event::InitApply(map("a", "1")),
+            Event::InitDone,
+        ] {
+            feed.send(Ok(event)).unwrap();
+        }
+        let store = informer.store();
+        assert_eq!(next(&mut early, &store).await, "+a=1");
+        let mut late = Box::pin(informer.changes());
+        assert_eq!(next(&mut late, &store).await, "+a=1");
+        feed.send(Ok(Event::Apply(map("b", "1")))).unwrap();
+        assert_eq!(next(&mut late, &store).await, "+b=1");
+        assert_eq!(next(&mut early, &store).await, "+b=1");
+    }
+
+    #[tokio::test]
+    async fn cached_objects_keep_neither_managed_fields_nor_the_last_applied_configuration() {
+        let (feed, informer) = informer();
+        let mut changes = Box::pin(informer.changes());
+        let mut obj = map("a", "1");
+        obj.metadata.managed_fields = Some(vec![Default::default()]);
+        obj.metadata.annotations = Some(
+            [
+                (LAST_APPLIED.to_string(), "{...}".to_string()),
+                ("keep".to_string(), "me".to_string()),
+            ]
+            .into(),
+        );
+        for event in [Event::Init, Event::InitApply(obj), Event::InitDone] {
+            feed.send(Ok(event)).unwrap();
+        }
+        next(&mut changes, &informer.store()).await;
+        let stored = informer.store().state().pop().unwrap();
+        assert_eq!(stored.metadata.managed_fields, None);
+        assert_eq!(
+            stored.metadata.annotations,
+            Some([("keep".to_string(), "me".to_string())].into())
+        );
+    }
+}
