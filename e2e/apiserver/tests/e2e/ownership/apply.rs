@@ -231,3 +231,42 @@ async fn malformed_applies_and_force_on_other_patches_are_refused() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_sees_the_conflict_as_an_api_error_and_forces_through() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, Patch, PatchParams};
+    let env = Env::new().await;
+    env.create_cm("kubectl-create", "k", json!({"foo": "bar"}))
+        .await;
+    let api: Api<ConfigMap> = Api::namespaced(env.client().await, "default");
+    let config = cm("k", json!({"foo": "baz"}));
+    let err = api
+        .patch("k", &PatchParams::apply("keeper"), &Patch::Apply(&config))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("expected an API error, got {err:?}")
+    };
+    assert_eq!((status.code, status.reason.as_str()), (409, "Conflict"));
+    assert!(
+        status.message.ends_with(": .data.foo"),
+        "{}",
+        status.message
+    );
+    let got = api
+        .patch(
+            "k",
+            &PatchParams::apply("keeper").force(),
+            &Patch::Apply(&config),
+        )
+        .await
+        .unwrap();
+    let entries = got.metadata.managed_fields.unwrap_or_default();
+    let keeper = entries
+        .iter()
+        .find(|e| e.manager.as_deref() == Some("keeper"))
+        .expect("keeper's entry");
+    assert_eq!(keeper.operation.as_deref(), Some("Apply"));
+    env.stop().await;
+}

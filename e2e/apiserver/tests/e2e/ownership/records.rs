@@ -170,6 +170,23 @@ async fn updates_take_the_fields_they_change_and_keep_theirs() {
         .await;
     assert_eq!(code, 200, "{got}");
     assert_eq!(got["data"], json!({"a": "2", "b": "1", "c": "3"}));
+    // The same name updating is another manager than when it applies.
+    let got = env
+        .ok(
+            "PATCH",
+            &format!("{path}?fieldManager=applier"),
+            Some("application/merge-patch+json"),
+            json!({"data": {"e": "5"}}),
+        )
+        .await;
+    assert_eq!(
+        fields(&got, "applier", "Apply"),
+        json!({"f:data": {"f:b": {}}})
+    );
+    assert_eq!(
+        fields(&got, "applier", "Update"),
+        json!({"f:data": {"f:e": {}}})
+    );
     // Without fieldManager the manager is the User-Agent up to its first slash.
     let (code, got) = env
         .raw_with_agent(
