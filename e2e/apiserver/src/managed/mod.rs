@@ -394,7 +394,8 @@ fn empty_object(def: &ResDef) -> Value {
             &["spec", "status"]
         }
         "deployments" => {
-            obj["spec"] = json!({"template": {"metadata": {}, "spec": {}}, "strategy": {}});
+            obj["spec"] = json!({"template": {"metadata": {}, "spec": {"containers": null}},
+                "strategy": {}});
             &["status"]
         }
         "leases" => &["spec"],

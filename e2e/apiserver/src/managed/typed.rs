@@ -330,7 +330,7 @@ impl Comparison {
 
 /// Compare `old` with `new` like structured-merge-diff: leaves (scalars, atomic values, empty
 /// containers) are added, modified or removed; objects, lists and list items that appear or
-/// disappear are added or removed themselves too.
+/// disappear are added or removed themselves too (not when they were or become `null`).
 pub fn compare(old: &Value, new: &Value, ty: Ty) -> Comparison {
     let mut c = Comparison::default();
     walk_compare(Some(old), Some(new), ty, &mut Vec::new(), &mut c);
@@ -344,7 +344,9 @@ fn walk_compare(
     path: &mut Vec<String>,
     c: &mut Comparison,
 ) {
-    let shape = |v: Option<&Value>| v.map(|v| ty.shape(v));
+    // A null container is an empty one to descend into (but, unlike a missing one, not added
+    // or removed itself), as structured-merge-diff reads it.
+    let shape = |v: Option<&Value>| v.filter(|v| !v.is_null()).map(|v| ty.shape(v));
     let (ls, rs) = (shape(l), shape(r));
     let container = match (&ls, &rs) {
         (Some(a), Some(b)) if a != b => None,
@@ -539,6 +541,16 @@ mod tests {
         );
         assert_eq!(c.modified.to_fields_v1(), json!({"f:data": {"f:a": {}}}));
         assert!(c.removed.is_empty());
+        // A null list is there already: only its new item is added.
+        let c = compare(
+            &json!({"spec": {"containers": null}}),
+            &json!({"spec": {"containers": [{"name": "c"}]}}),
+            builtin("deployments"),
+        );
+        assert_eq!(
+            c.added.to_fields_v1(),
+            json!({"f:spec": {"f:containers": {"k:{\"name\":\"c\"}": {".": {}, "f:name": {}}}}})
+        );
     }
 
     #[test]
