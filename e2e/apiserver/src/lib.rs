@@ -41,8 +41,18 @@
 //!   kube's `test`-for-null semantics, strategic merge for built-ins incl. `$patch`,
 //!   `$setElementOrder`, `$retainKeys`, `$deleteFromPrimitiveList` and the usual merge keys,
 //!   server-side apply that creates, merges (associative lists by key) and removes fields its
-//!   manager no longer applies), delete (preconditions, propagationPolicy), deletecollection,
-//!   `dryRun=All`, namespaced and cluster-wide paths.
+//!   manager no longer applies unless another manager owns them), delete (preconditions,
+//!   propagationPolicy), deletecollection, `dryRun=All`, namespaced and cluster-wide paths.
+//! - **Field ownership** (module [`managed`]): `metadata.managedFields` on every kind and
+//!   subresource, per manager (`fieldManager`, else the User-Agent before its first `/`),
+//!   operation, subresource and (updates) apiVersion, with kube's `fieldsV1`; updates take the
+//!   fields they change, applies own what they apply; an apply changing a field another manager
+//!   owns gets kube's 409 (`Apply failed with 1 conflict: conflict with "kubectl-create" using
+//!   v1: .data.foo`, `FieldManagerConflict` causes) unless forced, equal values are co-owned;
+//!   plus kube's details (server-set metadata unowned, `status` only through `/status`,
+//!   `ancient-changes`, client-written `managedFields` and their reset with `[]`/`[{}]`,
+//!   `before-first-apply`, kubectl's takeover from client-side apply and its last-applied
+//!   annotation).
 //! - **Bodies**: JSON and YAML; the protobuf envelope kubectl's typed clients send is decoded for
 //!   Secret, ConfigMap, Namespace, ServiceAccount and the four RBAC kinds (`kubectl create
 //!   secret|configmap|namespace|serviceaccount|role|clusterrole|rolebinding|clusterrolebinding`,
@@ -111,10 +121,11 @@
 //! - No controllers besides the garbage collector, the namespace controller and the CRD finalizer: Deployments
 //!   never get pods or status, Services get no cluster IP, there are no pods, no `scale`
 //!   subresource.
-//! - Server-side apply keeps, per object and field manager, the configuration applied last and
-//!   removes what that manager stops applying, but it does not track ownership across managers:
-//!   `managedFields` is never recorded, there are no apply conflicts (`force` is accepted and
-//!   ignored), and a field set by two managers is removed when either stops applying it.
+//! - Field ownership of built-in kinds follows field names rather than kube's Go types (maps,
+//!   atomic label selectors, the merge keys strategic merge patch knows; other lists atomic), so
+//!   `.` markers on nested built-in structs can differ; fields a kind's rules set on write (a
+//!   Namespace's `spec.finalizers`) belong to the writer, where kube leaves them unowned; field
+//!   sets are not converted between versions; managed fields count against no size limit.
 //! - Lists are served from the current state (a `continue` token does not pin a snapshot);
 //!   `resourceVersion`/`resourceVersionMatch` on lists are ignored.
 //! - CEL rules (module `cel`): no static type checking or cost limits, CRDs with rules that do
@@ -139,6 +150,7 @@ pub mod cel;
 pub mod error;
 pub mod events;
 pub mod faults;
+pub mod managed;
 pub mod meta;
 pub mod openapi;
 pub mod patch;

@@ -1,5 +1,5 @@
-//! Patch flavours: JSON merge patch (RFC 7386), JSON patch (RFC 6902),
-//! strategic merge patch (for built-in kinds) and server-side apply merging.
+//! Patch flavours: JSON merge patch (RFC 7386), JSON patch (RFC 6902) and strategic merge patch
+//! (for built-in kinds). Server-side apply is in [`crate::managed`].
 
 use serde_json::{Map, Value};
 
@@ -38,7 +38,7 @@ pub fn json_patch(target: &mut Value, patch: &Value) -> Result<(), (bool, String
 }
 
 /// Merge keys of well-known built-in list fields (strategic merge patch and apply).
-fn merge_key(field: &str, sample: Option<&Value>) -> Option<&'static str> {
+pub(crate) fn merge_key(field: &str, sample: Option<&Value>) -> Option<&'static str> {
     Some(match field {
         "containers"
         | "initContainers"
@@ -214,168 +214,6 @@ fn strip_directives(v: &Value) -> Value {
     }
 }
 
-/// List semantics from a structural schema: (`map` keys) or `set`.
-fn schema_list(schema: Option<&Value>) -> Option<(String, Vec<String>)> {
-    let s = schema?;
-    let t = s["x-kubernetes-list-type"].as_str()?;
-    let keys = s["x-kubernetes-list-map-keys"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|k| k.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    Some((t.to_string(), keys))
-}
-
-fn child_schema<'a>(schema: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-    let s = schema?;
-    if let Some(p) = s["properties"].get(key) {
-        return Some(p);
-    }
-    if s["additionalProperties"].is_object() {
-        return Some(&s["additionalProperties"]);
-    }
-    None
-}
-
-/// How a list merges under apply: `map` (by keys), `set` or `atomic`.
-fn list_semantics(schema: Option<&Value>, field: &str, items: &[Value]) -> (String, Vec<String>) {
-    match schema_list(schema) {
-        Some(x) => x,
-        None if merge_primitive(field) => ("set".to_string(), vec![]),
-        None => match merge_key(field, items.first()) {
-            Some(k) if items.iter().all(Value::is_object) => {
-                ("map".to_string(), vec![k.to_string()])
-            }
-            _ => ("atomic".to_string(), vec![]),
-        },
-    }
-}
-
-/// Server-side apply field removal: what the same manager applied before (`prev`) but no longer
-/// applies (`now`) is removed from `live`. Ownership by other managers is not tracked.
-pub fn apply_remove_stale(
-    live: &mut Value,
-    prev: &Value,
-    now: &Value,
-    schema: Option<&Value>,
-    field: &str,
-) {
-    match (prev, live) {
-        (Value::Object(p), Value::Object(l)) => {
-            for (k, pv) in p {
-                let gone = now.get(k).is_none();
-                let nv = match (now.get(k), pv) {
-                    (Some(nv), _) => nv.clone(),
-                    (None, Value::Object(_)) => Value::Object(Map::new()),
-                    (None, Value::Array(_)) => Value::Array(vec![]),
-                    (None, _) => {
-                        l.remove(k);
-                        continue;
-                    }
-                };
-                let sub = child_schema(schema, k);
-                if let Some(lv) = l.get_mut(k) {
-                    let atomic_list = pv.is_array() && {
-                        let sample: Vec<Value> = pv
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .take(1)
-                            .cloned()
-                            .collect();
-                        list_semantics(sub, k, &sample).0 == "atomic"
-                    };
-                    if gone && atomic_list {
-                        l.remove(k);
-                        continue;
-                    }
-                    apply_remove_stale(lv, pv, &nv, sub, k);
-                    let empty = lv.as_object().is_some_and(Map::is_empty)
-                        || lv.as_array().is_some_and(Vec::is_empty);
-                    if gone && empty {
-                        l.remove(k);
-                    }
-                }
-            }
-        }
-        (Value::Array(p), Value::Array(l)) => {
-            let empty = Vec::new();
-            let n = now.as_array().unwrap_or(&empty);
-            let sample: Vec<Value> = p.iter().chain(n.iter()).take(1).cloned().collect();
-            let (ty, keys) = list_semantics(schema, field, &sample);
-            let item_schema = schema.map(|s| &s["items"]);
-            match ty.as_str() {
-                "map" if !keys.is_empty() => {
-                    let same = |a: &Value, b: &Value| keys.iter().all(|k| a[k] == b[k]);
-                    for pi in p {
-                        match n.iter().find(|ni| same(ni, pi)) {
-                            None => l.retain(|li| !same(li, pi)),
-                            Some(ni) => {
-                                if let Some(li) = l.iter_mut().find(|li| same(li, pi)) {
-                                    apply_remove_stale(li, pi, ni, item_schema, "");
-                                }
-                            }
-                        }
-                    }
-                }
-                "set" => l.retain(|li| !p.contains(li) || n.contains(li)),
-                _ => {}
-            }
-        }
-        _ => {}
-    }
-}
-
-/// Server-side apply, without field ownership: the applied configuration is merged
-/// into the live object (maps recursively, associative lists by key, other lists replaced).
-pub fn apply_merge(live: &mut Value, applied: &Value, schema: Option<&Value>, field: &str) {
-    match applied {
-        Value::Object(p) => {
-            if !live.is_object() {
-                *live = Value::Object(Map::new());
-            }
-            for (k, v) in p {
-                let t = live.as_object_mut().expect("object");
-                if v.is_null() {
-                    t.remove(k);
-                    continue;
-                }
-                let sub = child_schema(schema, k);
-                apply_merge(t.entry(k.clone()).or_insert(Value::Null), v, sub, k);
-            }
-        }
-        Value::Array(items) => {
-            let (ty, keys) = list_semantics(schema, field, items);
-            let item_schema = schema.map(|s| &s["items"]);
-            match (ty.as_str(), live.as_array_mut()) {
-                ("map", Some(list)) if !keys.is_empty() => {
-                    for item in items {
-                        let pos = list
-                            .iter()
-                            .position(|e| keys.iter().all(|k| e[k] == item[k]));
-                        match pos {
-                            Some(i) => apply_merge(&mut list[i], item, item_schema, ""),
-                            None => list.push(item.clone()),
-                        }
-                    }
-                }
-                ("set", Some(list)) => {
-                    for item in items {
-                        if !list.contains(item) {
-                            list.push(item.clone());
-                        }
-                    }
-                }
-                _ => *live = applied.clone(),
-            }
-        }
-        other => *live = other.clone(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -420,39 +258,6 @@ mod tests {
             t["metadata"]["finalizers"],
             json!(["f"]),
             "nothing applied when a test fails"
-        );
-    }
-
-    #[test]
-    fn apply_removes_what_the_manager_no_longer_applies() {
-        let prev = json!({"metadata": {"labels": {"a": "1", "b": "2"}, "finalizers": ["x", "y"]},
-            "spec": {"keep": 1, "drop": 2, "containers": [{"name": "c1", "image": "i", "args": ["a"]}, {"name": "c2", "image": "j"}]}});
-        let now = json!({"metadata": {"labels": {"a": "1"}, "finalizers": ["x"]},
-            "spec": {"keep": 1, "containers": [{"name": "c1", "image": "i"}]}});
-        let mut live = json!({"metadata": {"labels": {"a": "1", "b": "2", "other": "3"}, "finalizers": ["x", "y", "z"]},
-            "spec": {"keep": 1, "drop": 2, "foreign": 3, "containers": [{"name": "c1", "image": "i", "args": ["a"]}, {"name": "c2", "image": "j"}]}});
-        apply_remove_stale(&mut live, &prev, &now, None, "");
-        assert_eq!(
-            live,
-            json!({"metadata": {"labels": {"a": "1", "other": "3"}, "finalizers": ["x", "z"]},
-            "spec": {"keep": 1, "foreign": 3, "containers": [{"name": "c1", "image": "i"}]}})
-        );
-    }
-
-    #[test]
-    fn apply_merges_list_map_from_schema() {
-        let schema = json!({"type": "object", "properties": {"conditions": {"type": "array",
-            "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"], "items": {"type": "object"}}}});
-        let mut live = json!({"conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "False"}]});
-        apply_merge(
-            &mut live,
-            &json!({"conditions": [{"type": "B", "status": "True"}]}),
-            Some(&schema),
-            "",
-        );
-        assert_eq!(
-            live,
-            json!({"conditions": [{"type": "A", "status": "True"}, {"type": "B", "status": "True"}]})
         );
     }
 }

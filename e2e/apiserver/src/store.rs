@@ -34,8 +34,6 @@ pub struct State {
     pub tx: broadcast::Sender<Arc<Change>>,
     /// `namespace/name` of a webhook Service → local HTTPS port.
     pub webhook_services: HashMap<String, u16>,
-    /// Server-side apply: the configuration each (object uid, field manager) applied last.
-    pub applied: HashMap<(String, String), Value>,
 }
 
 pub fn now() -> String {
@@ -92,13 +90,16 @@ impl State {
             crds: Vec::new(),
             tx,
             webhook_services: HashMap::new(),
-            applied: HashMap::new(),
         };
         for ns in ["default", "kube-system", "kube-public"] {
             let obj = json!({
                 "apiVersion": "v1", "kind": "Namespace",
                 "metadata": {"name": ns, "uid": uuid::Uuid::new_v4().to_string(), "creationTimestamp": now(),
-                    "labels": {"kubernetes.io/metadata.name": ns}},
+                    "labels": {"kubernetes.io/metadata.name": ns},
+                    // As kube-apiserver records creating them.
+                    "managedFields": [{"manager": "kube-apiserver", "operation": "Update", "apiVersion": "v1",
+                        "time": now(), "fieldsType": "FieldsV1",
+                        "fieldsV1": {"f:metadata": {"f:labels": {".": {}, "f:kubernetes.io/metadata.name": {}}}}}]},
                 "spec": {"finalizers": ["kubernetes"]},
                 "status": {"phase": "Active"},
             });
@@ -210,7 +211,6 @@ impl State {
             .remove(&(ns.to_string(), name.to_string()))?;
         let uid = meta_str(&obj, "uid").to_string();
         self.uids.remove(&uid);
-        self.applied.retain(|(u, _), _| *u != uid);
         let rv = self.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         self.push("DELETED", key, ns, None, obj.clone());

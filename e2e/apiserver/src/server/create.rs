@@ -113,6 +113,7 @@ pub(super) fn plan_create(
     t: &Target,
     ctx: &Ctx,
     body: Option<Value>,
+    ownership: Ownership,
 ) -> ApiResult<Plan> {
     let def = &t.def;
     let body = match body {
@@ -194,6 +195,7 @@ pub(super) fn plan_create(
         ));
     }
     check_namespace(st, def, &ns, &name)?;
+    let requested = obj["metadata"]["managedFields"].clone();
     strip_server_fields(&mut obj);
     let m = &mut obj["metadata"];
     m["uid"] = json!(uuid::Uuid::new_v4().to_string());
@@ -205,6 +207,12 @@ pub(super) fn plan_create(
     let mut warnings = Vec::new();
     strategy(st, def, &mut obj, None)?;
     cr_schema(def, &mut obj, None, ctx, &mut warnings, &name)?;
+    match ownership {
+        Ownership::Update => {
+            managed::update(&scope(st, t), &ctx.writer(t), None, &requested, &mut obj)
+        }
+        Ownership::Decided(m) => m.store(&mut obj),
+    }
     let hooks = webhook::matching(st, def, "CREATE", &t.sub, &ns, Some(&view(def, &obj)), None);
     Ok(Plan {
         op: Op::Create,
@@ -217,6 +225,5 @@ pub(super) fn plan_create(
         warnings,
         hooks,
         code: 201,
-        applied: None,
     })
 }

@@ -93,7 +93,6 @@ pub(super) fn plan_delete(
         warnings: vec![],
         hooks,
         code: 200,
-        applied: None,
     })
 }
 

@@ -6,6 +6,7 @@
 use crate::auth::{self, Authenticator, Gate, UserInfo};
 use crate::error::{ApiError, ApiResult, Cause};
 use crate::events;
+use crate::managed;
 use crate::patch;
 use crate::resources::{ResDef, View};
 use crate::schema;
@@ -43,10 +44,10 @@ use discovery::{api_groups, openapi_v2, resource_list, version};
 use read::{Filter, get, list, shape_one};
 pub(crate) use routing::request_verb;
 use routing::{Target, route};
-use strategy::{cr_schema, strategy, without};
+use strategy::{cr_schema, prune_unknown, strategy, without};
 use update::{plan_patch, plan_update};
 use watch::watch;
-use write::{Op, Plan, write};
+use write::{Op, Ownership, Plan, write};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -205,6 +206,15 @@ impl Ctx {
                     .as_array()
                     .is_some_and(|a| a.iter().any(|v| v == "All"))
         })
+    }
+    /// Who writes, for field ownership: the `fieldManager` parameter or the User-Agent.
+    fn writer(&self, t: &Target) -> managed::Writer {
+        let ua = self
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        managed::Writer::new(self.q("fieldManager"), ua, t.def.api_version(), &t.sub)
     }
     fn content_type(&self) -> String {
         self.headers
@@ -395,7 +405,8 @@ pub fn view(def: &ResDef, stored: &Value) -> Value {
     }
 }
 
-fn unview(def: &ResDef, obj: &Value) -> Value {
+/// A served object in stored form (the inverse of [`view`]).
+pub(crate) fn unview(def: &ResDef, obj: &Value) -> Value {
     match def.view {
         View::EventsV1 => events::v1_to_core(obj),
         View::Plain => {
@@ -404,6 +415,20 @@ fn unview(def: &ResDef, obj: &Value) -> Value {
             v["kind"] = json!(def.kind);
             v
         }
+    }
+}
+
+/// The resource a write goes to, for field ownership: every definition serving the same
+/// stored objects (other versions and views compare in their own form).
+fn scope(st: &State, t: &Target) -> managed::Scope {
+    managed::Scope {
+        defs: st
+            .all_defs()
+            .filter(|d| d.store_key == t.def.store_key)
+            .cloned()
+            .collect(),
+        request: t.def.clone(),
+        subresource: t.sub.clone(),
     }
 }
 

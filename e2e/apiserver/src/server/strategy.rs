@@ -256,24 +256,7 @@ pub(super) fn cr_schema(
     let Some(s) = def.schema.as_ref().filter(|s| s.is_object()) else {
         return Ok(());
     };
-    let mut unknown = Vec::new();
-    schema::prune(s, obj, "", &mut unknown);
-    if !unknown.is_empty() {
-        let msgs: Vec<String> = unknown
-            .iter()
-            .map(|u| format!("unknown field \"{u}\""))
-            .collect();
-        match ctx.q("fieldValidation") {
-            Some("Strict") => {
-                return Err(ApiError::bad_request(format!(
-                    "strict decoding error: {}",
-                    msgs.join(", ")
-                )));
-            }
-            Some("Ignore") => {}
-            _ => warnings.extend(msgs),
-        }
-    }
+    prune_unknown(def, obj, ctx, warnings)?;
     schema::default(s, obj);
     let mut causes = Vec::new();
     schema::validate(s, obj, "", &mut causes);
@@ -282,6 +265,39 @@ pub(super) fn cr_schema(
         return Err(ApiError::invalid(&def.group, &def.kind, name, causes));
     }
     Ok(())
+}
+
+/// Drop the fields a custom resource's schema does not know; `fieldValidation=Strict` refuses
+/// them, `Ignore` drops them silently, `Warn` (the default) with a warning each.
+pub(super) fn prune_unknown(
+    def: &ResDef,
+    obj: &mut Value,
+    ctx: &Ctx,
+    warnings: &mut Vec<String>,
+) -> ApiResult<()> {
+    let Some(s) = def.schema.as_ref().filter(|s| s.is_object()) else {
+        return Ok(());
+    };
+    let mut unknown = Vec::new();
+    schema::prune(s, obj, "", &mut unknown);
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let msgs: Vec<String> = unknown
+        .iter()
+        .map(|u| format!("unknown field \"{u}\""))
+        .collect();
+    match ctx.q("fieldValidation") {
+        Some("Strict") => Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            msgs.join(", ")
+        ))),
+        Some("Ignore") => Ok(()),
+        _ => {
+            warnings.extend(msgs);
+            Ok(())
+        }
+    }
 }
 
 pub(super) fn without(v: &Value, keys: &[&str]) -> Value {

@@ -10,8 +10,10 @@ fn finish_update(
     current: &Value,
     mut new: Value,
     require_rv: bool,
+    ownership: Ownership,
 ) -> ApiResult<Plan> {
     let def = &t.def;
+    let requested = new["metadata"]["managedFields"].clone();
     let name = meta_str(current, "name").to_string();
     let ns = ns_of(t).to_string();
     let new_name = meta_str(&new, "name");
@@ -141,6 +143,19 @@ fn finish_update(
         let g = current["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
         new["metadata"]["generation"] = json!(g);
     }
+    match ownership {
+        Ownership::Update => managed::update(
+            &scope(st, t),
+            &ctx.writer(t),
+            Some(current),
+            &requested,
+            &mut new,
+        ),
+        Ownership::Decided(m) => m.store(&mut new),
+    }
+    if managed::only_times_differ(&new, current) {
+        new = current.clone();
+    }
     let noop = new == *current;
     let hooks = if noop {
         vec![]
@@ -166,7 +181,6 @@ fn finish_update(
         warnings,
         hooks,
         code: 200,
-        applied: None,
     })
 }
 
@@ -182,7 +196,7 @@ pub(super) fn plan_update(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> 
     check_type(&t.def, &body)?;
     let cur = current(st, t)?;
     let new = unview(&t.def, &body);
-    finish_update(st, t, ctx, &cur, new, t.def.crd)
+    finish_update(st, t, ctx, &cur, new, t.def.crd, Ownership::Update)
 }
 
 pub(super) fn plan_patch(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> {
@@ -191,16 +205,11 @@ pub(super) fn plan_patch(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> {
     let name = t.name.clone().unwrap_or_default();
     if ct == "application/apply-patch+yaml" || ct == "application/apply-patch+json" {
         if ctx.q("fieldManager").is_none_or(str::is_empty) {
-            return Err(ApiError::invalid(
-                "meta.k8s.io",
-                "PatchOptions",
-                "",
-                vec![Cause::new(
-                    "FieldValueRequired",
-                    "fieldManager",
-                    "Required value: is required for apply patch",
-                )],
-            ));
+            return Err(invalid_patch_options(Cause::new(
+                "FieldValueRequired",
+                "fieldManager",
+                "Required value: is required for apply patch",
+            )));
         }
         let applied: Value = serde_yaml::from_slice(&ctx.body)
             .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
@@ -218,58 +227,13 @@ pub(super) fn plan_patch(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> {
                 "the name of the object ({an}) does not match the name on the URL ({name})"
             )));
         }
-        let manager = format!(
-            "{}{}",
-            ctx.q("fieldManager").unwrap_or_default(),
-            if t.sub.is_empty() {
-                String::new()
-            } else {
-                format!("/{}", t.sub)
-            }
-        );
-        let mut record = applied.clone();
-        if let Some(o) = record.as_object_mut() {
-            o.remove("apiVersion");
-            o.remove("kind");
-        }
-        if let Some(m) = record["metadata"].as_object_mut() {
-            for k in ["name", "namespace", "resourceVersion", "uid"] {
-                m.remove(k);
-            }
-        }
-        let Some(cur) = st.get(&def.store_key, ns_of(t), &name).cloned() else {
-            if !t.sub.is_empty() {
-                return Err(ApiError::not_found(&def.group, &def.plural, &name));
-            }
-            let mut body = applied.clone();
-            body["metadata"]["name"] = json!(name);
-            let mut plan = plan_create(st, t, ctx, Some(body))?;
-            plan.applied = Some((manager, record));
-            return Ok(plan);
-        };
-        let mut merged = view(def, &cur);
-        let wanted_rv = applied["metadata"]["resourceVersion"]
-            .as_str()
-            .map(str::to_string);
-        let mut applied = applied;
-        applied["metadata"]
-            .as_object_mut()
-            .map(|m| m.remove("resourceVersion"));
-        if let Some(prev) = st
-            .applied
-            .get(&(meta_str(&cur, "uid").to_string(), manager.clone()))
-        {
-            patch::apply_remove_stale(&mut merged, prev, &record, def.schema.as_ref(), "");
-        }
-        patch::apply_merge(&mut merged, &applied, def.schema.as_ref(), "");
-        if let Some(rv) = wanted_rv {
-            merged["metadata"]["resourceVersion"] = json!(rv);
-        }
-        check_type(def, &merged)?;
-        let new = unview(def, &merged);
-        let mut plan = finish_update(st, t, ctx, &cur, new, false)?;
-        plan.applied = Some((manager, record));
-        return Ok(plan);
+        return plan_apply(st, t, ctx, applied);
+    }
+    if ctx.q("force").is_some() {
+        return Err(invalid_patch_options(Cause::forbidden(
+            "force",
+            "may not be specified for non-apply patch",
+        )));
     }
     if ct.contains("protobuf") || ct.contains("cbor") {
         return Err(ApiError::unsupported_media_type(&ct));
@@ -314,5 +278,66 @@ pub(super) fn plan_patch(st: &State, t: &Target, ctx: &Ctx) -> ApiResult<Plan> {
     }
     check_type(def, &patched)?;
     let new = unview(def, &patched);
-    finish_update(st, t, ctx, &cur, new, false)
+    finish_update(st, t, ctx, &cur, new, false, Ownership::Update)
+}
+
+fn invalid_patch_options(cause: Cause) -> ApiError {
+    ApiError::invalid("meta.k8s.io", "PatchOptions", "", vec![cause])
+}
+
+/// Server-side apply of `applied` (already checked for apiVersion, kind and name).
+fn plan_apply(st: &State, t: &Target, ctx: &Ctx, mut applied: Value) -> ApiResult<Plan> {
+    let def = &t.def;
+    let name = t.name.clone().unwrap_or_default();
+    let av = applied["apiVersion"].as_str().unwrap_or_default();
+    let kind = applied["kind"].as_str().unwrap_or_default();
+    if av != def.api_version() || kind != def.kind {
+        // Go's GroupVersionKind as kube prints it: `group/version, Kind=kind`.
+        let (g, v) = av.split_once('/').unwrap_or(("", av));
+        return Err(ApiError::bad_request(format!(
+            "invalid object type: {g}/{v}, Kind={kind}"
+        )));
+    }
+    if !applied["metadata"]["managedFields"].is_null() {
+        return Err(ApiError::bad_request("metadata.managedFields must be nil"));
+    }
+    let wanted_rv = applied["metadata"]["resourceVersion"]
+        .as_str()
+        .map(str::to_string);
+    if let Some(m) = applied.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    let mut warnings = Vec::new();
+    prune_unknown(def, &mut applied, ctx, &mut warnings)?;
+    let scope = scope(st, t);
+    let writer = ctx.writer(t);
+    let Some(cur) = st.get(&def.store_key, ns_of(t), &name).cloned() else {
+        if !t.sub.is_empty() {
+            return Err(ApiError::not_found(&def.group, &def.plural, &name));
+        }
+        let owners = managed::apply::create(&scope, &writer, &applied);
+        applied["metadata"]["name"] = json!(name);
+        let mut plan = plan_create(st, t, ctx, Some(applied), Ownership::Decided(owners))?;
+        plan.warnings.splice(0..0, warnings);
+        return Ok(plan);
+    };
+    let force = ctx.q("force") == Some("true");
+    let result = managed::apply::apply(&scope, &writer, &cur, &applied, force)?;
+    let mut merged = result.object;
+    if let Some(rv) = wanted_rv {
+        merged["metadata"]["resourceVersion"] = json!(rv);
+    }
+    check_type(def, &merged)?;
+    let new = unview(def, &merged);
+    let mut plan = finish_update(
+        st,
+        t,
+        ctx,
+        &cur,
+        new,
+        false,
+        Ownership::Decided(result.managed),
+    )?;
+    plan.warnings.splice(0..0, warnings);
+    Ok(plan)
 }

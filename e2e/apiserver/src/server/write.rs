@@ -25,8 +25,14 @@ pub(super) struct Plan {
     pub(super) warnings: Vec<String>,
     pub(super) hooks: Vec<webhook::Hook>,
     pub(super) code: u16,
-    /// Server-side apply: remember this configuration for (field manager key) once committed.
-    pub(super) applied: Option<(String, Value)>,
+}
+
+/// How a create or update records field ownership.
+pub(super) enum Ownership {
+    /// The writer takes the fields it changes.
+    Update,
+    /// Decided already (server-side apply).
+    Decided(managed::Managed),
 }
 
 pub(super) async fn write(
@@ -40,7 +46,7 @@ pub(super) async fn write(
         let plan = {
             let st = shared.lock();
             match verb {
-                "create" => plan_create(&st, t, ctx, None)?,
+                "create" => plan_create(&st, t, ctx, None, Ownership::Update)?,
                 "update" => plan_update(&st, t, ctx)?,
                 "patch" => plan_patch(&st, t, ctx)?,
                 _ => plan_delete(&st, t, ctx, only.clone())?,
@@ -115,15 +121,6 @@ fn commit(st: &mut State, t: &Target, ctx: &Ctx, plan: Plan) -> ApiResult<Out> {
     let def = &t.def;
     let key = def.store_key.clone();
     let dry = ctx.dry_run();
-    if !dry && let Some((manager, record)) = &plan.applied {
-        let uid = plan
-            .new
-            .as_ref()
-            .or(plan.old.as_ref())
-            .map(|o| meta_str(o, "uid").to_string())
-            .unwrap_or_default();
-        st.applied.insert((uid, manager.clone()), record.clone());
-    }
     let out = match plan.op {
         Op::Create => {
             if st.get(&key, &plan.ns, &plan.name).is_some() {

@@ -348,12 +348,13 @@ async fn kubectl_apply_server_side() {
         .kubectl_ok(&["get", "s3b", "a", "-o", "jsonpath={.spec.bucketName}"])
         .await;
     assert_eq!(out, "bucket-c");
-    // Server-side apply of the CRD itself: unchanged re-applies do not write.
-    let before = crd_rv(&env).await;
+    // Server-side apply of the CRD itself (kubectl takes it over from client-side apply, a
+    // write of managed fields): unchanged re-applies do not write.
     let r = env
         .kubectl_in(&["apply", "--server-side", "-f", "-"], Some(CRD_YAML))
         .await;
     assert!(r.ok, "{}", r.stderr);
+    let before = crd_rv(&env).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let r = env
         .kubectl_in(&["apply", "--server-side", "-f", "-"], Some(CRD_YAML))
