@@ -417,6 +417,18 @@ fn register_kind_gauges<K: Keeper>(metrics: &Metrics, store: kube::runtime::refl
     }));
 }
 
+/// A controller of `K` over its informer, reconciling an object when something asks for work
+/// on it ([`triggers::requested`]: not its own status writes), and when it is first seen.
+pub fn controller<K: Keeper + informer::Watched>(informer: &informer::Informer<K>) -> Controller<K>
+where
+    K::DynamicType: Default,
+{
+    Controller::for_stream(
+        triggers::changed(informer.changes(), triggers::requested::<K>),
+        informer.store(),
+    )
+}
+
 /// Runs a controller until `shutdown` is cancelled; in-flight reconciles finish first.
 pub async fn run<R: Reconciler>(
     controller: Controller<R::Resource>,

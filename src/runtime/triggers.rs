@@ -9,8 +9,10 @@
 //! which is exactly the event a tenant waiting for its last bucket to go needs.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 
 use futures::{Stream, StreamExt, future};
+use kube::Resource;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
@@ -36,6 +38,25 @@ pub fn changed<K: Watched>(
             }
         })
         .filter_map(future::ready)
+}
+
+/// What asks a controller for work on its own object: the spec (its generation), annotations
+/// (requests such as a drain), labels, finalizers and the deletion. Status is not in it: keeper
+/// writes it, and a reconcile triggered by its own status write would only observe the backend
+/// again to find what it just reported.
+pub fn requested<K: Resource>(obj: &K) -> u64 {
+    let meta = obj.meta();
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    (
+        &meta.uid,
+        meta.generation,
+        meta.deletion_timestamp.is_some(),
+        &meta.finalizers,
+        &meta.annotations,
+        &meta.labels,
+    )
+        .hash(&mut hasher);
+    hasher.finish()
 }
 
 #[cfg(test)]
@@ -97,5 +118,37 @@ mod tests {
         ])
         .await;
         assert_eq!(got, ["a=1", "b=1", "a=3", "b=4", "b=5"]);
+    }
+
+    #[test]
+    fn status_writes_ask_for_no_work_while_spec_annotations_and_deletion_do() {
+        use crate::api::{S3Bucket, S3BucketStatus};
+        let mut bucket = S3Bucket::new(
+            "b",
+            serde_json::from_value(serde_json::json!({"tenantRef": {"name": "t"}})).unwrap(),
+        );
+        bucket.metadata.generation = Some(1);
+        let before = requested(&bucket);
+        let mut reported = bucket.clone();
+        reported.status = Some(S3BucketStatus {
+            object_count: Some(3),
+            ..Default::default()
+        });
+        reported.metadata.resource_version = Some("7".into());
+        assert_eq!(requested(&reported), before);
+        let mut edited = bucket.clone();
+        edited.metadata.generation = Some(2);
+        let mut annotated = bucket.clone();
+        annotated.metadata.annotations = Some([("keeper.dev/drain".into(), "1".into())].into());
+        let mut finalized = bucket.clone();
+        finalized.metadata.finalizers = Some(vec!["keeper.dev/bucket-cleanup".into()]);
+        let mut deleted = bucket.clone();
+        deleted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ));
+        for changed in [edited, annotated, finalized, deleted] {
+            assert_ne!(requested(&changed), before, "{changed:?}");
+        }
     }
 }

@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus::IntCounter;
 use tokio_util::sync::CancellationToken;
@@ -190,7 +189,7 @@ pub async fn run(
     let store = buckets.store();
     let mapper_store = store.clone();
     // A tenant turning Ready (or changing) is what a waiting bucket waits for.
-    let controller = Controller::for_stream(buckets.triggers(), store.clone())
+    let controller = runtime::controller(buckets)
         .watches_stream(shared.informers.tenants().triggers(), move |tenant| {
             buckets_of(&mapper_store, &tenant)
         });

@@ -21,7 +21,6 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::runtime::controller::Controller;
 use tokio_util::sync::CancellationToken;
 
 use self::backend::DatabaseBackend;
@@ -121,8 +120,8 @@ pub async fn run(
     let backend = shared.providers.rds().clone();
     let databases = shared.informers.databases();
     // Owning the connection Secrets brings a deleted or edited Secret back at once.
-    let controller = Controller::for_stream(databases.triggers(), databases.store())
-        .owns_stream(shared.informers.managed_secrets().triggers());
+    let controller =
+        runtime::controller(databases).owns_stream(shared.informers.managed_secrets().triggers());
     let cx = Arc::new(Context::new(shared, CloudDatabaseReconciler { backend }));
     runtime::run(controller, cx, readiness, shutdown).await;
     Ok(())

@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::ListParams;
-use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
@@ -204,8 +203,7 @@ pub async fn run(
         shared.informers.buckets().changes(),
         plan::bucket_trigger_key,
     );
-    let mut controller = Controller::for_stream(tenants.triggers(), tenants.store())
-        .watches_stream(buckets, bucket_to_tenant);
+    let mut controller = runtime::controller(tenants).watches_stream(buckets, bucket_to_tenant);
     if shared.config.uses_namespace_selector() {
         // Labelling or unlabelling a namespace allows or denies its tenants at once (and their
         // buckets follow the tenant's phase).
