@@ -43,8 +43,11 @@ pub const ROTATE_HANDLED_ANNOTATION: &str = "keeper.dev/rotate-credentials-handl
 
 /// Usage is listed at most this often outside drains (listing can be expensive).
 const USAGE_REFRESH: Duration = runtime::RESYNC;
-/// A client-side drain continues this soon after a round, until the bucket is empty.
-const CLIENT_DRAIN_CONTINUE: Duration = Duration::from_secs(1);
+/// A client-side drain continues this soon after a round, until the bucket is empty: at once.
+/// A round ends when its time budget is spent (its progress is then written) or on an error
+/// (which backs off instead), so continuing at once is no hot loop; a pause would only cost
+/// throughput (a second in every `roundDuration` of five).
+const CLIENT_DRAIN_CONTINUE: Duration = Duration::ZERO;
 /// Retry delay for conditions that fix themselves shortly (usage lag after a drain).
 const SHORT_RETRY: Duration = Duration::from_secs(10);
 
