@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 CARGO ?= cargo
 NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build crds fmt fmt-check clippy chart unit e2e chaos test deps deps-moto dev-up dev-down demo image image-test
+.PHONY: all build crds fmt fmt-check clippy chart unit e2e chaos bench bench-smoke test deps deps-moto dev-up dev-down demo image image-test
 
 all: build
 
@@ -46,6 +46,16 @@ e2e: deps
 chaos: deps
 	KEEPER_CHAOS_OBJECTS=200 KEEPER_CHAOS_KILL_MS=2000-10000 KEEPER_CHAOS_MIN_KILLS=50 \
 	  NEXTEST_SUCCESS_OUTPUT=immediate e2e/run-e2e.sh crash_chaos
+
+## bench: keeper beside the sequential floor of the same backend work, in release mode on a private
+## stack (.keeper-dev/bench): buckets, tenants, databases, memory and start, drains. Prints the
+## table and writes bench/results.md (about 40 minutes; not part of `make test`)
+bench: deps
+	e2e/run-bench.sh --out bench/results.md
+
+## bench-smoke: the benchmark at small sizes (a few minutes): checks that it runs, judges nothing
+bench-smoke: deps
+	e2e/run-bench.sh --smoke
 
 ## chart: lint and render the Helm chart, check that its values schema refuses wrong values, assert
 ## what four value sets render (check-render.sh), and check its alert rules (promtool check/test rules), dashboard and ServiceMonitor (helm is fetched

@@ -342,6 +342,11 @@ impl Keeper {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The process id (the benchmark reads its CPU time and memory from /proc).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// SIGKILL, as a crash or an OOM kill would.
     pub fn kill(mut self) {
         let _ = self.child.kill();

@@ -1,0 +1,306 @@
+//! The three kinds at scale: N S3Buckets in one tenant on provider `s3`, N S3Tenants on
+//! StorageGRID, N CloudDatabases; each against its floor.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::floor::{self, Timing};
+use crate::lab::{GROUP_VERSION, Lab, Process};
+use crate::objects::{self, Run, calls_text, is_ready};
+use crate::report::{Goal, Report};
+
+/// Reports a kind's run beside its floor: time to Ready and to deletion, API requests per
+/// object, backend calls per object, CPU per reconcile, and the idle period.
+fn report_run(report: &mut Report, section: &str, run: &Run, floor: Timing, judged: bool) {
+    let n = run.n as f64;
+    let ratio_goal = if judged {
+        Goal::RatioAtMost(1.0)
+    } else {
+        Goal::None
+    };
+    report.add(
+        section,
+        format!("{} to Ready", run.n),
+        run.to_ready.as_secs_f64(),
+        Some(floor.create.as_secs_f64()),
+        "s",
+        ratio_goal,
+    );
+    report.add(
+        section,
+        format!("{} deleted", run.n),
+        run.deleted.as_secs_f64(),
+        Some(floor.delete.as_secs_f64()),
+        "s",
+        ratio_goal,
+    );
+    report.add(
+        section,
+        "API writes per object to Ready (events aside)",
+        run.ready_requests.writes() as f64 / n,
+        None,
+        "",
+        Goal::None,
+    );
+    report.add(
+        section,
+        "API writes per object to deletion (events aside)",
+        run.delete_requests.writes() as f64 / n,
+        None,
+        "",
+        Goal::None,
+    );
+    let gets = (run.ready_requests.verb("get") + run.delete_requests.verb("get")) as f64 / n;
+    report.add(
+        section,
+        "API GETs per object",
+        gets,
+        None,
+        "",
+        Goal::AtMost(0.1),
+    );
+    let (ready_calls, ready_text) = calls_text(&run.ready_calls, n);
+    let (delete_calls, delete_text) = calls_text(&run.delete_calls, n);
+    report.add(
+        section,
+        "backend calls per object to Ready",
+        ready_calls,
+        None,
+        "",
+        Goal::None,
+    );
+    report.add(
+        section,
+        "backend calls per object to deletion",
+        delete_calls,
+        None,
+        "",
+        Goal::None,
+    );
+    report.add(
+        section,
+        "CPU per reconcile (release)",
+        run.cpu_ms_per_reconcile,
+        None,
+        "ms",
+        Goal::AtMost(2.0),
+    );
+    report.note(format!(
+        "{section} {}: API requests per object to Ready: {}",
+        run.n,
+        run.ready_requests.breakdown(n)
+    ));
+    report.note(format!(
+        "{section} {}: API requests per object to deletion: {}",
+        run.n,
+        run.delete_requests.breakdown(n)
+    ));
+    report.note(format!(
+        "{section} {}: backend calls per object to Ready: {ready_text}",
+        run.n
+    ));
+    report.note(format!(
+        "{section} {}: backend calls per object to deletion: {delete_text}",
+        run.n
+    ));
+    report.note(format!(
+        "{section} {}: {:.0} reconciles ({:.1} per object)",
+        run.n,
+        run.reconciles,
+        run.reconciles / n
+    ));
+    if let Some((idle, requests, calls)) = &run.idle {
+        let backend: u64 = calls.values().sum();
+        report.add(
+            section,
+            format!("API requests in {}s idle", idle.as_secs()),
+            requests.total() as f64,
+            None,
+            "",
+            Goal::Exactly(0.0),
+        );
+        report.add(
+            section,
+            format!("backend calls in {}s idle", idle.as_secs()),
+            backend as f64,
+            None,
+            "",
+            Goal::Exactly(0.0),
+        );
+        if requests.total() > 0 || backend > 0 {
+            report.note(format!(
+                "{section} idle: {} / {calls:?}",
+                requests.breakdown(1.0)
+            ));
+        }
+    }
+}
+
+fn object(kind: &str, namespace: &str, name: &str, spec: Value) -> Value {
+    json!({"apiVersion": GROUP_VERSION, "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+}
+
+/// Creates a namespace with a Ready tenant on `provider` in it.
+async fn namespace_with_tenant(lab: &Lab, namespace: &str, provider: &str) -> anyhow::Result<()> {
+    lab.create_namespace(namespace).await?;
+    lab.create(
+        &format!("/apis/{GROUP_VERSION}/namespaces/{namespace}/s3tenants"),
+        &object("S3Tenant", namespace, "t", json!({"provider": provider})),
+    )
+    .await?;
+    lab.wait_all(
+        namespace,
+        "s3tenants",
+        1,
+        Duration::from_secs(120),
+        is_ready,
+    )
+    .await?;
+    Ok(())
+}
+
+/// S3Buckets in one tenant on provider `s3`, for each size; the linear growth between the
+/// smallest and the largest.
+pub async fn buckets(
+    lab: &Lab,
+    keeper: &Process,
+    report: &mut Report,
+    sizes: &[usize],
+    idle: Duration,
+) -> anyhow::Result<()> {
+    let section = "buckets (provider s3)";
+    let mut times = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let floor = floor::s3_buckets(lab, n).await?;
+        let namespace = format!("bench-buckets-{n}");
+        namespace_with_tenant(lab, &namespace, "s3").await?;
+        let buckets = (0..n)
+            .map(|b| {
+                object(
+                    "S3Bucket",
+                    &namespace,
+                    &format!("b{b}"),
+                    json!({"tenantRef": {"name": "t"}}),
+                )
+            })
+            .collect();
+        let largest = i + 1 == sizes.len();
+        let run = objects::run(
+            lab,
+            keeper,
+            &namespace,
+            "s3buckets",
+            buckets,
+            largest.then_some(idle),
+            timeout(n),
+        )
+        .await?;
+        report_run(report, section, &run, floor, n >= 1000);
+        times.push((n, run.to_ready, run.deleted));
+        lab.delete_namespace(&namespace, Duration::from_secs(120))
+            .await?;
+    }
+    if let (Some(small), Some(large)) = (times.first(), times.last())
+        && large.0 > small.0
+    {
+        let growth = large.0 as f64 / small.0 as f64;
+        let goal = Goal::AtMost(growth * 1.1);
+        report.add(
+            section,
+            format!("{} vs {} to Ready (time ratio)", large.0, small.0),
+            large.1.as_secs_f64() / small.1.as_secs_f64(),
+            None,
+            "",
+            goal,
+        );
+        report.add(
+            section,
+            format!("{} vs {} deleted (time ratio)", large.0, small.0),
+            large.2.as_secs_f64() / small.2.as_secs_f64(),
+            None,
+            "",
+            goal,
+        );
+    }
+    Ok(())
+}
+
+/// S3Tenants on StorageGRID.
+pub async fn tenants(
+    lab: &Lab,
+    keeper: &Process,
+    report: &mut Report,
+    sizes: &[usize],
+) -> anyhow::Result<()> {
+    for &n in sizes {
+        let floor = floor::grid_tenants(lab, n).await?;
+        let namespace = format!("bench-tenants-{n}");
+        lab.create_namespace(&namespace).await?;
+        let tenants = (0..n)
+            .map(|t| {
+                object(
+                    "S3Tenant",
+                    &namespace,
+                    &format!("t{t}"),
+                    json!({"provider": "default"}),
+                )
+            })
+            .collect();
+        let run = objects::run(
+            lab,
+            keeper,
+            &namespace,
+            "s3tenants",
+            tenants,
+            None,
+            timeout(n),
+        )
+        .await?;
+        report_run(report, "tenants (StorageGRID)", &run, floor, n >= 1000);
+        lab.delete_namespace(&namespace, Duration::from_secs(120))
+            .await?;
+    }
+    Ok(())
+}
+
+/// CloudDatabases (postgres, small, deletionPolicy Delete).
+pub async fn databases(
+    lab: &Lab,
+    keeper: &Process,
+    report: &mut Report,
+    n: usize,
+) -> anyhow::Result<()> {
+    let floor = floor::databases(lab, n).await?;
+    let namespace = format!("bench-databases-{n}");
+    lab.create_namespace(&namespace).await?;
+    let databases = (0..n)
+        .map(|d| {
+            object(
+                "CloudDatabase",
+                &namespace,
+                &format!("d{d}"),
+                json!({"engine": "postgres", "size": "small", "deletionPolicy": "Delete"}),
+            )
+        })
+        .collect();
+    let run = objects::run(
+        lab,
+        keeper,
+        &namespace,
+        "clouddatabases",
+        databases,
+        None,
+        timeout(n),
+    )
+    .await?;
+    report_run(report, "databases (RDS)", &run, floor, true);
+    lab.delete_namespace(&namespace, Duration::from_secs(120))
+        .await?;
+    Ok(())
+}
+
+/// Generous: a hung run fails rather than blocking the benchmark.
+fn timeout(n: usize) -> Duration {
+    Duration::from_secs(120 + n as u64)
+}

@@ -1,0 +1,437 @@
+//! The local control plane as the benchmark sees it: the API emulator (lists, creates and its
+//! request log), the AWS proxy and the StorageGRID emulator (their call counters), and keeper as
+//! a process (CPU time, resident memory, reconcile counter).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use keeper_e2e_scenarios::{Env, Keeper};
+use serde_json::Value;
+
+/// keeper's identity in the local stack: the request log attributes its requests to it.
+pub const KEEPER_USER: &str = "system:serviceaccount:keeper-system:keeper";
+pub const GROUP_VERSION: &str = "keeper.dev/v1alpha1";
+
+pub struct Lab {
+    pub env: Env,
+    pub dev: PathBuf,
+    pub api: String,
+    pub proxy: String,
+    pub grid: String,
+    pub grid_s3: String,
+    pub grid_admin: (String, String),
+    token: String,
+    pub http: reqwest::Client,
+}
+
+fn var(name: &str) -> anyhow::Result<String> {
+    std::env::var(name)
+        .with_context(|| format!("{name} is not set: run the benchmark with `make bench`"))
+}
+
+impl Lab {
+    pub fn from_env() -> anyhow::Result<Lab> {
+        let env = Env::from_env()?;
+        let dev = PathBuf::from(var("KEEPER_DEV_DIR")?);
+        let kubeconfig: Value = serde_yaml::from_str(&std::fs::read_to_string(&env.kubeconfig)?)?;
+        let token = kubeconfig["users"][0]["user"]["token"]
+            .as_str()
+            .context("the admin kubeconfig has no token")?
+            .to_string();
+        Ok(Lab {
+            env,
+            dev,
+            api: var("KEEPER_APISERVER_URL")?,
+            proxy: var("KEEPER_AWS_PROXY_URL")?,
+            grid: var("KEEPER_STORAGEGRID_ENDPOINT")?,
+            grid_s3: var("KEEPER_STORAGEGRID_S3_ENDPOINT")?,
+            grid_admin: (
+                var("KEEPER_STORAGEGRID_ADMIN_USER")?,
+                var("KEEPER_STORAGEGRID_ADMIN_PASSWORD")?,
+            ),
+            token,
+            http: reqwest::Client::builder()
+                .pool_max_idle_per_host(64)
+                .build()?,
+        })
+    }
+
+    async fn json(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let response = request.send().await?;
+        let status = response.status();
+        let body = response.text().await?;
+        if !status.is_success() {
+            bail!("{status}: {body}");
+        }
+        Ok(if body.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&body)?
+        })
+    }
+
+    fn api_request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        self.http
+            .request(method, format!("{}{path}", self.api))
+            .bearer_auth(&self.token)
+    }
+
+    /// The items of a list, as the administrator (its requests are not keeper's).
+    pub async fn list(&self, path: &str) -> anyhow::Result<Vec<Value>> {
+        let list = self
+            .json(self.api_request(reqwest::Method::GET, path))
+            .await?;
+        Ok(list["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// An object, as the administrator.
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.json(self.api_request(reqwest::Method::GET, path))
+            .await
+    }
+
+    /// Creates an object, as the administrator.
+    pub async fn create(&self, path: &str, body: &Value) -> anyhow::Result<()> {
+        self.json(self.api_request(reqwest::Method::POST, path).json(body))
+            .await
+            .map(drop)
+    }
+
+    /// Merge-patches an object, as the administrator.
+    pub async fn merge_patch(&self, path: &str, patch: &Value) -> anyhow::Result<()> {
+        self.json(
+            self.api_request(reqwest::Method::PATCH, path)
+                .header("Content-Type", "application/merge-patch+json")
+                .body(patch.to_string()),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `DELETE` of an object or a whole collection, as the administrator.
+    pub async fn delete(&self, path: &str) -> anyhow::Result<()> {
+        self.json(self.api_request(reqwest::Method::DELETE, path))
+            .await
+            .map(drop)
+    }
+
+    pub async fn create_namespace(&self, name: &str) -> anyhow::Result<()> {
+        self.create(
+            "/api/v1/namespaces",
+            &serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+        )
+        .await
+    }
+
+    /// Deletes a namespace and waits until it is gone (keeper must be running when it holds
+    /// keeper's objects).
+    pub async fn delete_namespace(&self, name: &str, timeout: Duration) -> anyhow::Result<()> {
+        let path = format!("/api/v1/namespaces/{name}");
+        let _ = self
+            .json(self.api_request(reqwest::Method::DELETE, &path))
+            .await;
+        let deadline = Instant::now() + timeout;
+        loop {
+            let response = self.api_request(reqwest::Method::GET, &path).send().await?;
+            if response.status() == reqwest::StatusCode::NOT_FOUND {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("namespace {name} still exists after {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Polls the objects of `plural` in `namespace` until there are `n` and all satisfy `done`
+    /// (`n = 0`: until none is left). Returns when it saw that.
+    pub async fn wait_all(
+        &self,
+        namespace: &str,
+        plural: &str,
+        n: usize,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> anyhow::Result<Instant> {
+        let path = format!("/apis/{GROUP_VERSION}/namespaces/{namespace}/{plural}");
+        let deadline = Instant::now() + timeout;
+        loop {
+            let items = self.list(&path).await?;
+            if items.len() == n && items.iter().all(&done) {
+                return Ok(Instant::now());
+            }
+            if Instant::now() > deadline {
+                let pending: Vec<String> = items
+                    .iter()
+                    .filter(|o| !done(o))
+                    .take(3)
+                    .map(|o| o.to_string())
+                    .collect();
+                bail!(
+                    "{namespace}/{plural}: {} of {n} done after {timeout:?}; for example {pending:?}",
+                    items.iter().filter(|o| done(o)).count()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// keeper's API requests since the log was last cleared.
+    pub async fn keeper_requests(&self) -> anyhow::Result<Requests> {
+        let log = self
+            .json(self.http.get(format!("{}/debug/requests", self.api)))
+            .await?;
+        let mut counts = BTreeMap::new();
+        for entry in log["requests"].as_array().into_iter().flatten() {
+            if entry["user"] != KEEPER_USER {
+                continue;
+            }
+            let resource = match entry["subresource"].as_str() {
+                Some(sub) if !sub.is_empty() => {
+                    format!("{}/{sub}", entry["resource"].as_str().unwrap_or_default())
+                }
+                _ => entry["resource"].as_str().unwrap_or_default().to_string(),
+            };
+            let verb = entry["verb"].as_str().unwrap_or_default().to_string();
+            *counts.entry((verb, resource)).or_default() += 1;
+        }
+        Ok(Requests(counts))
+    }
+
+    pub async fn clear_requests(&self) -> anyhow::Result<()> {
+        self.json(self.http.delete(format!("{}/debug/requests", self.api)))
+            .await
+            .map(drop)
+    }
+
+    /// AWS calls (S3, IAM, RDS) through the proxy since they were last cleared, as
+    /// `service:Action`.
+    pub async fn aws_calls(&self) -> anyhow::Result<BTreeMap<String, u64>> {
+        let calls = self
+            .json(self.http.get(format!("{}/_awsproxy/calls", self.proxy)))
+            .await?;
+        let mut out = BTreeMap::new();
+        for (service, actions) in calls["calls"].as_object().into_iter().flatten() {
+            for (action, n) in actions.as_object().into_iter().flatten() {
+                out.insert(format!("{service}:{action}"), n.as_u64().unwrap_or(0));
+            }
+        }
+        Ok(out)
+    }
+
+    /// StorageGRID management calls since they were last cleared, by operation.
+    pub async fn grid_calls(&self) -> anyhow::Result<BTreeMap<String, u64>> {
+        let log = self
+            .json(self.http.get(format!("{}/debug/requests", self.grid)))
+            .await?;
+        let mut out = BTreeMap::new();
+        for entry in log["requests"].as_array().into_iter().flatten() {
+            let op = entry["operation"].as_str().unwrap_or_default();
+            *out.entry(format!("grid:{op}")).or_default() += 1;
+        }
+        Ok(out)
+    }
+
+    /// Clears the API request log and both backend counters: what follows is one measurement.
+    pub async fn clear_counters(&self) -> anyhow::Result<()> {
+        self.clear_requests().await?;
+        self.json(self.http.delete(format!("{}/_awsproxy/calls", self.proxy)))
+            .await?;
+        self.json(self.http.delete(format!("{}/debug/requests", self.grid)))
+            .await?;
+        Ok(())
+    }
+
+    /// AWS and StorageGRID calls together.
+    pub async fn backend_calls(&self) -> anyhow::Result<BTreeMap<String, u64>> {
+        let mut calls = self.aws_calls().await?;
+        calls.extend(self.grid_calls().await?);
+        Ok(calls)
+    }
+
+    /// keeper's configuration for the benchmark: the stack's, with `edit` applied, written beside
+    /// it; the returned environment starts keeper with it.
+    pub fn keeper_env(&self, name: &str, edit: impl FnOnce(&mut Value)) -> anyhow::Result<Env> {
+        let base: Value =
+            serde_yaml::from_str(&std::fs::read_to_string(self.dev.join("keeper.yaml"))?)?;
+        let mut config = base;
+        edit(&mut config);
+        let path = self.dev.join(format!("bench-{name}.yaml"));
+        std::fs::write(&path, serde_yaml::to_string(&config)?)?;
+        let mut env = self.env.clone();
+        env.keeper_config = path;
+        Ok(env)
+    }
+}
+
+/// API requests by (verb, resource).
+#[derive(Debug, Default, Clone)]
+pub struct Requests(pub BTreeMap<(String, String), u64>);
+
+impl Requests {
+    pub fn total(&self) -> u64 {
+        self.0.values().sum()
+    }
+
+    /// Requests that change something, events aside.
+    pub fn writes(&self) -> u64 {
+        self.0
+            .iter()
+            .filter(|((verb, resource), _)| {
+                matches!(verb.as_str(), "create" | "update" | "patch" | "delete")
+                    && resource != "events"
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    pub fn verb(&self, wanted: &str) -> u64 {
+        self.0
+            .iter()
+            .filter(|((verb, _), _)| verb == wanted)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// `verb resource: n` for each, the biggest first.
+    pub fn breakdown(&self, per: f64) -> String {
+        let mut rows: Vec<_> = self.0.iter().collect();
+        rows.sort_by(|a, b| b.1.cmp(a.1));
+        rows.iter()
+            .map(|((verb, resource), n)| format!("{verb} {resource} {:.2}", **n as f64 / per))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// keeper running for the benchmark, with what /proc says of it.
+pub struct Process {
+    pub keeper: Keeper,
+}
+
+impl Process {
+    pub fn start(env: &Env) -> anyhow::Result<Process> {
+        Ok(Process {
+            keeper: Keeper::start(env)?,
+        })
+    }
+
+    fn proc_file(&self, name: &str) -> anyhow::Result<String> {
+        let path = Path::new("/proc")
+            .join(self.keeper.pid().to_string())
+            .join(name);
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+    }
+
+    /// CPU time (user + system) used so far.
+    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        let stat = self.proc_file("stat")?;
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let rest = stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+        Ok(ticks / clock_ticks_per_second())
+    }
+
+    /// Resident memory now and at its peak, in MiB.
+    pub fn rss_mib(&self) -> anyhow::Result<(f64, f64)> {
+        let status = self.proc_file("status")?;
+        let kib = |key: &str| -> anyhow::Result<f64> {
+            let line = status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .with_context(|| format!("no {key} in /proc/PID/status"))?;
+            Ok(line
+                .split_whitespace()
+                .nth(1)
+                .context("malformed line")?
+                .parse::<f64>()?)
+        };
+        Ok((kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
+    }
+
+    /// Reconciles finished so far, all controllers and results.
+    pub async fn reconciles(&self, http: &reqwest::Client) -> anyhow::Result<f64> {
+        let text = http
+            .get(format!("{}/metrics", self.keeper.metrics_url))
+            .send()
+            .await?
+            .text()
+            .await?;
+        Ok(text
+            .lines()
+            .filter(|l| l.starts_with("keeper_reconcile_total{"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum())
+    }
+
+    /// A snapshot of CPU time and reconciles, to divide one by the other over a phase.
+    pub async fn mark(&self, http: &reqwest::Client) -> anyhow::Result<Mark> {
+        Ok(Mark {
+            cpu: self.cpu_seconds()?,
+            reconciles: self.reconciles(http).await?,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Mark {
+    cpu: f64,
+    reconciles: f64,
+}
+
+impl Mark {
+    /// CPU milliseconds per reconcile between `self` and `later`, and the reconciles.
+    pub fn per_reconcile(&self, later: &Mark) -> (f64, f64) {
+        let reconciles = later.reconciles - self.reconciles;
+        let ms = (later.cpu - self.cpu) * 1000.0;
+        (
+            if reconciles > 0.0 {
+                ms / reconciles
+            } else {
+                0.0
+            },
+            reconciles,
+        )
+    }
+}
+
+fn clock_ticks_per_second() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_count_changes_but_not_events_or_reads() {
+        let counts = [
+            ("patch", "s3buckets/status", 3),
+            ("create", "secrets", 1),
+            ("create", "events", 5),
+            ("patch", "events", 2),
+            ("get", "secrets", 4),
+            ("list", "s3buckets", 1),
+            ("delete", "secrets", 1),
+        ];
+        let requests = Requests(
+            counts
+                .iter()
+                .map(|(v, r, n)| ((v.to_string(), r.to_string()), *n))
+                .collect(),
+        );
+        assert_eq!(requests.writes(), 5);
+        assert_eq!(requests.verb("get"), 4);
+        assert_eq!(requests.total(), 17);
+        assert!(requests.breakdown(1.0).starts_with("create events 5.00"));
+    }
+}

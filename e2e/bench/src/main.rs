@@ -1,0 +1,144 @@
+//! `make bench`: keeper's speed, API and backend traffic, CPU and memory, each beside the floor
+//! of the same work measured in the same run on the same local control plane (ratios, so the
+//! machine's speed cancels out). Prints the table as it goes and writes it as Markdown.
+//!
+//! Run by `make bench` (release build, a private stack in .keeper-dev/bench); `--smoke` runs
+//! small sizes only, to check that the benchmark itself works.
+
+mod caches;
+mod drains;
+mod floor;
+mod kinds;
+mod lab;
+mod objects;
+mod report;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+use crate::lab::{Lab, Process};
+use crate::report::Report;
+
+#[derive(Parser)]
+#[command(about = "keeper against the sequential floor of the same backend work")]
+struct Args {
+    /// Small sizes only (a minute): checks that the benchmark works, judges nothing.
+    #[arg(long)]
+    smoke: bool,
+    /// Sections to run (default: all): buckets, tenants, databases, caches, drains (or only
+    /// drains-s3, drains-grid).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Where to write the Markdown results.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Numbers of S3Buckets (one tenant) to measure; the last one is also left idle.
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]
+    buckets: Vec<usize>,
+    /// Numbers of S3Tenants (StorageGRID) to measure.
+    #[arg(long, value_delimiter = ',', default_values_t = [100, 1000])]
+    tenants: Vec<usize>,
+    /// Number of CloudDatabases to measure.
+    #[arg(long, default_value_t = 200)]
+    databases: usize,
+    /// Numbers of objects in the API for the memory and start figures.
+    #[arg(long, value_delimiter = ',', default_values_t = [1000, 10000])]
+    cached: Vec<usize>,
+    /// Numbers of objects to drain, on each provider.
+    #[arg(long, value_delimiter = ',', default_values_t = [10000, 100000])]
+    drained: Vec<usize>,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let lab = Lab::from_env()?;
+    let wanted = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
+    let mut report = Report::default();
+    let env = lab.keeper_env("default", |_| {})?;
+    if wanted("buckets") {
+        let sizes = if args.smoke {
+            vec![10, 20]
+        } else {
+            args.buckets.clone()
+        };
+        let idle = Duration::from_secs(if args.smoke { 5 } else { 30 });
+        let keeper = Process::start(&env)?;
+        kinds::buckets(&lab, &keeper, &mut report, &sizes, idle).await?;
+    }
+    if wanted("tenants") {
+        let sizes = if args.smoke {
+            vec![10]
+        } else {
+            args.tenants.clone()
+        };
+        let keeper = Process::start(&env)?;
+        kinds::tenants(&lab, &keeper, &mut report, &sizes).await?;
+    }
+    if wanted("databases") {
+        let n = if args.smoke { 10 } else { args.databases };
+        let keeper = Process::start(&env)?;
+        kinds::databases(&lab, &keeper, &mut report, n).await?;
+    }
+    if wanted("caches") {
+        let sizes = if args.smoke {
+            vec![100]
+        } else {
+            args.cached.clone()
+        };
+        caches::run(&lab, &mut report, &sizes).await?;
+    }
+    let drained = if args.smoke {
+        vec![2000]
+    } else {
+        args.drained.clone()
+    };
+    if wanted("drains") || wanted("drains-s3") {
+        drains::s3(&lab, &mut report, &drained).await?;
+    }
+    if wanted("drains") || wanted("drains-grid") {
+        drains::grid(&lab, &mut report, &drained).await?;
+    }
+    println!("\n{}", report.table());
+    for note in &report.notes {
+        println!("{note}");
+    }
+    if let Some(out) = &args.out {
+        std::fs::write(out, results(&report))?;
+    }
+    let failures = report.failures();
+    if !args.smoke && !failures.is_empty() {
+        eprintln!("{} figures miss their goal", failures.len());
+    }
+    Ok(())
+}
+
+/// `bench/results.md`: when, where, what, and the table with its notes.
+fn results(report: &Report) -> String {
+    let date = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let commit = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    format!(
+        "# make bench results\n\n{date}, commit {commit}, on {}.\n\n\
+         Each figure beside its floor: the same backend work done one call after another by a \
+         plain client, measured in the same run against the same servers (see README, \
+         \"Benchmarks\").\n\n{}\n{}\n",
+        report::machine(),
+        report.table(),
+        report
+            .notes
+            .iter()
+            .map(|n| format!("- {n}"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}

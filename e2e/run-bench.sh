@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# `make bench`: builds keeper, the emulators and the benchmark in release mode, starts a private
+# local control plane in .keeper-dev/bench (beside any demo or e2e stack), runs keeper-bench
+# against it and stops it again, whatever happens.
+#
+#   e2e/run-bench.sh [ARGS...]   no subcommands; ARGS go to keeper-bench (e.g. --smoke,
+#                                --only buckets,drains; `keeper-bench --help` lists them)
+#
+# The stack runs as for the e2e suite, except: RDS instances have no phases (KEEPER_RDS_PHASE=0s,
+# so that keeper and the floor measure their own overhead, not the emulated waits) and the
+# StorageGRID emulator drains 20,000 objects per second (KEEPER_DRAIN_RATE), so that a drain's
+# figure shows how soon keeper notices the end rather than the emulator's pace.
+#
+# Environment: CARGO_TARGET_DIR (default target/).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+(cd "$ROOT" && cargo build --release --quiet -p keeper -p keeper-e2e-apiserver -p keeper-e2e-storagegrid \
+  -p keeper-e2e-awsproxy -p keeper-e2e-bench)
+export KEEPER_BIN_DIR="$CARGO_TARGET_DIR/release"
+export KEEPER_DEV_DIR="$ROOT/.keeper-dev/bench"
+export KEEPER_RDS_PHASE=0s KEEPER_DRAIN_RATE=20000
+trap '"$ROOT/e2e/stack.sh" down' EXIT
+"$ROOT/e2e/stack.sh" up
+"$ROOT/e2e/stack.sh" config
+# shellcheck source=/dev/null
+. "$KEEPER_DEV_DIR/env"
+cd "$ROOT" && "$KEEPER_BIN_DIR/keeper-bench" "$@"
