@@ -110,6 +110,22 @@ fn report_run(report: &mut Report, section: &str, run: &Run, floor: Timing, judg
         run.reconciles,
         run.reconciles / n
     ));
+    report.note(format!(
+        "{section} {}: mean reconcile time: {}",
+        run.n, run.reconcile_times
+    ));
+    report.note(format!(
+        "{section} {}: keeper's mean backend call time: {}",
+        run.n, run.backend_times
+    ));
+    report.note(format!(
+        "{section} {}: CPU to Ready: {}",
+        run.n, run.cpu_to_ready
+    ));
+    report.note(format!(
+        "{section} {}: CPU to deletion: {}",
+        run.n, run.cpu_to_delete
+    ));
     if let Some((idle, requests, calls)) = &run.idle {
         let backend: u64 = calls.values().sum();
         report.add(

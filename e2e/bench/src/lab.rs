@@ -145,8 +145,9 @@ impl Lab {
         }
     }
 
-    /// Polls the objects of `plural` in `namespace` until there are `n` and all satisfy `done`
-    /// (`n = 0`: until none is left). Returns when it saw that.
+    /// Watches the objects of `plural` in `namespace` until there are `n` and all satisfy
+    /// `done` (`n = 0`: until none is left); returns when it saw that. A watch, not polling: a
+    /// LIST of a thousand objects ten times a second would take the CPU keeper is measured on.
     pub async fn wait_all(
         &self,
         namespace: &str,
@@ -157,24 +158,67 @@ impl Lab {
     ) -> anyhow::Result<Instant> {
         let path = format!("/apis/{GROUP_VERSION}/namespaces/{namespace}/{plural}");
         let deadline = Instant::now() + timeout;
+        let mut seen: BTreeMap<String, bool> = BTreeMap::new();
+        let finished = |seen: &BTreeMap<String, bool>| seen.len() == n && seen.values().all(|d| *d);
         loop {
-            let items = self.list(&path).await?;
-            if items.len() == n && items.iter().all(&done) {
+            let list = self.get(&path).await?;
+            seen.clear();
+            for item in list["items"].as_array().into_iter().flatten() {
+                seen.insert(item["metadata"]["name"].to_string(), done(item));
+            }
+            if finished(&seen) {
                 return Ok(Instant::now());
             }
-            if Instant::now() > deadline {
-                let pending: Vec<String> = items
-                    .iter()
-                    .filter(|o| !done(o))
-                    .take(3)
-                    .map(|o| o.to_string())
-                    .collect();
-                bail!(
-                    "{namespace}/{plural}: {} of {n} done after {timeout:?}; for example {pending:?}",
-                    items.iter().filter(|o| done(o)).count()
-                );
+            let version = list["metadata"]["resourceVersion"].as_str().unwrap_or("0");
+            let mut watch = self
+                .api_request(
+                    reqwest::Method::GET,
+                    &format!("{path}?watch=1&resourceVersion={version}&timeoutSeconds=30"),
+                )
+                .send()
+                .await?;
+            let mut buffer = Vec::new();
+            'watch: loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let chunk = match tokio::time::timeout(left, watch.chunk()).await {
+                    Err(_) => {
+                        let pending = seen
+                            .iter()
+                            .filter(|(_, d)| !**d)
+                            .map(|(k, _)| k.clone())
+                            .take(3)
+                            .collect::<Vec<_>>();
+                        bail!(
+                            "{namespace}/{plural}: {} of {n} done after {timeout:?}; for example {pending:?}",
+                            seen.values().filter(|d| **d).count()
+                        );
+                    }
+                    // The watch ended (its timeout, or the server's): list and watch again.
+                    Ok(Ok(None)) => break 'watch,
+                    Ok(Ok(Some(chunk))) => chunk,
+                    Ok(Err(e)) => return Err(e.into()),
+                };
+                buffer.extend_from_slice(&chunk);
+                while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buffer.drain(..=end).collect();
+                    let event: Value = serde_json::from_slice(&line)?;
+                    let name = event["object"]["metadata"]["name"].to_string();
+                    match event["type"].as_str() {
+                        Some("ADDED" | "MODIFIED") => {
+                            seen.insert(name, done(&event["object"]));
+                        }
+                        Some("DELETED") => {
+                            seen.remove(&name);
+                        }
+                        // BOOKMARK; an ERROR (410 Gone) ends this watch: list again.
+                        Some("ERROR") => break 'watch,
+                        _ => {}
+                    }
+                }
+                if finished(&seen) {
+                    return Ok(Instant::now());
+                }
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -251,6 +295,30 @@ impl Lab {
         Ok(calls)
     }
 
+    /// CPU seconds used so far by keeper, each server of the stack and the benchmark itself.
+    pub fn cpu_use(&self, keeper: &Process) -> CpuUse {
+        let mut out = vec![("keeper".to_string(), keeper.cpu_seconds().unwrap_or(0.0))];
+        for (name, var) in [
+            ("API emulator", "KEEPER_APISERVER_PID"),
+            ("moto", "KEEPER_MOTO_PID"),
+            ("AWS proxy", "KEEPER_AWS_PROXY_PID"),
+            ("StorageGRID emulator", "KEEPER_STORAGEGRID_PID"),
+            ("StorageGRID's moto", "KEEPER_GRID_MOTO_PID"),
+        ] {
+            let used = std::env::var(var)
+                .ok()
+                .and_then(|pid| pid.parse().ok())
+                .and_then(|pid| cpu_seconds(pid).ok())
+                .unwrap_or(0.0);
+            out.push((name.to_string(), used));
+        }
+        out.push((
+            "benchmark".to_string(),
+            cpu_seconds(std::process::id()).unwrap_or(0.0),
+        ));
+        CpuUse(out)
+    }
+
     /// keeper's configuration for the benchmark: the stack's, with `edit` applied, written beside
     /// it; the returned environment starts keeper with it.
     pub fn keeper_env(&self, name: &str, edit: impl FnOnce(&mut Value)) -> anyhow::Result<Env> {
@@ -318,26 +386,14 @@ impl Process {
         })
     }
 
-    fn proc_file(&self, name: &str) -> anyhow::Result<String> {
-        let path = Path::new("/proc")
-            .join(self.keeper.pid().to_string())
-            .join(name);
-        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
-    }
-
     /// CPU time (user + system) used so far.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        let stat = self.proc_file("stat")?;
-        // Fields after the command name, which is in parentheses and may hold spaces.
-        let rest = stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
-        Ok(ticks / clock_ticks_per_second())
+        cpu_seconds(self.keeper.pid())
     }
 
     /// Resident memory now and at its peak, in MiB.
     pub fn rss_mib(&self) -> anyhow::Result<(f64, f64)> {
-        let status = self.proc_file("status")?;
+        let status = proc_file(self.keeper.pid(), "status")?;
         let kib = |key: &str| -> anyhow::Result<f64> {
             let line = status
                 .lines()
@@ -352,8 +408,8 @@ impl Process {
         Ok((kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
     }
 
-    /// Reconciles finished so far, all controllers and results.
-    pub async fn reconciles(&self, http: &reqwest::Client) -> anyhow::Result<f64> {
+    /// keeper's metrics as `(series with labels, value)`.
+    async fn metrics(&self, http: &reqwest::Client) -> anyhow::Result<BTreeMap<String, f64>> {
         let text = http
             .get(format!("{}/metrics", self.keeper.metrics_url))
             .send()
@@ -362,30 +418,48 @@ impl Process {
             .await?;
         Ok(text
             .lines()
-            .filter(|l| l.starts_with("keeper_reconcile_total{"))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum())
+            .filter(|l| l.starts_with("keeper_"))
+            .filter_map(|l| {
+                let (series, value) = l.rsplit_once(' ')?;
+                Some((series.to_string(), value.parse().ok()?))
+            })
+            .collect())
     }
 
-    /// A snapshot of CPU time and reconciles, to divide one by the other over a phase.
+    /// A snapshot of CPU time and metrics, to compare with a later one.
     pub async fn mark(&self, http: &reqwest::Client) -> anyhow::Result<Mark> {
         Ok(Mark {
             cpu: self.cpu_seconds()?,
-            reconciles: self.reconciles(http).await?,
+            metrics: self.metrics(http).await?,
         })
     }
 }
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Mark {
     cpu: f64,
-    reconciles: f64,
+    metrics: BTreeMap<String, f64>,
 }
 
 impl Mark {
+    /// How much each series of metric `name` (a counter, or a histogram's `_sum`/`_count`)
+    /// grew since `self`, by its labels.
+    fn growth(&self, later: &Mark, name: &str) -> BTreeMap<String, f64> {
+        later
+            .metrics
+            .iter()
+            .filter_map(|(series, value)| {
+                let labels = series.strip_prefix(name)?.strip_prefix('{')?;
+                let before = self.metrics.get(series).copied().unwrap_or(0.0);
+                Some((labels.trim_end_matches('}').to_string(), value - before))
+            })
+            .filter(|(_, grew)| *grew > 0.0)
+            .collect()
+    }
+
     /// CPU milliseconds per reconcile between `self` and `later`, and the reconciles.
     pub fn per_reconcile(&self, later: &Mark) -> (f64, f64) {
-        let reconciles = later.reconciles - self.reconciles;
+        let reconciles: f64 = self.growth(later, "keeper_reconcile_total").values().sum();
         let ms = (later.cpu - self.cpu) * 1000.0;
         (
             if reconciles > 0.0 {
@@ -395,6 +469,53 @@ impl Mark {
             },
             reconciles,
         )
+    }
+
+    /// The mean of histogram `name` between `self` and `later` by its labels, in milliseconds,
+    /// with the count: `labels mean ms (n)`.
+    pub fn means(&self, later: &Mark, name: &str) -> String {
+        let sums = self.growth(later, &format!("{name}_sum"));
+        let counts = self.growth(later, &format!("{name}_count"));
+        counts
+            .iter()
+            .map(|(labels, n)| {
+                let sum = sums.get(labels).copied().unwrap_or(0.0);
+                format!("{labels} {:.1} ms ({n:.0})", sum / n * 1000.0)
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+}
+
+fn proc_file(pid: u32, name: &str) -> anyhow::Result<String> {
+    let path = Path::new("/proc").join(pid.to_string()).join(name);
+    std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// CPU time (user + system) process `pid` used so far.
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    let stat = proc_file(pid, "stat")?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').context("malformed /proc/PID/stat")?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields[11].parse::<f64>()? + fields[12].parse::<f64>()?;
+    Ok(ticks / clock_ticks_per_second())
+}
+
+/// CPU seconds of the processes of a measurement, to see where the time went.
+#[derive(Debug, Clone, Default)]
+pub struct CpuUse(pub Vec<(String, f64)>);
+
+impl CpuUse {
+    /// What each process used between `self` and `later`, as text.
+    pub fn since(&self, later: &CpuUse) -> String {
+        later
+            .0
+            .iter()
+            .zip(&self.0)
+            .map(|((name, after), (_, before))| format!("{name} {:.1} s", after - before))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 

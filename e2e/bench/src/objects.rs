@@ -28,6 +28,12 @@ pub struct Run {
     /// CPU milliseconds per reconcile over the whole run, and the reconciles.
     pub cpu_ms_per_reconcile: f64,
     pub reconciles: f64,
+    /// keeper's mean reconcile time by controller, and its mean backend call time by call.
+    pub reconcile_times: String,
+    pub backend_times: String,
+    /// CPU seconds each process used to Ready and to deletion.
+    pub cpu_to_ready: String,
+    pub cpu_to_delete: String,
 }
 
 pub fn is_ready(obj: &Value) -> bool {
@@ -54,6 +60,7 @@ pub async fn run(
     let path = format!("/apis/{GROUP_VERSION}/namespaces/{namespace}/{plural}");
     lab.clear_counters().await?;
     let before = keeper.mark(&lab.http).await?;
+    let cpu_before = lab.cpu_use(keeper);
     let started = Instant::now();
     futures::stream::iter(objects)
         .map(|obj| {
@@ -69,6 +76,7 @@ pub async fn run(
     let to_ready = ready_at - started;
     let ready_requests = lab.keeper_requests().await?;
     let ready_calls = lab.backend_calls().await?;
+    let cpu_ready = lab.cpu_use(keeper);
     let idle = match idle {
         Some(idle) => {
             // What the last changes set off (a debounced tenant reconcile) is not idleness.
@@ -84,6 +92,7 @@ pub async fn run(
         None => None,
     };
     lab.clear_counters().await?;
+    let cpu_delete = lab.cpu_use(keeper);
     let started = Instant::now();
     lab.delete(&path).await?;
     let gone_at = lab
@@ -92,8 +101,11 @@ pub async fn run(
     let deleted = gone_at - started;
     let delete_requests = lab.keeper_requests().await?;
     let delete_calls = lab.backend_calls().await?;
+    let cpu_deleted = lab.cpu_use(keeper);
     let after = keeper.mark(&lab.http).await?;
     let (cpu_ms_per_reconcile, reconciles) = before.per_reconcile(&after);
+    let reconcile_times = before.means(&after, "keeper_reconcile_duration_seconds");
+    let backend_times = before.means(&after, "keeper_backend_request_duration_seconds");
     Ok(Run {
         n,
         to_ready,
@@ -105,6 +117,10 @@ pub async fn run(
         idle,
         cpu_ms_per_reconcile,
         reconciles,
+        reconcile_times,
+        backend_times,
+        cpu_to_ready: cpu_before.since(&cpu_ready),
+        cpu_to_delete: cpu_delete.since(&cpu_deleted),
     })
 }
 
