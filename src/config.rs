@@ -5,6 +5,7 @@
 //! fails at start with a message that names the field, instead of surfacing later as a
 //! confusing reconcile error.
 
+use crate::controllers::ControllerKind;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -51,6 +52,9 @@ pub struct RuntimeConfig {
     /// backend call at a time, so this also bounds the load keeper puts on a backend.
     #[serde(default = "default_concurrency")]
     pub concurrency: u16,
+    /// Per controller (`tenant`, `bucket`, `database`), what differs from the above.
+    #[serde(default)]
+    pub controllers: ControllerSettings,
     #[serde(default)]
     pub backend_timeouts: BackendTimeouts,
 }
@@ -59,9 +63,47 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             concurrency: default_concurrency(),
+            controllers: ControllerSettings::default(),
             backend_timeouts: BackendTimeouts::default(),
         }
     }
+}
+
+impl RuntimeConfig {
+    /// Reconciles of `kind` that run at once.
+    pub fn concurrency_of(&self, kind: ControllerKind) -> u16 {
+        self.controllers
+            .of(kind)
+            .and_then(|c| c.concurrency)
+            .unwrap_or(self.concurrency)
+    }
+}
+
+/// Settings of single controllers.
+#[derive(Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerSettings {
+    pub tenant: Option<ControllerRuntime>,
+    pub bucket: Option<ControllerRuntime>,
+    pub database: Option<ControllerRuntime>,
+}
+
+impl ControllerSettings {
+    fn of(&self, kind: ControllerKind) -> Option<&ControllerRuntime> {
+        match kind {
+            ControllerKind::Tenant => self.tenant.as_ref(),
+            ControllerKind::Bucket => self.bucket.as_ref(),
+            ControllerKind::Database => self.database.as_ref(),
+        }
+    }
+}
+
+/// How one controller runs.
+#[derive(Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ControllerRuntime {
+    /// Reconciles of this kind that run at once (1-64), instead of `runtime.concurrency`.
+    pub concurrency: Option<u16>,
 }
 
 fn default_concurrency() -> u16 {
@@ -427,11 +469,27 @@ impl std::fmt::Display for Endpoint {
 
 impl RuntimeConfig {
     fn validate(&self) -> Result<(), String> {
-        if !(1..=64).contains(&self.concurrency) {
-            return Err(format!(
-                "runtime.concurrency: must be between 1 and 64, got {}",
-                self.concurrency
-            ));
+        let per_controller = [
+            ("tenant", &self.controllers.tenant),
+            ("bucket", &self.controllers.bucket),
+            ("database", &self.controllers.database),
+        ]
+        .into_iter()
+        .filter_map(|(name, c)| {
+            Some((
+                format!("runtime.controllers.{name}.concurrency"),
+                c.as_ref()?.concurrency?,
+            ))
+        });
+        for (field, concurrency) in
+            std::iter::once(("runtime.concurrency".to_string(), self.concurrency))
+                .chain(per_controller)
+        {
+            if !(1..=64).contains(&concurrency) {
+                return Err(format!(
+                    "{field}: must be between 1 and 64, got {concurrency}"
+                ));
+            }
         }
         let BackendTimeouts { connect, request } = self.backend_timeouts;
         if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&connect) {
@@ -764,11 +822,14 @@ mod tests {
             config.runtime.backend_timeouts.connect,
             Duration::from_secs(10)
         );
+        assert_eq!(config.runtime.concurrency_of(ControllerKind::Bucket), 4);
         let config = OperatorConfig::parse(
-            "runtime:\n  concurrency: 16\n  backendTimeouts: {connect: 3s, request: 2m}\n",
+            "runtime:\n  concurrency: 16\n  controllers: {bucket: {concurrency: 32}}\n  backendTimeouts: {connect: 3s, request: 2m}\n",
         )
         .unwrap();
         assert_eq!(config.runtime.concurrency, 16);
+        assert_eq!(config.runtime.concurrency_of(ControllerKind::Bucket), 32);
+        assert_eq!(config.runtime.concurrency_of(ControllerKind::Tenant), 16);
         assert_eq!(
             config.runtime.backend_timeouts,
             BackendTimeouts {
@@ -779,6 +840,14 @@ mod tests {
         for (yaml, field) in [
             ("runtime: {concurrency: 0}\n", "runtime.concurrency"),
             ("runtime: {concurrency: 500}\n", "runtime.concurrency"),
+            (
+                "runtime: {controllers: {bucket: {concurrency: 0}}}\n",
+                "runtime.controllers.bucket.concurrency: must be between 1 and 64, got 0",
+            ),
+            (
+                "runtime: {controllers: {buckets: {concurrency: 8}}}\n",
+                "runtime.controllers.buckets: unknown field `buckets`, expected one of `tenant`, `bucket`, `database`",
+            ),
             (
                 "runtime: {backendTimeouts: {request: 0s}}\n",
                 "runtime.backendTimeouts.request",

@@ -78,6 +78,8 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
 
     /// Controller name used in metrics, events and logs, such as `s3bucket`.
     const NAME: &'static str;
+    /// Which controller it is in the configuration and on the command line.
+    const KIND: crate::controllers::ControllerKind;
     /// The finalizer that keeps the object until its backend resource is cleaned up.
     const FINALIZER: &'static str;
     /// How long triggers of one object are gathered into one reconcile (none by default).
@@ -456,7 +458,7 @@ pub async fn run<R: Reconciler>(
     });
     tracing::info!(controller = R::NAME, "starting controller");
     let acquired = cx.shared.leadership.acquired();
-    let concurrency = cx.shared.config.runtime.concurrency;
+    let concurrency = cx.shared.config.runtime.concurrency_of(R::KIND);
     controller
         .with_config(
             kube::runtime::controller::Config::default()

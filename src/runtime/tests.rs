@@ -38,6 +38,7 @@ impl Reconciler for Scripted {
     type Resource = S3Tenant;
     type Error = TestError;
     const NAME: &'static str = "test";
+    const KIND: crate::controllers::ControllerKind = crate::controllers::ControllerKind::Tenant;
     const FINALIZER: &'static str = "keeper.dev/test";
 
     async fn apply(

@@ -25,6 +25,8 @@ refused "replicas" --set replicas=2
 refused "/replicaCount" --set replicaCount=two
 refused "/leaderElection/enabled" --set-string leaderElection.enabled=yes
 refused "/config/runtime/concurrency" --set config.runtime.concurrency=0
+refused "/config/runtime/controllers/bucket/concurrency" --set config.runtime.controllers.bucket.concurrency=100
+refused "/config/runtime/controllers" --set config.runtime.controllers.buckets.concurrency=8
 refused "/config/runtime/backendTimeouts/request" --set config.runtime.backendTimeouts.request=60
 # keeper reads namespaces only when a provider admits namespaces by label.
 namespaces_rule() { "$helm" template keeper "$chart" "$@" | grep -c 'resources: \[namespaces\]' || true; }

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::{S3Bucket, S3BucketStatus, S3Tenant};
 use crate::backends::error::{BackendError, ErrorClass, classify_kube};
+use crate::controllers::ControllerKind;
 use crate::metrics::Metrics;
 use crate::runtime::cluster::SecretError;
 use crate::runtime::gauges::StoreGauge;
@@ -152,6 +153,7 @@ impl<C: Connect> Reconciler for S3BucketReconciler<C> {
     type Resource = S3Bucket;
     type Error = Error;
     const NAME: &'static str = "s3bucket";
+    const KIND: ControllerKind = ControllerKind::Bucket;
     const FINALIZER: &'static str = FINALIZER;
 
     async fn apply(

@@ -27,6 +27,7 @@ use self::backend::DatabaseBackend;
 use crate::api::{CloudDatabase, CloudDatabaseStatus};
 use crate::backends::error::{BackendError, ErrorClass, classify_kube};
 use crate::backends::rds;
+use crate::controllers::ControllerKind;
 use crate::runtime::cluster::SecretError;
 use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
@@ -93,6 +94,7 @@ impl<B: DatabaseBackend> Reconciler for CloudDatabaseReconciler<B> {
     type Resource = CloudDatabase;
     type Error = Error;
     const NAME: &'static str = "clouddatabase";
+    const KIND: ControllerKind = ControllerKind::Database;
     const FINALIZER: &'static str = "keeper.dev/database-cleanup";
 
     async fn apply(

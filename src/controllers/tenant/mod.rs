@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use self::backend::{BackendError, Backends, Live, is_bad_credentials};
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus};
 use crate::backends::error::{ErrorClass, classify_kube};
+use crate::controllers::ControllerKind;
 use crate::providers::ProviderError;
 use crate::runtime::cluster::SecretError;
 use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared, triggers};
@@ -158,6 +159,7 @@ impl<B: Backends> Reconciler for S3TenantReconciler<B> {
     type Resource = S3Tenant;
     type Error = Error;
     const NAME: &'static str = "s3tenant";
+    const KIND: ControllerKind = ControllerKind::Tenant;
     const FINALIZER: &'static str = "keeper.dev/tenant-cleanup";
     // A burst of bucket changes (a GitOps sync of many buckets, a namespace deletion) becomes
     // one tenant reconcile and one status write.
