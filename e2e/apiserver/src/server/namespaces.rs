@@ -224,4 +224,5 @@ fn report(st: &mut State, ns: &str, failures: &[String]) {
     let mut updated = namespace;
     updated["status"]["conditions"] = json!(conditions);
     st.replace(NS_KEY, "", ns, updated);
+    st.gc();
 }
