@@ -10,8 +10,9 @@
 //! medians over rounds are compared as a ratio: no absolute time is judged, so a slow or busy
 //! machine does not fail the test.
 //!
-//! `per_request_cost_report` is for a developer, by hand, with sizes and rounds from the
-//! environment (`SCALING_SMALL`, `SCALING_LARGE`, `SCALING_ROUNDS`; 100, 2,000 and 7 by default):
+//! `per_request_cost_does_not_grow_with_stored_objects` (100 against 2,000 objects) runs with
+//! the other tests. `per_request_cost_report` is for a developer, by hand, with sizes and rounds
+//! from the environment (`SCALING_SMALL`, `SCALING_LARGE`, `SCALING_ROUNDS`):
 //! `cargo test --release -p keeper-e2e-apiserver --test scaling -- --ignored --nocapture`.
 
 use futures::StreamExt;
@@ -25,9 +26,33 @@ const NS: &str = "default";
 /// Owner and dependent pairs created, used and deleted per server and round.
 const PROBES: usize = 10;
 
+/// Both tests measure the whole process: never at the same time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_request_cost_does_not_grow_with_stored_objects() {
+    let _serial = SERIAL.lock().await;
+    let report = measure(100, 2_000, 5).await;
+    println!("{report}");
+    // Before the collector looked only at what a write touches, a write at 2,000 objects cost
+    // ten times one at 100 and more; bounds well above noise and far below that.
+    assert!(
+        report.total_ratio() < 1.5,
+        "a request costs {:.2}x as much at 2,000 objects as at 100\n{report}",
+        report.total_ratio()
+    );
+    for (verb, ratio) in report.ratios() {
+        assert!(
+            ratio < 2.5,
+            "{verb} costs {ratio:.2}x as much at 2,000 objects as at 100\n{report}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "a benchmark to run by hand (see the module documentation)"]
 async fn per_request_cost_report() {
+    let _serial = SERIAL.lock().await;
     let var = |name: &str, default: usize| {
         std::env::var(name)
             .ok()
@@ -322,6 +347,17 @@ struct Report {
     sizes: (usize, usize),
     /// Median over rounds of the mean CPU microseconds per request: (small, large).
     medians: BTreeMap<&'static str, (f64, f64)>,
+}
+
+impl Report {
+    fn ratios(&self) -> impl Iterator<Item = (&'static str, f64)> + '_ {
+        self.medians.iter().map(|(verb, (s, l))| (*verb, l / s))
+    }
+
+    fn total_ratio(&self) -> f64 {
+        let (s, l) = self.medians["all requests"];
+        l / s
+    }
 }
 
 impl std::fmt::Display for Report {

@@ -176,10 +176,9 @@ impl State {
 
     /// Whether nothing is stored in namespace `ns` (cluster-scoped objects have namespace "").
     fn namespace_empty(&self, ns: &str) -> bool {
-        let first = (ns.to_string(), String::new());
         self.objects
-            .values()
-            .all(|m| m.range(&first..).next().is_none_or(|((n, _), _)| n != ns))
+            .keys()
+            .all(|key| self.in_namespace(key, ns).next().is_none())
     }
 
     fn remove_finalizer(&mut self, r: &ObjRef, fin: &str) {

@@ -1,6 +1,6 @@
-//! The in-memory object store: objects, resourceVersions, watch history, the index of
-//! dependents by owner (module `index`) and the garbage collector (finalizers,
-//! ownerReferences, namespaces, CRDs; module `gc`).
+//! The in-memory object store: objects, resourceVersions, watch history, the indexes that keep
+//! lookups proportional to what they concern (module `index`) and the garbage collector
+//! (finalizers, ownerReferences, namespaces, CRDs; module `gc`).
 
 use crate::resources::{self, CRD_KEY, NS_KEY, ResDef};
 use serde_json::{Value, json};
@@ -10,6 +10,8 @@ use tokio::sync::broadcast;
 
 mod gc;
 mod index;
+
+pub use index::Lookup;
 
 /// One change of the store, as watch streams see it.
 #[derive(Debug)]
@@ -48,7 +50,7 @@ pub struct State {
     pub rv: u64,
     /// Objects are added, replaced and removed only through `put` and `take`, which keep
     /// `uids`, `index` and the collector's queue in step.
-    pub objects: HashMap<String, BTreeMap<Key, Value>>,
+    objects: HashMap<String, BTreeMap<Key, Value>>,
     uids: HashMap<String, ObjRef>,
     index: index::Index,
     /// Objects the garbage collector has to look at (see module `gc`).
@@ -316,6 +318,12 @@ impl State {
                     .collect()
             })
             .unwrap_or_default()
+    }
+
+    /// The changes after resourceVersion `rv` that the history still holds, oldest first.
+    pub fn changes_since(&self, rv: u64) -> impl Iterator<Item = &Arc<Change>> {
+        let first = self.history.partition_point(|c| c.rv <= rv);
+        self.history.range(first..)
     }
 }
 
