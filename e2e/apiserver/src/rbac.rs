@@ -121,12 +121,12 @@ fn objects<'a>(
     plural: &str,
     ns: Option<&'a str>,
 ) -> impl Iterator<Item = &'a Value> {
-    st.objects
-        .get(&format!("{RBAC_GROUP}/{plural}"))
-        .into_iter()
-        .flat_map(|m| m.iter())
-        .filter(move |((obj_ns, _), _)| ns.is_none_or(|n| n == obj_ns))
-        .map(|(_, v)| v)
+    let key = format!("{RBAC_GROUP}/{plural}");
+    match ns {
+        Some(ns) => st.in_namespace(&key, ns),
+        None => st.objects_of(&key),
+    }
+    .map(|(_, v)| v)
 }
 
 /// The first subject of `binding` that `user` is (kube's `appliesTo`): a ServiceAccount subject

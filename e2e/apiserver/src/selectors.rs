@@ -103,6 +103,18 @@ impl LabelSelector {
         self.0.is_empty()
     }
 
+    /// The labels every match carries (`k=v`, `k==v`, `k in (v)`).
+    pub fn equalities(&self) -> Vec<(&str, &str)> {
+        self.0
+            .iter()
+            .filter_map(|r| match r {
+                Req::Eq(k, v) => Some((k.as_str(), v.as_str())),
+                Req::In(k, vs) if vs.len() == 1 => Some((k.as_str(), vs[0].as_str())),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn matches_labels(&self, labels: &Value) -> bool {
         let get = |k: &str| labels.get(k).and_then(|v| v.as_str());
         self.0.iter().all(|r| match r {
@@ -196,6 +208,14 @@ impl FieldSelector {
 
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The value every match has at `path` (a `path=value` term), if the selector asks one.
+    pub fn required(&self, path: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(p, _, neg)| p == path && !neg)
+            .map(|(_, v, _)| v.as_str())
     }
 
     pub fn matches(&self, obj: &Value) -> bool {

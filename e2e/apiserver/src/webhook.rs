@@ -54,9 +54,6 @@ pub fn matching(
     if def.store_key == VWC_KEY {
         return out;
     }
-    let Some(configs) = st.objects.get(VWC_KEY) else {
-        return out;
-    };
     let ns_labels = if def.namespaced {
         st.get(crate::resources::NS_KEY, "", ns)
             .map(|n| n["metadata"]["labels"].clone())
@@ -68,7 +65,7 @@ pub fn matching(
     } else {
         Value::Null
     };
-    for cfg in configs.values() {
+    for (_, cfg) in st.objects_of(VWC_KEY) {
         for wh in cfg["webhooks"].as_array().cloned().unwrap_or_default() {
             let rules = wh["rules"].as_array().cloned().unwrap_or_default();
             let rule_ok = rules.iter().any(|r| {

@@ -104,17 +104,10 @@ pub(super) async fn delete_collection(
     let filter = Filter::new(t, ctx)?;
     let keys: Vec<(String, String)> = {
         let st = shared.lock();
-        st.objects
-            .get(&t.def.store_key)
-            .map(|m| {
-                m.iter()
-                    .filter(|((ns, _), o)| {
-                        filter.ns.as_deref().is_none_or(|f| f == ns) && filter.matches(o)
-                    })
-                    .map(|(k, _)| k.clone())
-                    .collect()
-            })
-            .unwrap_or_default()
+        st.lookup(&t.def.store_key, &filter.lookup(None))
+            .filter(|(_, o)| filter.matches(o))
+            .map(|(k, _)| k.clone())
+            .collect()
     };
     let mut items = Vec::new();
     let mut warnings = Vec::new();

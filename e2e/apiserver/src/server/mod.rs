@@ -11,7 +11,7 @@ use crate::patch;
 use crate::resources::{ResDef, View};
 use crate::schema;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{self, Change, State, finalizers, is_deleting, meta_str};
+use crate::store::{self, Change, Key, Lookup, State, finalizers, is_deleting, meta_str};
 use crate::table;
 use crate::webhook;
 use bytes::Bytes;

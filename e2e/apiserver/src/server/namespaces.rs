@@ -51,17 +51,21 @@ pub async fn run(shared: Arc<Shared>) {
 async fn sync(shared: &Arc<Shared>, ns: &str) {
     let content: Vec<(Arc<ResDef>, String)> = {
         let st = shared.lock();
-        st.objects
-            .iter()
-            .filter_map(|(key, objects)| Some((st.def_for_key(key)?, objects)))
-            .filter(|(def, _)| def.namespaced)
-            .flat_map(|(def, objects)| {
-                objects
-                    .iter()
-                    .filter(|((n, _), o)| n == ns && !is_deleting(o))
-                    .map(move |((_, name), _)| (def.clone(), name.clone()))
-            })
-            .collect()
+        let mut content = Vec::new();
+        for key in st.store_keys() {
+            let names: Vec<String> = st
+                .in_namespace(key, ns)
+                .filter(|(_, o)| !is_deleting(o))
+                .map(|((_, name), _)| name.clone())
+                .collect();
+            if names.is_empty() {
+                continue;
+            }
+            if let Some(def) = st.def_for_key(key).filter(|d| d.namespaced) {
+                content.extend(names.into_iter().map(|name| (def.clone(), name)));
+            }
+        }
+        content
     };
     let ctx = Ctx {
         query: HashMap::from([("propagationPolicy".to_string(), "Background".to_string())]),
@@ -108,14 +112,15 @@ fn report(st: &mut State, ns: &str, failures: &[String]) {
     }
     let mut remaining: BTreeMap<String, usize> = BTreeMap::new();
     let mut finalizing: BTreeMap<String, usize> = BTreeMap::new();
-    for (key, objects) in &st.objects {
+    for key in st.store_keys() {
+        let mut objects = st.in_namespace(key, ns).peekable();
+        if objects.peek().is_none() {
+            continue;
+        }
         let Some(def) = st.def_for_key(key).filter(|d| d.namespaced) else {
             continue;
         };
-        for ((n, _), o) in objects {
-            if n != ns {
-                continue;
-            }
+        for (_, o) in objects {
             *remaining.entry(resource_name(&def)).or_default() += 1;
             for f in finalizers(o) {
                 *finalizing.entry(f).or_default() += 1;
@@ -224,4 +229,5 @@ fn report(st: &mut State, ns: &str, failures: &[String]) {
     let mut updated = namespace;
     updated["status"]["conditions"] = json!(conditions);
     st.replace(NS_KEY, "", ns, updated);
+    st.gc();
 }

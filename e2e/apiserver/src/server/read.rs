@@ -50,6 +50,19 @@ impl Filter {
     pub(super) fn matches(&self, stored: &Value) -> bool {
         self.labels.matches(stored) && self.fields.matches(stored)
     }
+
+    /// Where the store can look for matches, starting after `after`.
+    pub(super) fn lookup(&self, after: Option<Key>) -> Lookup<'_> {
+        Lookup {
+            ns: self
+                .ns
+                .as_deref()
+                .or_else(|| self.fields.required("metadata.namespace")),
+            name: self.fields.required("metadata.name"),
+            labels: self.labels.equalities(),
+            after,
+        }
+    }
 }
 
 pub(super) fn list(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Out> {
@@ -69,27 +82,17 @@ pub(super) fn list(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Out
     let mut items = Vec::new();
     let mut next = None;
     let mut remaining = 0usize;
-    if let Some(m) = st.objects.get(&t.def.store_key) {
-        for ((ns, name), obj) in m {
-            if filter.ns.as_deref().is_some_and(|f| f != ns) {
-                continue;
-            }
-            if let Some((sns, sname)) = &start_after
-                && (ns, name) <= (sns, sname)
-            {
-                continue;
-            }
-            if !filter.matches(obj) {
-                continue;
-            }
-            if items.len() >= limit {
-                remaining += 1;
-                continue;
-            }
-            items.push(view(&t.def, obj));
-            if items.len() == limit {
-                next = Some((ns.clone(), name.clone()));
-            }
+    for ((ns, name), obj) in st.lookup(&t.def.store_key, &filter.lookup(start_after)) {
+        if !filter.matches(obj) {
+            continue;
+        }
+        if items.len() >= limit {
+            remaining += 1;
+            continue;
+        }
+        items.push(view(&t.def, obj));
+        if items.len() == limit {
+            next = Some((ns.clone(), name.clone()));
         }
     }
     let mut meta = json!({"resourceVersion": st.rv.to_string()});

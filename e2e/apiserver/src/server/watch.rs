@@ -34,11 +34,9 @@ pub(super) fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Ou
         let brx = st.tx.subscribe();
         let mut gone = None;
         if rv_param.is_empty() || rv_param == "0" || send_initial {
-            if let Some(m) = st.objects.get(&def.store_key) {
-                for ((ns, _), obj) in m {
-                    if filter.ns.as_deref().is_none_or(|f| f == ns) && filter.matches(obj) {
-                        first.push(("ADDED".into(), view(&def, obj)));
-                    }
+            for (_, obj) in st.lookup(&def.store_key, &filter.lookup(None)) {
+                if filter.matches(obj) {
+                    first.push(("ADDED".into(), view(&def, obj)));
                 }
             }
         } else {
@@ -48,7 +46,7 @@ pub(super) fn watch(shared: &Arc<Shared>, t: &Target, ctx: &Ctx) -> ApiResult<Ou
             if req < st.compacted {
                 gone = Some(req);
             } else {
-                for c in st.history.iter().filter(|c| c.rv > req) {
+                for c in st.changes_since(req) {
                     if let Some(ev) = translate(&def, &filter, c) {
                         first.push(ev);
                     }

@@ -427,3 +427,116 @@ async fn crd_deletion_removes_objects_and_discovery() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn collection_follows_owners_through_chains_and_reference_changes() {
+    let env = Env::new().await;
+    let client = env.client().await;
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let refs = |owners: &[&ConfigMap]| -> Vec<Value> {
+        owners
+            .iter()
+            .map(|o| json!({"apiVersion": "v1", "kind": "ConfigMap", "name": o.metadata.name, "uid": o.metadata.uid}))
+            .collect()
+    };
+    let owner = async |name: &str, owners: &[&ConfigMap]| {
+        let c: ConfigMap = serde_json::from_value(
+            json!({"metadata": {"name": name, "ownerReferences": refs(owners)}}),
+        )
+        .unwrap();
+        cms.create(&PostParams::default(), &c).await.unwrap()
+    };
+    let dependent = async |name: &str, owners: &[&ConfigMap], finalizers: Value| {
+        let s: Secret = serde_json::from_value(json!({"metadata": {"name": name,
+            "ownerReferences": refs(owners), "finalizers": finalizers}}))
+        .unwrap();
+        secrets.create(&PostParams::default(), &s).await.unwrap()
+    };
+    let release = async |name: &str| {
+        secrets
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+            )
+            .await
+            .unwrap();
+    };
+    let exists = async |name: &str| secrets.get_opt(name).await.unwrap().is_some();
+    let cm_exists = async |name: &str| cms.get_opt(name).await.unwrap().is_some();
+
+    // A dependent of two owners goes with the second.
+    let (o1, o2) = (owner("o1", &[]).await, owner("o2", &[]).await);
+    dependent("shared", &[&o1, &o2], json!([])).await;
+    cms.delete("o1", &DeleteParams::default()).await.unwrap();
+    assert!(exists("shared").await, "one owner is left");
+    cms.delete("o2", &DeleteParams::default()).await.unwrap();
+    assert!(!exists("shared").await, "no owner is left");
+
+    // A dependent whose owner never existed is collected at once.
+    let ghost: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "ghost", "uid": "no-such-uid"}}))
+            .unwrap();
+    dependent("dangling", &[&ghost], json!([])).await;
+    assert!(!exists("dangling").await);
+
+    // Orphaning drops only the deleted owner's reference.
+    let (o3, o4) = (owner("o3", &[]).await, owner("o4", &[]).await);
+    dependent("two", &[&o3, &o4], json!([])).await;
+    cms.delete("o3", &DeleteParams::orphan()).await.unwrap();
+    assert!(!cm_exists("o3").await);
+    let refs = secrets.get("two").await.unwrap().metadata.owner_references;
+    let left: Vec<String> = refs.unwrap().into_iter().map(|r| r.name).collect();
+    assert_eq!(left, ["o4"]);
+
+    // Foreground through a chain: each owner waits for the dependents below it.
+    let top = owner("top", &[]).await;
+    let mid = owner("mid", &[&top]).await;
+    dependent("leaf", &[&mid], json!(["keeper.dev/hold"])).await;
+    cms.delete("top", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    for name in ["top", "mid"] {
+        let o = cms.get(name).await.unwrap();
+        assert!(o.metadata.deletion_timestamp.is_some(), "{name} is marked");
+        assert_eq!(
+            o.metadata.finalizers.unwrap_or_default(),
+            ["foregroundDeletion"],
+            "{name} waits"
+        );
+    }
+    let leaf = secrets.get("leaf").await.unwrap();
+    assert!(leaf.metadata.deletion_timestamp.is_some(), "leaf is marked");
+    // A dependent that comes while its owner waits is deleted like the others.
+    dependent("late", &[&top], json!([])).await;
+    assert!(!exists("late").await);
+    release("leaf").await;
+    assert!(!exists("leaf").await);
+    assert!(!cm_exists("mid").await, "mid goes once leaf is gone");
+    assert!(!cm_exists("top").await, "top goes once mid is gone");
+
+    // A dependent that drops its reference releases the owner waiting for it.
+    let waiter = owner("waiter", &[]).await;
+    dependent("clinger", &[&waiter], json!(["keeper.dev/hold"])).await;
+    cms.delete("waiter", &DeleteParams::foreground())
+        .await
+        .unwrap();
+    assert!(cm_exists("waiter").await);
+    secrets
+        .patch(
+            "clinger",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"ownerReferences": null}})),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !cm_exists("waiter").await,
+        "nothing holds the owner any more"
+    );
+    assert!(exists("clinger").await, "its own finalizer holds it");
+    release("clinger").await;
+    assert!(!exists("clinger").await);
+    env.stop().await;
+}

@@ -210,3 +210,125 @@ async fn selectors_pagination_and_generate_name() {
     );
     env.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selectors_follow_label_changes_across_namespaces_and_pages() {
+    let env = Env::new().await;
+    let client = env.client().await;
+    let nss: Api<Namespace> = Api::all(client.clone());
+    nss.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "other"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    let here: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let there: Api<ConfigMap> = Api::namespaced(client.clone(), "other");
+    let all: Api<ConfigMap> = Api::all(client.clone());
+    here.create(&PostParams::default(), &cm("a", json!({"app": "web"})))
+        .await
+        .unwrap();
+    there
+        .create(&PostParams::default(), &cm("b", json!({"app": "web"})))
+        .await
+        .unwrap();
+    here.create(&PostParams::default(), &cm("c", json!({"app": "db"})))
+        .await
+        .unwrap();
+    let found = async |api: &Api<ConfigMap>, lp: ListParams| {
+        api.list(&lp)
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|c| {
+                format!(
+                    "{}/{}",
+                    c.metadata.namespace.unwrap(),
+                    c.metadata.name.unwrap()
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let labels = |s: &str| ListParams::default().labels(s);
+    assert_eq!(
+        found(&all, labels("app=web")).await,
+        ["default/a", "other/b"]
+    );
+    assert_eq!(found(&there, labels("app=web")).await, ["other/b"]);
+    assert_eq!(found(&all, labels("app in (db)")).await, ["default/c"]);
+    // A label that changes or goes moves the object between selections.
+    here.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"app": "db"}}})),
+    )
+    .await
+    .unwrap();
+    here.patch(
+        "c",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": null}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(found(&all, labels("app=web")).await, ["other/b"]);
+    assert_eq!(found(&here, labels("app=db")).await, ["default/a"]);
+    assert_eq!(
+        found(&all, labels("app=db,app!=db")).await,
+        Vec::<String>::new()
+    );
+    assert_eq!(found(&all, labels("app=none")).await, Vec::<String>::new());
+    // Field selectors on a cluster-wide list.
+    assert_eq!(
+        found(&all, ListParams::default().fields("metadata.name=b")).await,
+        ["other/b"]
+    );
+    assert_eq!(
+        found(
+            &all,
+            ListParams::default().fields("metadata.namespace=other,metadata.name=b")
+        )
+        .await,
+        ["other/b"]
+    );
+    assert_eq!(
+        found(&here, ListParams::default().fields("metadata.name=b")).await,
+        Vec::<String>::new()
+    );
+    // Pages of a label selection.
+    for i in 1..=5 {
+        let ns = if i % 2 == 0 { &there } else { &here };
+        ns.create(
+            &PostParams::default(),
+            &cm(&format!("p{i}"), json!({"page": "yes"})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut pages = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut lp = labels("page=yes").limit(2);
+        if let Some(t) = &token {
+            lp = lp.continue_token(t);
+        }
+        let page = all.list(&lp).await.unwrap();
+        pages.push(
+            page.items
+                .iter()
+                .map(|c| c.metadata.name.clone().unwrap())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+        if pages.len() == 1 {
+            assert_eq!(page.metadata.remaining_item_count, Some(3));
+        }
+        token = page.metadata.continue_.filter(|t| !t.is_empty());
+        if token.is_none() {
+            break;
+        }
+    }
+    assert_eq!(pages, ["p1,p3", "p5,p2", "p4"]);
+    env.stop().await;
+}

@@ -1,11 +1,17 @@
-//! The in-memory object store: objects, resourceVersions, watch history and
-//! the garbage collector (finalizers, ownerReferences, namespaces, CRDs).
+//! The in-memory object store: objects, resourceVersions, watch history, the indexes that keep
+//! lookups proportional to what they concern (module `index`) and the garbage collector
+//! (finalizers, ownerReferences, namespaces, CRDs; module `gc`).
 
 use crate::resources::{self, CRD_KEY, NS_KEY, ResDef};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use tokio::sync::broadcast;
+
+mod gc;
+mod index;
+
+pub use index::Lookup;
 
 /// One change of the store, as watch streams see it.
 #[derive(Debug)]
@@ -19,12 +25,36 @@ pub struct Change {
     pub obj: Value,
 }
 
+/// Namespace and name of a stored object.
 pub type Key = (String, String);
+
+/// A stored object: its resource's store key, namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjRef {
+    pub key: String,
+    pub ns: String,
+    pub name: String,
+}
+
+impl ObjRef {
+    fn new(key: &str, ns: &str, name: &str) -> Self {
+        ObjRef {
+            key: key.to_string(),
+            ns: ns.to_string(),
+            name: name.to_string(),
+        }
+    }
+}
 
 pub struct State {
     pub rv: u64,
-    pub objects: HashMap<String, BTreeMap<Key, Value>>,
-    pub uids: HashMap<String, (String, String, String)>,
+    /// Objects are added, replaced and removed only through `put` and `take`, which keep
+    /// `uids`, `index` and the collector's queue in step.
+    objects: HashMap<String, BTreeMap<Key, Value>>,
+    uids: HashMap<String, ObjRef>,
+    index: index::Index,
+    /// Objects the garbage collector has to look at (see module `gc`).
+    gc_queue: VecDeque<ObjRef>,
     pub history: VecDeque<Arc<Change>>,
     pub history_limit: usize,
     /// Highest resourceVersion dropped from the history window.
@@ -83,6 +113,8 @@ impl State {
             rv: 0,
             objects: HashMap::new(),
             uids: HashMap::new(),
+            index: index::Index::default(),
+            gc_queue: VecDeque::new(),
             history: VecDeque::new(),
             history_limit: history_limit.max(1),
             compacted: 0,
@@ -169,17 +201,37 @@ impl State {
         self.rv
     }
 
+    /// Every change of an object goes through `put` or `take`: they keep the uid map and the
+    /// indexes in step and queue what the change gives the garbage collector to do.
+    fn put(&mut self, key: &str, ns: &str, name: &str, obj: Value) -> Option<Value> {
+        let r = ObjRef::new(key, ns, name);
+        self.uids
+            .insert(meta_str(&obj, "uid").to_string(), r.clone());
+        let kind = self.objects.entry(key.to_string()).or_default();
+        let k = (ns.to_string(), name.to_string());
+        let old = kind.insert(k.clone(), obj);
+        self.index.update(&r, old.as_ref(), kind.get(&k));
+        self.notice(&r, old.as_ref());
+        old
+    }
+
+    fn take(&mut self, key: &str, ns: &str, name: &str) -> Option<Value> {
+        let obj = self
+            .objects
+            .get_mut(key)?
+            .remove(&(ns.to_string(), name.to_string()))?;
+        self.uids.remove(meta_str(&obj, "uid"));
+        let r = ObjRef::new(key, ns, name);
+        self.index.update(&r, Some(&obj), None);
+        self.notice(&r, Some(&obj));
+        Some(obj)
+    }
+
     /// Store a new object (metadata already filled except resourceVersion).
     pub fn insert(&mut self, key: &str, ns: &str, name: &str, mut obj: Value) -> Value {
         let rv = self.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let uid = meta_str(&obj, "uid").to_string();
-        self.uids
-            .insert(uid, (key.to_string(), ns.to_string(), name.to_string()));
-        self.objects
-            .entry(key.to_string())
-            .or_default()
-            .insert((ns.to_string(), name.to_string()), obj.clone());
+        self.put(key, ns, name, obj.clone());
         self.push("ADDED", key, ns, None, obj.clone());
         obj
     }
@@ -187,30 +239,18 @@ impl State {
     /// Replace an existing object; removes it when it is being deleted and has no finalizers left.
     pub fn replace(&mut self, key: &str, ns: &str, name: &str, mut obj: Value) -> Value {
         if is_deleting(&obj) && finalizers(&obj).is_empty() && key != NS_KEY {
-            self.objects
-                .entry(key.to_string())
-                .or_default()
-                .insert((ns.to_string(), name.to_string()), obj.clone());
+            self.put(key, ns, name, obj.clone());
             return self.remove(key, ns, name).unwrap_or(obj);
         }
         let rv = self.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
-        let old = self
-            .objects
-            .entry(key.to_string())
-            .or_default()
-            .insert((ns.to_string(), name.to_string()), obj.clone());
+        let old = self.put(key, ns, name, obj.clone());
         self.push("MODIFIED", key, ns, old, obj.clone());
         obj
     }
 
     pub fn remove(&mut self, key: &str, ns: &str, name: &str) -> Option<Value> {
-        let mut obj = self
-            .objects
-            .get_mut(key)?
-            .remove(&(ns.to_string(), name.to_string()))?;
-        let uid = meta_str(&obj, "uid").to_string();
-        self.uids.remove(&uid);
+        let mut obj = self.take(key, ns, name)?;
         let rv = self.next_rv();
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
         self.push("DELETED", key, ns, None, obj.clone());
@@ -240,7 +280,7 @@ impl State {
         }
         if !deleting {
             let has_dependents =
-                policy != "Background" && self.has_dependents(meta_str(&obj, "uid"));
+                policy != "Background" && self.index.has_dependents(meta_str(&obj, "uid"));
             match policy {
                 "Foreground"
                     if has_dependents && !fins.iter().any(|f| f == "foregroundDeletion") =>
@@ -267,22 +307,6 @@ impl State {
         Some((obj, false))
     }
 
-    fn has_dependents(&self, uid: &str) -> bool {
-        self.objects
-            .values()
-            .flat_map(|m| m.values())
-            .any(|o| owner_uids(o).iter().any(|u| u == uid))
-    }
-
-    fn remove_finalizer(&mut self, key: &str, ns: &str, name: &str, fin: &str) {
-        if let Some(obj) = self.get(key, ns, name) {
-            let mut obj = obj.clone();
-            let f: Vec<String> = finalizers(&obj).into_iter().filter(|f| f != fin).collect();
-            set_finalizers(&mut obj, f);
-            self.replace(key, ns, name, obj);
-        }
-    }
-
     /// The names of the namespaces being deleted.
     pub fn terminating_namespaces(&self) -> Vec<String> {
         self.objects
@@ -296,167 +320,10 @@ impl State {
             .unwrap_or_default()
     }
 
-    fn is_namespaced_key(&self, key: &str) -> bool {
-        self.def_for_key(key).map(|d| d.namespaced).unwrap_or(false)
-    }
-
-    /// Run the garbage collector and the namespace/CRD finalizers until nothing changes.
-    pub fn gc(&mut self) {
-        for _ in 0..1000 {
-            if !self.gc_pass() {
-                return;
-            }
-        }
-    }
-
-    fn gc_pass(&mut self) -> bool {
-        // Only objects the collector can act on: being deleted, owned, in a terminating
-        // namespace, or instances of a CRD being deleted.
-        let terminating = self.terminating_namespaces();
-        let dying_crds: Vec<String> = self
-            .objects
-            .get(CRD_KEY)
-            .map(|m| {
-                m.values()
-                    .filter(|o| is_deleting(o))
-                    .map(|o| {
-                        format!(
-                            "{}/{}",
-                            o["spec"]["group"].as_str().unwrap_or_default(),
-                            o["spec"]["names"]["plural"].as_str().unwrap_or_default()
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let mut all: Vec<(String, String, String, Value)> = Vec::new();
-        for (key, m) in &self.objects {
-            let whole = dying_crds.contains(key);
-            for ((ns, name), o) in m {
-                let relevant = whole
-                    || is_deleting(o)
-                    || o["metadata"]["ownerReferences"]
-                        .as_array()
-                        .is_some_and(|a| !a.is_empty())
-                    || (!ns.is_empty() && terminating.contains(ns));
-                if relevant {
-                    all.push((key.clone(), ns.clone(), name.clone(), o.clone()));
-                }
-            }
-        }
-        if all.is_empty() {
-            return false;
-        }
-        let mut changed = false;
-        // CRDs being deleted: delete their objects, then release the CRD.
-        for (key, ns, name, o) in all.iter().filter(|(k, ..)| k == CRD_KEY) {
-            if !is_deleting(o)
-                || !finalizers(o)
-                    .iter()
-                    .any(|f| f == "customresourcecleanup.apiextensions.k8s.io")
-            {
-                continue;
-            }
-            let group = o["spec"]["group"].as_str().unwrap_or_default();
-            let plural = o["spec"]["names"]["plural"].as_str().unwrap_or_default();
-            let ck = format!("{group}/{plural}");
-            let members: Vec<(String, String, Value)> = all
-                .iter()
-                .filter(|(k, ..)| *k == ck)
-                .map(|(_, n, m, v)| (n.clone(), m.clone(), v.clone()))
-                .collect();
-            if members.is_empty() {
-                self.remove_finalizer(key, ns, name, "customresourcecleanup.apiextensions.k8s.io");
-                changed = true;
-            }
-            for (n, m, v) in members {
-                if !is_deleting(&v) {
-                    self.delete(&ck, &n, &m, "Background");
-                    changed = true;
-                }
-            }
-        }
-        if changed {
-            return true;
-        }
-        // Terminating namespaces: removed once empty. Their content is deleted by the namespace
-        // controller (`server::namespaces`) through the API, admission webhooks included.
-        for (_, _, name, o) in all.iter().filter(|(k, ..)| k == NS_KEY) {
-            if !is_deleting(o) {
-                continue;
-            }
-            let empty = !all
-                .iter()
-                .any(|(k, n, ..)| n == name && k != NS_KEY && self.is_namespaced_key(k));
-            if empty && finalizers(o).is_empty() {
-                self.objects.get_mut(NS_KEY).map(|m| {
-                    m.get_mut(&(String::new(), name.clone()))
-                        .map(|v| v["spec"]["finalizers"] = json!([]))
-                });
-                self.remove(NS_KEY, "", name);
-                changed = true;
-            }
-        }
-        if changed {
-            return true;
-        }
-        // Foreground and orphan finalizers.
-        for (key, ns, name, o) in &all {
-            if !is_deleting(o) {
-                continue;
-            }
-            let uid = meta_str(o, "uid");
-            let fins = finalizers(o);
-            if fins.iter().any(|f| f == "foregroundDeletion") {
-                let deps: Vec<&(String, String, String, Value)> = all
-                    .iter()
-                    .filter(|(.., v)| owner_uids(v).iter().any(|u| u == uid))
-                    .collect();
-                if deps.is_empty() {
-                    self.remove_finalizer(key, ns, name, "foregroundDeletion");
-                    changed = true;
-                }
-                for (k, n, m, v) in deps {
-                    if !is_deleting(v) {
-                        self.delete(k, n, m, "Foreground");
-                        changed = true;
-                    }
-                }
-            } else if fins.iter().any(|f| f == "orphan") {
-                for (k, n, m, v) in all
-                    .iter()
-                    .filter(|(.., v)| owner_uids(v).iter().any(|u| u == uid))
-                {
-                    let mut v = v.clone();
-                    if let Some(refs) = v["metadata"]["ownerReferences"].as_array_mut() {
-                        refs.retain(|r| r["uid"].as_str() != Some(uid));
-                        if refs.is_empty() {
-                            v["metadata"]
-                                .as_object_mut()
-                                .map(|m| m.remove("ownerReferences"));
-                        }
-                    }
-                    self.replace(k, n, m, v);
-                }
-                self.remove_finalizer(key, ns, name, "orphan");
-                changed = true;
-            }
-        }
-        if changed {
-            return true;
-        }
-        // Background collection of dependents whose owners are all gone.
-        for (key, ns, name, o) in &all {
-            let owners = owner_uids(o);
-            if owners.is_empty() || is_deleting(o) || self.get(key, ns, name).is_none() {
-                continue;
-            }
-            if owners.iter().all(|u| !self.uids.contains_key(u)) {
-                self.delete(key, ns, name, "Background");
-                changed = true;
-            }
-        }
-        changed
+    /// The changes after resourceVersion `rv` that the history still holds, oldest first.
+    pub fn changes_since(&self, rv: u64) -> impl Iterator<Item = &Arc<Change>> {
+        let first = self.history.partition_point(|c| c.rv <= rv);
+        self.history.range(first..)
     }
 }
 
