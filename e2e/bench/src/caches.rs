@@ -101,7 +101,7 @@ pub async fn run(lab: &Lab, report: &mut Report, sizes: &[usize]) -> anyhow::Res
     }
     // keeper releases the buckets (they never had a backend bucket) as the namespace goes.
     let keeper = Process::start(&env)?;
-    lab.delete_namespace(namespace, Duration::from_secs(600))
+    lab.delete_namespace(namespace, Duration::from_secs(1800))
         .await?;
     drop(keeper);
     Ok(())
