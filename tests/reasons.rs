@@ -18,6 +18,8 @@ const NOT_REASONS: &[&str] = &[
     "BadCredentials",
     "GroupMissing",
     "NothingDeleted",
+    "SharedCredentials",
+    "UserMissing",
     // Statement ids of the per-bucket key policy.
     "ListThisBucket",
     "ObjectsOfThisBucket",

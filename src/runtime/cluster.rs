@@ -120,9 +120,21 @@ pub async fn owned_secret(
     owner: &Target,
     name: &str,
 ) -> Result<Option<BTreeMap<String, String>>, SecretError> {
+    Ok(owned_secret_object(kube, owner, name)
+        .await?
+        .map(|secret| secret_data(&secret)))
+}
+
+/// Like [`owned_secret`], the whole Secret: its resourceVersion is what a later
+/// [`Kube::swap_secret`] is conditional on.
+pub async fn owned_secret_object(
+    kube: &dyn Kube,
+    owner: &Target,
+    name: &str,
+) -> Result<Option<Secret>, SecretError> {
     match kube.secret(&owner.namespace, name).await? {
         None => Ok(None),
-        Some(secret) if owned_by(&secret, owner) => Ok(Some(secret_data(&secret))),
+        Some(secret) if owned_by(&secret, owner) => Ok(Some(secret)),
         Some(secret) => Err(SecretError::conflict(owner, name, &secret)),
     }
 }
@@ -208,6 +220,21 @@ pub trait Kube: Send + Sync + 'static {
         data: BTreeMap<String, String>,
         hold: Hold,
     ) -> BoxFuture<'a, Result<bool, SecretError>>;
+
+    /// Writes Secret `name` as [`Kube::apply_secret`] does (without a hold), but only if it is
+    /// still what `read` is: absent when `read` is `None`, else unchanged since `read` (its
+    /// resourceVersion). The API refuses the write with 409 when another writer changed the
+    /// Secret in between, or created it. `annotation` is set too: a new value changes the Secret
+    /// even when `data` does not, so that nobody who read it before can write it any more.
+    /// Returns the Secret as it is now.
+    fn swap_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+        read: Option<&'a Secret>,
+        data: BTreeMap<String, String>,
+        annotation: Option<(&'a str, String)>,
+    ) -> BoxFuture<'a, Result<Secret, SecretError>>;
 
     /// Lets go of Secret `name` that keeper created for `owner` (deletion policy Retain): removes
     /// `owner`'s owner reference so the garbage collector keeps it when `owner` goes, and the
@@ -573,6 +600,37 @@ impl Kube for KubeApi {
         .boxed()
     }
 
+    fn swap_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+        read: Option<&'a Secret>,
+        data: BTreeMap<String, String>,
+        annotation: Option<(&'a str, String)>,
+    ) -> BoxFuture<'a, Result<Secret, SecretError>> {
+        async move {
+            let namespace = owner.namespace.as_str();
+            let Some(secret) = swapped_secret(owner, name, read, data, annotation)? else {
+                return Ok(read
+                    .cloned()
+                    .expect("only an existing Secret needs no write"));
+            };
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let written = match read {
+                // Refused with 409 AlreadyExists when another writer created it first.
+                None => api.create(&PostParams::default(), &secret).await?,
+                // `read`'s resourceVersion: refused with 409 Conflict when it changed since.
+                Some(_) => api.replace(name, &PostParams::default(), &secret).await?,
+            };
+            self.written
+                .lock()
+                .expect("written lock")
+                .insert((namespace.to_string(), name.to_string()), written.clone());
+            Ok(written)
+        }
+        .boxed()
+    }
+
     fn patch_status<'a>(
         &'a self,
         target: &'a Target,
@@ -785,6 +843,26 @@ fn desired_secret(
             Ok(Some(existing))
         }
     }
+}
+
+/// What [`Kube::swap_secret`] writes over `read`: [`desired_secret`] with `annotation` set, or
+/// `None` when nothing would change.
+fn swapped_secret(
+    owner: &Target,
+    name: &str,
+    read: Option<&Secret>,
+    data: BTreeMap<String, String>,
+    annotation: Option<(&str, String)>,
+) -> Result<Option<Secret>, SecretError> {
+    let desired = desired_secret(owner, name, data, Hold::No, read.cloned())?;
+    let Some((key, value)) = annotation else {
+        return Ok(desired);
+    };
+    let mut secret = desired
+        .or_else(|| read.cloned())
+        .expect("a Secret that does not exist is always written");
+    secret.annotations_mut().insert(key.to_string(), value);
+    Ok(Some(secret))
 }
 
 pub mod fake {
@@ -1049,6 +1127,42 @@ pub mod fake {
                     name: name.to_string(),
                 });
                 Ok(true)
+            }
+            .boxed()
+        }
+
+        fn swap_secret<'a>(
+            &'a self,
+            owner: &'a Target,
+            name: &'a str,
+            read: Option<&'a Secret>,
+            data: BTreeMap<String, String>,
+            annotation: Option<(&'a str, String)>,
+        ) -> BoxFuture<'a, Result<Secret, SecretError>> {
+            async move {
+                let key = (owner.namespace.clone(), name.to_string());
+                let mut secrets = self.secrets.lock().expect("lock");
+                let version = |s: Option<&Secret>| {
+                    s.map(|s| s.metadata.resource_version.clone().unwrap_or_default())
+                };
+                if version(secrets.get(&key)) != version(read) {
+                    return Err(SecretError::Kube(api_error(409)));
+                }
+                let Some(mut secret) = swapped_secret(owner, name, read, data, annotation)? else {
+                    return Ok(read
+                        .cloned()
+                        .expect("only an existing Secret needs no write"));
+                };
+                self.take_failure().map_err(SecretError::Kube)?;
+                let mut version = self.version.lock().expect("lock");
+                *version += 1;
+                secret.metadata.resource_version = Some(version.to_string());
+                secrets.insert(key, secret.clone());
+                self.record(Call::ApplySecret {
+                    namespace: owner.namespace.clone(),
+                    name: name.to_string(),
+                });
+                Ok(secret)
             }
             .boxed()
         }
