@@ -15,6 +15,9 @@ const NOT_REASONS: &[&str] = &[
     // StorageGRID / S3 error codes keeper matches or raises inside a `BackendRejected` /
     // `BackendError` message.
     "AccountNotOwned",
+    "AccountsMarkedTwice",
+    "RecordedAccountGone",
+    "TenantChanged",
     "BadCredentials",
     "GroupMissing",
     "NothingDeleted",

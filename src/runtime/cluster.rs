@@ -290,6 +290,14 @@ pub trait Kube: Send + Sync + 'static {
         name: &'a str,
     ) -> BoxFuture<'a, KubeResult<Option<Arc<S3Tenant>>>>;
 
+    /// An S3Tenant read from the API, not the cache: what a compare-and-swap lost to (the cache
+    /// may not show the winning write yet).
+    fn tenant_from_api<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<S3Tenant>>>;
+
     /// The labels of a namespace (`None` when it does not exist), from the namespace cache when
     /// keeper watches namespaces (some provider admits namespaces by label), else from the API.
     fn namespace_labels<'a>(
@@ -722,8 +730,19 @@ impl Kube for KubeApi {
                     .store
                     .get(&ObjectRef::new(name).within(namespace)));
             }
+            Ok(self.tenant_from_api(namespace, name).await?.map(Arc::new))
+        }
+        .boxed()
+    }
+
+    fn tenant_from_api<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<S3Tenant>>> {
+        async move {
             let api: Api<S3Tenant> = Api::namespaced(self.client.clone(), namespace);
-            Ok(api.get_opt(name).await?.map(Arc::new))
+            api.get_opt(name).await
         }
         .boxed()
     }
@@ -894,6 +913,8 @@ pub mod fake {
         /// The next write (status, JSON patch or Secret) fails with this HTTP status.
         pub fail_next_write: Mutex<Option<u16>>,
         version: Mutex<u64>,
+        /// The resourceVersion each object's last status patch gave it.
+        status_versions: Mutex<BTreeMap<String, String>>,
     }
 
     fn api_error(code: u16) -> kube::Error {
@@ -1173,7 +1194,24 @@ pub mod fake {
             patch: Value,
         ) -> BoxFuture<'a, KubeResult<()>> {
             async move {
+                // A precondition holds unless another patch came in since: the first patch from
+                // a version wins, the next from the same version is refused, as the API does.
+                if let Some(expected) = patch["metadata"]["resourceVersion"].as_str() {
+                    let patched = self.status_versions.lock().expect("lock");
+                    if patched
+                        .get(&target.name)
+                        .is_some_and(|current| current != expected)
+                    {
+                        return Err(api_error(409));
+                    }
+                }
                 self.take_failure()?;
+                let mut version = self.version.lock().expect("lock");
+                *version += 1;
+                self.status_versions
+                    .lock()
+                    .expect("lock")
+                    .insert(target.name.clone(), version.to_string());
                 self.record(Call::PatchStatus {
                     name: target.name.clone(),
                     patch,
@@ -1235,6 +1273,20 @@ pub mod fake {
                 .find(|t| t.namespace().as_deref() == Some(namespace) && t.name_any() == name)
                 .cloned();
             async move { Ok(found) }.boxed()
+        }
+
+        fn tenant_from_api<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+        ) -> BoxFuture<'a, KubeResult<Option<S3Tenant>>> {
+            async move {
+                Ok(self
+                    .tenant(namespace, name)
+                    .await?
+                    .map(|t| t.as_ref().clone()))
+            }
+            .boxed()
         }
 
         fn namespace_labels<'a>(

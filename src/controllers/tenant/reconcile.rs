@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 
-use self::provision::TenantStore;
+use self::provision::{Recorded, TenantStore};
 use super::backend::{AccountBackend, Backends};
 use super::plan::{self, DeletionGate, DeletionStep, RemainingBuckets};
 use super::{
@@ -421,14 +421,30 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
         self.status.lock().expect("status lock").account_id.clone()
     }
 
-    async fn record_account(&self, id: &str) -> Result<(), Error> {
+    async fn record_account(&self, id: &str) -> Result<Recorded, Error> {
         let status = {
             let mut status = self.status.lock().expect("status lock");
             status.account_id = Some(id.to_string());
             status.clone()
         };
-        self.cx.checkpoint(self.tenant, &status).await?;
-        Ok(())
+        if self
+            .cx
+            .checkpoint_if_unchanged(self.tenant, &status)
+            .await?
+        {
+            return Ok(Recorded::Yes);
+        }
+        let now = self
+            .cx
+            .kube()
+            .tenant_from_api(
+                &self.tenant.namespace().unwrap_or_default(),
+                &self.tenant.name_any(),
+            )
+            .await?;
+        let recorded = now.and_then(|t| t.status).and_then(|s| s.account_id);
+        self.status.lock().expect("status lock").account_id = recorded.clone();
+        Ok(Recorded::Lost(recorded))
     }
 
     async fn published(&self) -> Result<Option<Keys>, Error> {

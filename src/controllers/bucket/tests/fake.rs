@@ -4,8 +4,6 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
-
 use crate::api::{DrainMode, S3Tenant};
 use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::DeleteOutcome;
@@ -17,6 +15,7 @@ use crate::controllers::bucket::plan::keys::KeySource;
 use crate::metrics::Metrics;
 use crate::providers::{Keys, ProviderClients};
 use crate::runtime::cluster::Kube;
+use crate::runtime::testing::Pauses;
 
 #[derive(Debug, Clone, Default)]
 pub struct FakeBucket {
@@ -55,27 +54,7 @@ pub struct Fake {
     /// Keys per user, as IAM limits them (two); `None` as on StorageGRID.
     pub key_limit: Option<usize>,
     /// Calls that stop once they have acted, until the test lets them go.
-    pub pauses: Mutex<Vec<(&'static str, Pause)>>,
-}
-
-/// A call stopped after it acted (a key created, not yet returned to the reconcile), so that a
-/// test can run another reconcile in between, as a second keeper would.
-#[derive(Clone, Default)]
-pub struct Pause {
-    reached: Arc<Notify>,
-    release: Arc<Notify>,
-}
-
-impl Pause {
-    /// Waits until the call has acted and stopped.
-    pub async fn reached(&self) {
-        self.reached.notified().await;
-    }
-
-    /// Lets the call return.
-    pub fn release(&self) {
-        self.release.notify_one();
-    }
+    pub pauses: Pauses,
 }
 
 impl Fake {
@@ -95,26 +74,7 @@ impl Fake {
             user_keys: Mutex::default(),
             keys_created: Mutex::default(),
             key_limit: Some(2),
-            pauses: Mutex::default(),
-        }
-    }
-
-    /// The next `call` stops once it has acted, until the returned pause is released.
-    pub fn pause_after(&self, call: &'static str) -> Pause {
-        let pause = Pause::default();
-        self.pauses.lock().unwrap().push((call, pause.clone()));
-        pause
-    }
-
-    async fn stop_if_paused(&self, call: &str) {
-        let pause = {
-            let mut pauses = self.pauses.lock().unwrap();
-            let at = pauses.iter().position(|(c, _)| *c == call);
-            at.map(|at| pauses.remove(at).1)
-        };
-        if let Some(pause) = pause {
-            pause.reached.notify_one();
-            pause.release.notified().await;
+            pauses: Pauses::default(),
         }
     }
 
@@ -316,7 +276,7 @@ macro_rules! fake_backend {
             ) -> Result<Vec<String>, BackendError> {
                 self.call("user_keys")?;
                 let listed = self.keys_of_user();
-                self.stop_if_paused("user_keys").await;
+                self.pauses.stop_if_asked("user_keys").await;
                 Ok(listed)
             }
 
@@ -341,7 +301,7 @@ macro_rules! fake_backend {
                         secret_access_key: format!("SK{created}"),
                     }
                 };
-                self.stop_if_paused("create_key").await;
+                self.pauses.stop_if_asked("create_key").await;
                 Ok(keys)
             }
 

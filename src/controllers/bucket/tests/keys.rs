@@ -7,12 +7,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 
-use super::fake::{Fake, Pause};
+use super::fake::Fake;
 use super::flow::{Cx, context, finalized, status_patches};
 use crate::api::{DrainMode, S3Bucket, S3BucketStatus, TenantPhase};
 use crate::controllers::bucket::ROTATE_ANNOTATION;
+use crate::runtime::Error;
 use crate::runtime::cluster::fake::FakeKube;
-use crate::runtime::{Error, testing};
+use crate::runtime::testing::{self, Pause};
 
 /// The bucket as the API holds it after every status patch written so far.
 fn stored(kube: &FakeKube) -> S3Bucket {
@@ -60,10 +61,10 @@ async fn two_writers_with_unpublished_keys(
     cx: &Cx,
     fake: &Fake,
 ) -> ((Pause, Running), (Pause, Running)) {
-    let first = fake.pause_after("create_key");
+    let first = fake.pauses.after("create_key");
     let a = spawn(cx, finalized());
     first.reached().await;
-    let second = fake.pause_after("create_key");
+    let second = fake.pauses.after("create_key");
     let b = spawn(cx, finalized());
     second.reached().await;
     assert_eq!(fake.keys_of_user(), ["AK1", "AK2"]);
@@ -112,7 +113,7 @@ async fn a_writer_that_read_the_secret_before_another_published_deletes_only_its
     // B read "no Secret" and listed no key; A then issued and published AK1 from start to end
     // (as a stale cache would hide A's Secret from B): B's create of the Secret is refused.
     let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
-    let listed = fake.pause_after("user_keys");
+    let listed = fake.pauses.after("user_keys");
     let b = spawn(&cx, finalized());
     listed.reached().await;
     testing::reconcile(&cx, finalized()).await.unwrap();
@@ -130,7 +131,7 @@ async fn a_user_at_its_key_limit_is_swept_only_after_the_secret_is_claimed() {
     let fake = Fake::new(DrainMode::ClientSide);
     fake.user_keys.lock().unwrap().push("LEFT".into());
     let (kube, fake, cx) = context(fake, TenantPhase::Ready);
-    let first = fake.pause_after("create_key");
+    let first = fake.pauses.after("create_key");
     let a = spawn(&cx, finalized());
     first.reached().await;
     assert_eq!(fake.keys_of_user(), ["LEFT", "AK1"]);
@@ -162,12 +163,12 @@ async fn two_writers_handling_one_rotation_at_once_leave_one_live_key() {
         .annotations
         .get_or_insert_default()
         .insert(ROTATE_ANNOTATION.to_string(), "r1".to_string());
-    let first = fake.pause_after("create_key");
+    let first = fake.pauses.after("create_key");
     let a = spawn(&cx, rotating.clone());
     first.reached().await;
     // B finds the user at its limit (AK1 published, AK2 A's): it deletes AK2 to make room, after
     // claiming the Secret, and stops with AK3 created.
-    let second = fake.pause_after("create_key");
+    let second = fake.pauses.after("create_key");
     let b = spawn(&cx, rotating);
     second.reached().await;
     assert_eq!(fake.keys_of_user(), ["AK1", "AK3"]);
