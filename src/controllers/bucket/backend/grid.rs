@@ -154,7 +154,21 @@ impl StorageGrid {
                     .update_group(&self.tenant, &group.id, &wanted)
                     .await?
             }
-            None => self.client.create_group(&self.tenant, &wanted).await?,
+            None => match self.client.create_group(&self.tenant, &wanted).await {
+                Ok(group) => group,
+                // Another writer (a second keeper) created it since the look: whose it is is
+                // checked again by the next look, before anything is done with it.
+                Err(e) if self.group(&desired.name).await?.is_some() => {
+                    return Err(BackendError::new(
+                        "storagegrid",
+                        "create_group",
+                        ErrorClass::Conflict,
+                        "CreatedMeanwhile",
+                        format!("{e}; it was created meanwhile: looking again"),
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            },
         })
     }
 
@@ -191,7 +205,7 @@ impl StorageGrid {
             return Ok(user);
         }
         let name = principal_name(bucket);
-        Ok(self
+        let created = self
             .client
             .create_user(
                 &self.tenant,
@@ -202,7 +216,12 @@ impl StorageGrid {
                     disable: false,
                 },
             )
-            .await?)
+            .await;
+        match created {
+            Ok(user) => Ok(user),
+            // Another writer (a second keeper) created it since the look, for this bucket's group.
+            Err(e) => self.find_user(bucket).await?.ok_or_else(|| e.into()),
+        }
     }
 }
 

@@ -186,6 +186,67 @@ async fn a_new_bucket_gets_its_marked_group_before_the_bucket_is_created() {
     assert_eq!(calls[bucket].2["name"], "ns-b");
 }
 
+/// How the grid answers `verb` on `at`, the first time only.
+async fn once(server: &MockServer, verb: &str, at: &str, response: ResponseTemplate) {
+    Mock::given(method(verb))
+        .and(path(format!("/api/v4/{at}")))
+        .respond_with(response)
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(server)
+        .await;
+}
+
+#[tokio::test]
+async fn a_group_another_writer_created_meanwhile_is_looked_at_again_not_taken() {
+    // Two keepers create the bucket at once: the second create of the group is refused, and
+    // the group found then may belong to anyone: nothing is done with it before the next look.
+    let (server, grid) = mock_grid().await;
+    on(&server, "GET", "org/containers", ok(200, json!([]))).await;
+    once(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    once(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group_json(UID)),
+    )
+    .await;
+    on(&server, "POST", "org/groups", error(422)).await;
+    let err = grid.ensure(&desired(false, false)).await.unwrap_err();
+    assert!(err.is_conflict(), "{err:?}");
+    let calls = calls(&server).await;
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.1 == "org/containers" && c.0 == "POST"),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_user_another_writer_created_meanwhile_for_the_bucket_is_used() {
+    let (server, grid) = mock_grid().await;
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group_json(UID)),
+    )
+    .await;
+    once(&server, "GET", "org/users/user/keeper-ns-b", error(404)).await;
+    on(
+        &server,
+        "GET",
+        "org/users/user/keeper-ns-b",
+        ok(200, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
+    )
+    .await;
+    on(&server, "POST", "org/users", error(422)).await;
+    user_keys(&server, json!([])).await;
+    assert!(grid.user_keys("ns-b", None).await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn an_unmarked_existing_bucket_is_someone_elses_unless_recorded_or_adopted() {
     let (server, grid) = mock_grid().await;
