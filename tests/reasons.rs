@@ -19,6 +19,7 @@ const NOT_REASONS: &[&str] = &[
     "RecordedAccountGone",
     "TenantChanged",
     "BadCredentials",
+    "CreatedMeanwhile",
     "GroupMissing",
     "NothingDeleted",
     "SharedCredentials",

@@ -221,8 +221,8 @@ pub trait Kube: Send + Sync + 'static {
         hold: Hold,
     ) -> BoxFuture<'a, Result<bool, SecretError>>;
 
-    /// Writes Secret `name` as [`Kube::apply_secret`] does (without a hold), but only if it is
-    /// still what `read` is: absent when `read` is `None`, else unchanged since `read` (its
+    /// Writes Secret `name` as [`Kube::apply_secret`] does, but only if it is still what `read`
+    /// is: absent when `read` is `None`, else unchanged since `read` (its
     /// resourceVersion). The API refuses the write with 409 when another writer changed the
     /// Secret in between, or created it. `annotation` is set too: a new value changes the Secret
     /// even when `data` does not, so that nobody who read it before can write it any more.
@@ -233,6 +233,7 @@ pub trait Kube: Send + Sync + 'static {
         name: &'a str,
         read: Option<&'a Secret>,
         data: BTreeMap<String, String>,
+        hold: Hold,
         annotation: Option<(&'a str, String)>,
     ) -> BoxFuture<'a, Result<Secret, SecretError>>;
 
@@ -614,11 +615,12 @@ impl Kube for KubeApi {
         name: &'a str,
         read: Option<&'a Secret>,
         data: BTreeMap<String, String>,
+        hold: Hold,
         annotation: Option<(&'a str, String)>,
     ) -> BoxFuture<'a, Result<Secret, SecretError>> {
         async move {
             let namespace = owner.namespace.as_str();
-            let Some(secret) = swapped_secret(owner, name, read, data, annotation)? else {
+            let Some(secret) = swapped_secret(owner, name, read, data, hold, annotation)? else {
                 return Ok(read
                     .cloned()
                     .expect("only an existing Secret needs no write"));
@@ -871,9 +873,10 @@ fn swapped_secret(
     name: &str,
     read: Option<&Secret>,
     data: BTreeMap<String, String>,
+    hold: Hold,
     annotation: Option<(&str, String)>,
 ) -> Result<Option<Secret>, SecretError> {
-    let desired = desired_secret(owner, name, data, Hold::No, read.cloned())?;
+    let desired = desired_secret(owner, name, data, hold, read.cloned())?;
     let Some((key, value)) = annotation else {
         return Ok(desired);
     };
@@ -1158,6 +1161,7 @@ pub mod fake {
             name: &'a str,
             read: Option<&'a Secret>,
             data: BTreeMap<String, String>,
+            hold: Hold,
             annotation: Option<(&'a str, String)>,
         ) -> BoxFuture<'a, Result<Secret, SecretError>> {
             async move {
@@ -1169,7 +1173,8 @@ pub mod fake {
                 if version(secrets.get(&key)) != version(read) {
                     return Err(SecretError::Kube(api_error(409)));
                 }
-                let Some(mut secret) = swapped_secret(owner, name, read, data, annotation)? else {
+                let Some(mut secret) = swapped_secret(owner, name, read, data, hold, annotation)?
+                else {
                     return Ok(read
                         .cloned()
                         .expect("only an existing Secret needs no write"));

@@ -28,7 +28,7 @@ use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus};
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
 use crate::config::Provider;
 use crate::providers::{Keys, ProviderClients};
-use crate::runtime::cluster::{SecretError, Target, owned_secret_object, secret_data};
+use crate::runtime::cluster::{Hold, SecretError, Target, owned_secret_object, secret_data};
 use crate::runtime::{Context, Next, Note, Outcome, conditions};
 
 /// Whether an annotation is set to `true`.
@@ -890,7 +890,16 @@ impl CredentialsSecret<'_> {
     ) -> Result<(), SecretError> {
         let written = cx
             .kube()
-            .swap_secret(&self.owner, self.name, self.read.as_ref(), data, annotation)
+            .swap_secret(
+                &self.owner,
+                self.name,
+                self.read.as_ref(),
+                data,
+                // Not held for cleanup: the bucket's cleanup removes its keys on the backend by
+                // the bucket's name, without reading them back.
+                Hold::No,
+                annotation,
+            )
             .await?;
         self.read = Some(written);
         Ok(())
@@ -1038,8 +1047,6 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
         name: &name,
         read,
     };
-    // Not held for cleanup: the bucket's cleanup removes its keys on the backend by the bucket's
-    // name, without reading them back.
     let Settled {
         keys,
         issued,

@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use self::provision::{Recorded, TenantStore};
@@ -21,7 +22,7 @@ use crate::backends::storagegrid::Login;
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
 use crate::providers::{Keys, ProviderClients};
-use crate::runtime::cluster::{Hold, Target, owned_secret};
+use crate::runtime::cluster::{Hold, Target, owned_secret, owned_secret_object, secret_data};
 use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
 
 type Cx<B> = Context<S3TenantReconciler<B>>;
@@ -366,6 +367,9 @@ struct KubeStore<'a, B: Backends> {
     tenant: &'a S3Tenant,
     provider: &'a ProviderClients,
     status: Mutex<S3TenantStatus>,
+    /// The root-credentials Secret as last read or written: a password is stored only if the
+    /// Secret is still so, so that two writers never hold different passwords.
+    root_secret: Mutex<Option<Secret>>,
 }
 
 impl<'a, B: Backends> KubeStore<'a, B> {
@@ -380,6 +384,7 @@ impl<'a, B: Backends> KubeStore<'a, B> {
             tenant,
             provider,
             status: Mutex::new(status.clone()),
+            root_secret: Mutex::default(),
         }
     }
 
@@ -394,26 +399,39 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
     type Error = Error;
 
     async fn root_password(&self) -> Result<Option<String>, Error> {
-        let data = self
-            .read(&root_secret_name(&self.tenant.name_any()))
-            .await?;
-        Ok(data
-            .and_then(|d| d.get("password").cloned())
-            .filter(|p| !p.is_empty()))
+        let secret = owned_secret_object(
+            self.cx.kube(),
+            &Target::of(self.tenant),
+            &root_secret_name(&self.tenant.name_any()),
+        )
+        .await?;
+        let password = secret
+            .as_ref()
+            .and_then(|s| secret_data(s).remove("password"))
+            .filter(|p| !p.is_empty());
+        *self.root_secret.lock().expect("root secret lock") = secret;
+        Ok(password)
     }
 
     async fn store_root_password(&self, password: &str) -> Result<(), Error> {
         let data = BTreeMap::from([("password".to_string(), password.to_string())]);
-        self.cx
+        let read = self.root_secret.lock().expect("root secret lock").clone();
+        // Another writer's password stored since the read makes this write fail (409): the next
+        // reconcile uses that one.
+        let written = self
+            .cx
             .kube()
-            .apply_secret(
+            .swap_secret(
                 &Target::of(self.tenant),
                 &root_secret_name(&self.tenant.name_any()),
+                read.as_ref(),
                 data,
                 // Held: the tenant's own cleanup and its buckets' cleanup sign in with it.
                 Hold::UntilReleased,
+                None,
             )
             .await?;
+        *self.root_secret.lock().expect("root secret lock") = Some(written);
         Ok(())
     }
 
