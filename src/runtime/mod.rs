@@ -405,13 +405,16 @@ async fn observed<R: Reconciler>(
     result
 }
 
-/// Retries a failed object with its own exponential backoff.
+/// Retries a failed object with its own exponential backoff, and says how long it waits
+/// (`keeper_reconcile_retry_delay_seconds`).
 fn error_policy<R: Reconciler>(
     obj: Arc<R::Resource>,
     _error: &Error<R::Error>,
     cx: Arc<Context<R>>,
 ) -> Action {
-    Action::requeue(cx.backoff.next_delay(&object_key(obj.as_ref())))
+    let delay = cx.backoff.next_delay(&object_key(obj.as_ref()));
+    cx.shared.metrics.retry_scheduled(R::NAME, delay);
+    Action::requeue(delay)
 }
 
 /// Registers the gauges every kind has, from the controller's cache: `keeper_<kinds>{phase}`
