@@ -173,15 +173,24 @@ impl Monkey {
 
     /// Stops killing; returns the keepers left running.
     fn calm(&mut self) -> Vec<Keeper> {
-        self.stop.store(true, Ordering::SeqCst);
-        self.handles
-            .drain(..)
-            .map(|h| {
-                h.join()
-                    .expect("monkey thread")
-                    .expect("a keeper left running")
-            })
+        self.stop()
+            .into_iter()
+            .map(|h| h.expect("monkey thread").expect("a keeper left running"))
             .collect()
+    }
+
+    /// Stops the threads; each hands back the keeper it was running (or why it could not).
+    fn stop(&mut self) -> Vec<std::thread::Result<Option<Keeper>>> {
+        self.stop.store(true, Ordering::SeqCst);
+        self.handles.drain(..).map(|h| h.join()).collect()
+    }
+}
+
+/// A run that fails stops its keepers too: each thread hands back the keeper it runs, which is
+/// killed when dropped (a keeper left running would outlive the run's stack).
+impl Drop for Monkey {
+    fn drop(&mut self) {
+        self.stop();
     }
 }
 
