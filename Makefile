@@ -39,13 +39,16 @@ endif
 e2e: deps
 	e2e/run-e2e.sh
 
-## chaos: the long chaos run: 200 objects of every kind created, filled, drained and deleted while
-## keeper is SIGKILLed every 2-10 s (at least 50 times), then checked for orphans, duplicates,
-## lost objects, stuck or removed finalizers and leaked secrets; prints a summary table. Its short
-## form (24 objects, >= 8 kills) is part of `make e2e`.
+## chaos: the long chaos run, three scenarios: crash (200 objects of every kind a round created,
+## filled, drained and deleted while keeper is SIGKILLed every 2-10 s, at least 50 times), two
+## managers (the same with two keepers, leader election off) and faults (3 rounds of 200 objects
+## while the API and every backend refuse a share of keeper's requests); then checked for orphans,
+## duplicates, lost objects, stuck or removed finalizers, leaked secrets, backoff and hot loops;
+## each prints a summary table. Their short forms are part of `make e2e`.
 chaos: deps
 	KEEPER_CHAOS_OBJECTS=200 KEEPER_CHAOS_KILL_MS=2000-10000 KEEPER_CHAOS_MIN_KILLS=50 \
-	  NEXTEST_SUCCESS_OUTPUT=immediate e2e/run-e2e.sh crash_chaos
+	  KEEPER_CHAOS_FAULT_ROUNDS=3 NEXTEST_SUCCESS_OUTPUT=immediate \
+	  e2e/run-e2e.sh crash_chaos two_managers fault_chaos
 
 ## bench: keeper beside the sequential floor of the same backend work, in release mode on a private
 ## stack (.keeper-dev/bench): buckets, tenants, databases, memory and start, drains. Prints the

@@ -4,7 +4,7 @@
 //! [`Metrics::backend_call`], so no controller records them by hand.
 
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use prometheus::core::Collector;
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
@@ -22,6 +22,7 @@ pub struct Metrics {
     reconcile_errors: IntCounterVec,
     backend_requests: IntCounterVec,
     backend_duration: HistogramVec,
+    retry_delay: HistogramVec,
 }
 
 impl Metrics {
@@ -73,6 +74,15 @@ impl Metrics {
             &["backend", "operation"],
         )
         .expect("valid metric");
+        let retry_delay = HistogramVec::new(
+            HistogramOpts::new(
+                "keeper_reconcile_retry_delay_seconds",
+                "How long a failed reconciliation waits before it is retried, as the object's backoff chose.",
+            )
+            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0]),
+            &["controller"],
+        )
+        .expect("valid metric");
         let metrics = Metrics {
             registry,
             reconcile_total,
@@ -80,12 +90,14 @@ impl Metrics {
             reconcile_errors,
             backend_requests,
             backend_duration,
+            retry_delay,
         };
         metrics.register(metrics.reconcile_total.clone());
         metrics.register(metrics.reconcile_duration.clone());
         metrics.register(metrics.reconcile_errors.clone());
         metrics.register(metrics.backend_requests.clone());
         metrics.register(metrics.backend_duration.clone());
+        metrics.register(metrics.retry_delay.clone());
         metrics
     }
 
@@ -116,6 +128,13 @@ impl Metrics {
                 .with_label_values(&[controller, reason])
                 .inc();
         }
+    }
+
+    /// Records that a failed reconciliation of `controller` is retried after `delay`.
+    pub fn retry_scheduled(&self, controller: &str, delay: Duration) {
+        self.retry_delay
+            .with_label_values(&[controller])
+            .observe(delay.as_secs_f64());
     }
 
     /// Runs one backend call, recording its duration and outcome.
@@ -207,6 +226,26 @@ mod tests {
         ));
         assert!(
             text.contains(r#"keeper_reconcile_duration_seconds_count{controller="s3bucket"} 2"#)
+        );
+    }
+
+    #[test]
+    fn retries_are_observed_by_the_delay_the_backoff_chose() {
+        let metrics = Metrics::new();
+        for seconds in [1, 2, 4] {
+            metrics.retry_scheduled("s3bucket", Duration::from_secs(seconds));
+        }
+        let text = metrics.encode();
+        for (le, count) in [("1", 1), ("2", 2), ("4", 3), ("300", 3)] {
+            assert!(
+                text.contains(&format!(
+                    "keeper_reconcile_retry_delay_seconds_bucket{{controller=\"s3bucket\",le=\"{le}\"}} {count}"
+                )),
+                "{text}"
+            );
+        }
+        assert!(
+            text.contains(r#"keeper_reconcile_retry_delay_seconds_sum{controller="s3bucket"} 7"#)
         );
     }
 }

@@ -15,9 +15,15 @@ const NOT_REASONS: &[&str] = &[
     // StorageGRID / S3 error codes keeper matches or raises inside a `BackendRejected` /
     // `BackendError` message.
     "AccountNotOwned",
+    "AccountsMarkedTwice",
+    "RecordedAccountGone",
+    "TenantChanged",
     "BadCredentials",
+    "CreatedMeanwhile",
     "GroupMissing",
     "NothingDeleted",
+    "SharedCredentials",
+    "UserMissing",
     // Statement ids of the per-bucket key policy.
     "ListThisBucket",
     "ObjectsOfThisBucket",

@@ -5,6 +5,7 @@
 
 use aws_sdk_iam::Client;
 use aws_sdk_iam::config::http::HttpResponse;
+use aws_sdk_iam::config::retry::RetryConfig;
 use aws_sdk_iam::config::timeout::TimeoutConfig;
 use aws_sdk_iam::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_iam::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
@@ -221,13 +222,22 @@ impl IamStore {
             .unwrap_or_default())
     }
 
-    /// A new access key of the user.
+    /// A new access key of the user. Sent once: the SDK resends a request whose answer was lost,
+    /// and IAM, which had acted on the first, makes a second key whose twin nobody ever learns
+    /// of. A failure here is retried by the reconcile, which lists the user's keys first and so
+    /// deletes such a key once a new one is published.
     pub async fn create_access_key(
         &self,
         metrics: &Metrics,
         user: &str,
     ) -> Result<Keys, BackendError> {
-        let request = self.client.create_access_key().user_name(user).send();
+        let request = self
+            .client
+            .create_access_key()
+            .user_name(user)
+            .customize()
+            .config_override(aws_sdk_iam::Config::builder().retry_config(RetryConfig::disabled()))
+            .send();
         let out = call(metrics, "create_access_key", request).await?;
         let key = out.access_key().ok_or_else(|| {
             BackendError::new(
@@ -300,6 +310,48 @@ mod tests {
             timeouts: BackendTimeouts::default(),
             ca_bundle,
         })
+    }
+
+    /// A server on 127.0.0.1 that reads each request and closes the connection without an
+    /// answer (as if the answer were lost after IAM acted); counts the requests.
+    async fn answers_lost() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let seen = std::sync::Arc::new(AtomicUsize::new(0));
+        let counted = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut buf = [0u8; 16384];
+                if stream.read(&mut buf).await.unwrap_or(0) > 0 {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+        (url, seen)
+    }
+
+    #[tokio::test]
+    async fn a_key_whose_answer_was_lost_is_not_created_again_by_a_resend() {
+        let (url, seen) = answers_lost().await;
+        let store = IamStore::new(&IamSettings {
+            endpoint: Some(url),
+            region: "us-east-1".into(),
+            keys: Keys {
+                access_key_id: "testing".into(),
+                secret_access_key: "testing".into(),
+            },
+            timeouts: BackendTimeouts::default(),
+            ca_bundle: None,
+        });
+        let metrics = Metrics::new();
+        let err = store.create_access_key(&metrics, "u").await.unwrap_err();
+        assert_eq!(err.class, ErrorClass::Transient, "{err}");
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // Idempotent calls are still resent by the SDK.
+        store.access_keys(&metrics, "u").await.unwrap_err();
+        assert!(seen.load(std::sync::atomic::Ordering::SeqCst) > 2);
     }
 
     #[tokio::test]

@@ -118,9 +118,21 @@ pub async fn owned_secret(
     owner: &Target,
     name: &str,
 ) -> Result<Option<BTreeMap<String, String>>, SecretError> {
+    Ok(owned_secret_object(kube, owner, name)
+        .await?
+        .map(|secret| secret_data(&secret)))
+}
+
+/// Like [`owned_secret`], the whole Secret: its resourceVersion is what a later
+/// [`Kube::swap_secret`] is conditional on.
+pub async fn owned_secret_object(
+    kube: &dyn Kube,
+    owner: &Target,
+    name: &str,
+) -> Result<Option<Secret>, SecretError> {
     match kube.secret(&owner.namespace, name).await? {
         None => Ok(None),
-        Some(secret) if owned_by(&secret, owner) => Ok(Some(secret_data(&secret))),
+        Some(secret) if owned_by(&secret, owner) => Ok(Some(secret)),
         Some(secret) => Err(SecretError::conflict(owner, name, &secret)),
     }
 }
@@ -207,6 +219,22 @@ pub trait Kube: Send + Sync + 'static {
         hold: Hold,
     ) -> BoxFuture<'a, Result<bool, SecretError>>;
 
+    /// Writes Secret `name` as [`Kube::apply_secret`] does, but only if it is still what `read`
+    /// is: absent when `read` is `None`, else unchanged since `read` (its
+    /// resourceVersion). The API refuses the write with 409 when another writer changed the
+    /// Secret in between, or created it. `annotation` is set too: a new value changes the Secret
+    /// even when `data` does not, so that nobody who read it before can write it any more.
+    /// Returns the Secret as it is now.
+    fn swap_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+        read: Option<&'a Secret>,
+        data: BTreeMap<String, String>,
+        hold: Hold,
+        annotation: Option<(&'a str, String)>,
+    ) -> BoxFuture<'a, Result<Secret, SecretError>>;
+
     /// Lets go of Secret `name` that keeper created for `owner` (deletion policy Retain): removes
     /// `owner`'s owner reference so the garbage collector keeps it when `owner` goes, and the
     /// credentials in it stay usable; its [`CLEANUP_HOLD`] goes too, since nobody would ever
@@ -260,6 +288,14 @@ pub trait Kube: Send + Sync + 'static {
         namespace: &'a str,
         name: &'a str,
     ) -> BoxFuture<'a, KubeResult<Option<Arc<S3Tenant>>>>;
+
+    /// An S3Tenant read from the API, not the cache: what a compare-and-swap lost to (the cache
+    /// may not show the winning write yet).
+    fn tenant_from_api<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<S3Tenant>>>;
 
     /// The labels of a namespace (`None` when it does not exist), from the namespace cache when
     /// keeper watches namespaces (some provider admits namespaces by label), else from the API.
@@ -522,6 +558,50 @@ impl Kube for KubeApi {
         .boxed()
     }
 
+    fn swap_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+        read: Option<&'a Secret>,
+        data: BTreeMap<String, String>,
+        hold: Hold,
+        annotation: Option<(&'a str, String)>,
+    ) -> BoxFuture<'a, Result<Secret, SecretError>> {
+        async move {
+            let namespace = owner.namespace.as_str();
+            let Some(secret) = swapped_secret(owner, name, read, data, hold, annotation)? else {
+                return Ok(read
+                    .cloned()
+                    .expect("only an existing Secret needs no write"));
+            };
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let written = match read {
+                // Refused with 409 AlreadyExists when another writer created it first: a keeper
+                // (decide again on what it wrote, on the next look) or someone else, whose
+                // Secret keeper's label-filtered cache never holds (a conflict, left untouched).
+                None => match api.create(&PostParams::default(), &secret).await {
+                    Err(kube::Error::Api(status)) if status.code == 409 => {
+                        match api.get_opt(name).await? {
+                            Some(found) if !owned_by(&found, owner) => {
+                                return Err(SecretError::conflict(owner, name, &found));
+                            }
+                            _ => return Err(kube::Error::Api(status).into()),
+                        }
+                    }
+                    written => written?,
+                },
+                // `read`'s resourceVersion: refused with 409 Conflict when it changed since.
+                Some(_) => api.replace(name, &PostParams::default(), &secret).await?,
+            };
+            self.written
+                .lock()
+                .expect("written lock")
+                .insert((namespace.to_string(), name.to_string()), written.clone());
+            Ok(written)
+        }
+        .boxed()
+    }
+
     fn patch_status<'a>(
         &'a self,
         target: &'a Target,
@@ -611,8 +691,19 @@ impl Kube for KubeApi {
             if tenants.synced() {
                 return Ok(tenants.store().get(&ObjectRef::new(name).within(namespace)));
             }
+            Ok(self.tenant_from_api(namespace, name).await?.map(Arc::new))
+        }
+        .boxed()
+    }
+
+    fn tenant_from_api<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<S3Tenant>>> {
+        async move {
             let api: Api<S3Tenant> = Api::namespaced(self.client.clone(), namespace);
-            Ok(api.get_opt(name).await?.map(Arc::new))
+            api.get_opt(name).await
         }
         .boxed()
     }
@@ -746,6 +837,27 @@ fn desired_secret(
     }
 }
 
+/// What [`Kube::swap_secret`] writes over `read`: [`desired_secret`] with `annotation` set, or
+/// `None` when nothing would change.
+fn swapped_secret(
+    owner: &Target,
+    name: &str,
+    read: Option<&Secret>,
+    data: BTreeMap<String, String>,
+    hold: Hold,
+    annotation: Option<(&str, String)>,
+) -> Result<Option<Secret>, SecretError> {
+    let desired = desired_secret(owner, name, data, hold, read.cloned())?;
+    let Some((key, value)) = annotation else {
+        return Ok(desired);
+    };
+    let mut secret = desired
+        .or_else(|| read.cloned())
+        .expect("a Secret that does not exist is always written");
+    secret.annotations_mut().insert(key.to_string(), value);
+    Ok(Some(secret))
+}
+
 pub mod fake {
     //! An in-memory [`Kube`] for unit tests: Secrets, tenants and buckets in maps; status
     //! patches applied to stored copies and recorded; events recorded; failures injectable.
@@ -775,6 +887,8 @@ pub mod fake {
         /// The next write (status, JSON patch or Secret) fails with this HTTP status.
         pub fail_next_write: Mutex<Option<u16>>,
         version: Mutex<u64>,
+        /// The resourceVersion each object's last status patch gave it.
+        status_versions: Mutex<BTreeMap<String, String>>,
     }
 
     fn api_error(code: u16) -> kube::Error {
@@ -1012,13 +1126,68 @@ pub mod fake {
             .boxed()
         }
 
+        fn swap_secret<'a>(
+            &'a self,
+            owner: &'a Target,
+            name: &'a str,
+            read: Option<&'a Secret>,
+            data: BTreeMap<String, String>,
+            hold: Hold,
+            annotation: Option<(&'a str, String)>,
+        ) -> BoxFuture<'a, Result<Secret, SecretError>> {
+            async move {
+                let key = (owner.namespace.clone(), name.to_string());
+                let mut secrets = self.secrets.lock().expect("lock");
+                let version = |s: Option<&Secret>| {
+                    s.map(|s| s.metadata.resource_version.clone().unwrap_or_default())
+                };
+                if version(secrets.get(&key)) != version(read) {
+                    return Err(SecretError::Kube(api_error(409)));
+                }
+                let Some(mut secret) = swapped_secret(owner, name, read, data, hold, annotation)?
+                else {
+                    return Ok(read
+                        .cloned()
+                        .expect("only an existing Secret needs no write"));
+                };
+                self.take_failure().map_err(SecretError::Kube)?;
+                let mut version = self.version.lock().expect("lock");
+                *version += 1;
+                secret.metadata.resource_version = Some(version.to_string());
+                secrets.insert(key, secret.clone());
+                self.record(Call::ApplySecret {
+                    namespace: owner.namespace.clone(),
+                    name: name.to_string(),
+                });
+                Ok(secret)
+            }
+            .boxed()
+        }
+
         fn patch_status<'a>(
             &'a self,
             target: &'a Target,
             patch: Value,
         ) -> BoxFuture<'a, KubeResult<()>> {
             async move {
+                // A precondition holds unless another patch came in since: the first patch from
+                // a version wins, the next from the same version is refused, as the API does.
+                if let Some(expected) = patch["metadata"]["resourceVersion"].as_str() {
+                    let patched = self.status_versions.lock().expect("lock");
+                    if patched
+                        .get(&target.name)
+                        .is_some_and(|current| current != expected)
+                    {
+                        return Err(api_error(409));
+                    }
+                }
                 self.take_failure()?;
+                let mut version = self.version.lock().expect("lock");
+                *version += 1;
+                self.status_versions
+                    .lock()
+                    .expect("lock")
+                    .insert(target.name.clone(), version.to_string());
                 self.record(Call::PatchStatus {
                     name: target.name.clone(),
                     patch,
@@ -1080,6 +1249,20 @@ pub mod fake {
                 .find(|t| t.namespace().as_deref() == Some(namespace) && t.name_any() == name)
                 .cloned();
             async move { Ok(found) }.boxed()
+        }
+
+        fn tenant_from_api<'a>(
+            &'a self,
+            namespace: &'a str,
+            name: &'a str,
+        ) -> BoxFuture<'a, KubeResult<Option<S3Tenant>>> {
+            async move {
+                Ok(self
+                    .tenant(namespace, name)
+                    .await?
+                    .map(|t| t.as_ref().clone()))
+            }
+            .boxed()
         }
 
         fn namespace_labels<'a>(

@@ -132,6 +132,25 @@ impl<R: Reconciler> Context<R> {
     ) -> Result<(), kube::Error> {
         write_status(self.kube(), obj, status).await
     }
+
+    /// Like [`Context::checkpoint`], but only if the object did not change since `obj` was read
+    /// (its resourceVersion is the patch's precondition): `Ok(false)` when another writer changed
+    /// it first, and nothing was written.
+    pub async fn checkpoint_if_unchanged(
+        &self,
+        obj: &R::Resource,
+        status: &StatusOf<R>,
+    ) -> Result<bool, kube::Error> {
+        let Some(mut patch) = status_patch(obj, status) else {
+            return Ok(true);
+        };
+        patch["metadata"] = serde_json::json!({"resourceVersion": obj.meta().resource_version});
+        match self.kube().patch_status(&Target::of(obj), patch).await {
+            Ok(()) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// Writes `status` as a merge diff against the object's status (explicit `null`s for removed
@@ -142,18 +161,20 @@ async fn write_status<K: Keeper>(
     obj: &K,
     status: &K::Status,
 ) -> Result<(), kube::Error> {
+    match status_patch(obj, status) {
+        None => Ok(()),
+        Some(patch) => kube.patch_status(&Target::of(obj), patch).await,
+    }
+}
+
+/// The merge patch that takes `obj`'s status to `status`, or `None` when they do not differ.
+fn status_patch<K: Keeper>(obj: &K, status: &K::Status) -> Option<Value> {
     let current = obj
         .status()
         .and_then(|s| serde_json::to_value(s).ok())
         .unwrap_or(Value::Null);
     let desired = serde_json::to_value(status).unwrap_or(Value::Null);
-    match status::merge_diff(&current, &desired) {
-        None => Ok(()),
-        Some(diff) => {
-            kube.patch_status(&Target::of(obj), serde_json::json!({ "status": diff }))
-                .await
-        }
-    }
+    status::merge_diff(&current, &desired).map(|diff| serde_json::json!({ "status": diff }))
 }
 
 /// The one place an outcome is written: the status (one patch, only when changed), the events
@@ -392,13 +413,16 @@ async fn observed<R: Reconciler>(
     result
 }
 
-/// Retries a failed object with its own exponential backoff.
+/// Retries a failed object with its own exponential backoff, and says how long it waits
+/// (`keeper_reconcile_retry_delay_seconds`).
 fn error_policy<R: Reconciler>(
     obj: Arc<R::Resource>,
     _error: &Error<R::Error>,
     cx: Arc<Context<R>>,
 ) -> Action {
-    Action::requeue(cx.backoff.next_delay(&object_key(obj.as_ref())))
+    let delay = cx.backoff.next_delay(&object_key(obj.as_ref()));
+    cx.shared.metrics.retry_scheduled(R::NAME, delay);
+    Action::requeue(delay)
 }
 
 /// Registers the gauges every kind has, from the controller's cache: `keeper_<kinds>{phase}`

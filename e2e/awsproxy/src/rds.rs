@@ -197,6 +197,22 @@ impl Rds {
                 let last = blocks(&text).next().map(str::to_string).unwrap_or_default();
                 inner.instances.entry(id.clone()).or_default().deleted = Some((now, last));
             }
+            // Two deletions at once both passed `refuse` before either was recorded, and moto,
+            // which deletes at once, found nothing for the second. RDS would be deleting the
+            // instance still and refuse the second, as `refuse` does later ones.
+            ("DeleteDBInstance", Some(id))
+                if status == 404
+                    && inner.instances.get(id).map(|i| i.shown(&phases, now))
+                        == Some(Shown::Status("deleting")) =>
+            {
+                let refused = query_error(
+                    "rds",
+                    true,
+                    "InvalidDBInstanceState",
+                    &format!("Instance {id} is already being deleted."),
+                );
+                return (400, Bytes::from(refused));
+            }
             ("DescribeDBInstances", Some(id)) if status == 404 => {
                 let block = inner.instances.get(id).and_then(|i| {
                     match (i.shown(&phases, now), &i.deleted) {
@@ -365,6 +381,40 @@ mod tests {
             Shown::Gone,
             "no phases: moto's view"
         );
+    }
+
+    fn call(action: &str, id: &str) -> Call {
+        Call {
+            service: "rds".into(),
+            action: action.into(),
+            params: vec![("DBInstanceIdentifier".into(), id.into())],
+        }
+    }
+
+    #[test]
+    fn a_second_deletion_that_moto_found_nothing_for_is_refused_as_rds_refuses_it() {
+        let rds = Rds::new(PHASES);
+        let deleted = "<DeleteDBInstanceResponse><DeleteDBInstanceResult><DBInstance><DBInstanceIdentifier>a</DBInstanceIdentifier></DBInstance></DeleteDBInstanceResult></DeleteDBInstanceResponse>";
+        let (status, _) = rds.present(&call("DeleteDBInstance", "a"), 200, Bytes::from(deleted));
+        assert_eq!(status, 200);
+        // The second of two deletions sent at once reached moto after the first.
+        let (status, body) = rds.present(
+            &call("DeleteDBInstance", "a"),
+            404,
+            Bytes::from(query_error("rds", true, "DBInstanceNotFound", "gone")),
+        );
+        assert_eq!(status, 400);
+        assert!(
+            String::from_utf8_lossy(&body).contains("InvalidDBInstanceState"),
+            "{body:?}"
+        );
+        // An instance the proxy never saw deleted is not found, as moto says.
+        let (status, _) = rds.present(
+            &call("DeleteDBInstance", "b"),
+            404,
+            Bytes::from(query_error("rds", true, "DBInstanceNotFound", "gone")),
+        );
+        assert_eq!(status, 404);
     }
 
     #[test]

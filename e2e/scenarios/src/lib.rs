@@ -37,6 +37,11 @@ pub struct Env {
     /// The admin keys of the store behind provider `s3` and RDS (moto enforces IAM locally), for
     /// what an operator does beside keeper; `None`: the standard AWS chain.
     pub admin_keys: Option<(String, String)>,
+    /// Local control plane only: the AWS proxy in front of moto (fault injection), moto itself,
+    /// and the API emulator's audit log (every API request with its user, never truncated).
+    pub aws_proxy_url: Option<String>,
+    pub moto_url: Option<String>,
+    pub audit_log: Option<PathBuf>,
 }
 
 fn var(name: &str) -> anyhow::Result<String> {
@@ -62,6 +67,9 @@ impl Env {
                 s3_endpoint: std::env::var("KEEPER_S3_ENDPOINT").ok(),
                 rds_endpoint: std::env::var("KEEPER_RDS_ENDPOINT").ok(),
                 admin_keys: None,
+                aws_proxy_url: None,
+                moto_url: None,
+                audit_log: None,
             });
         }
         let dev = var("KEEPER_DEV_DIR")?;
@@ -89,6 +97,24 @@ impl Env {
             s3_endpoint: Some(var("KEEPER_S3_ENDPOINT")?),
             rds_endpoint: Some(var("KEEPER_RDS_ENDPOINT")?),
             admin_keys: Some(admin_keys),
+            aws_proxy_url: Some(var("KEEPER_AWS_PROXY_URL")?),
+            moto_url: Some(var("KEEPER_MOTO_URL")?),
+            audit_log: Some(var("KEEPER_AUDIT_LOG")?.into()),
+        })
+    }
+
+    /// This environment with S3, IAM and RDS reached at moto itself instead of through the AWS
+    /// proxy, so that a scenario's own requests escape the faults it injects there into keeper's
+    /// (keeper's configuration still names the proxy).
+    pub fn past_the_aws_proxy(&self) -> anyhow::Result<Env> {
+        let moto = self
+            .moto_url
+            .clone()
+            .context("no moto behind an AWS proxy: the local control plane only")?;
+        Ok(Env {
+            s3_endpoint: Some(moto.clone()),
+            rds_endpoint: Some(moto),
+            ..self.clone()
         })
     }
 
@@ -573,7 +599,7 @@ pub fn storagegrid_debug(env: &Env, method: &str, path: &str, body: Value) -> an
         .storagegrid_url
         .as_deref()
         .context("no StorageGRID emulator")?;
-    send_json(method, format!("{grid}{path}"), Some(body))
+    send_json(method, format!("{grid}{path}"), Some(body)).map(drop)
 }
 
 /// Starts (or restarts, emptied) moto's request recorder.
@@ -660,8 +686,9 @@ fn on_own_runtime<T: Send + 'static>(
     .map_err(|_| anyhow::anyhow!("request thread panicked"))?
 }
 
-/// POSTs (or sends `method` with) a JSON body to a debug endpoint and expects success.
-fn send_json(method: &str, url: String, body: Option<Value>) -> anyhow::Result<()> {
+/// POSTs (or sends `method` with) a JSON body to a debug endpoint and expects success; returns
+/// the answer's text.
+fn send_json(method: &str, url: String, body: Option<Value>) -> anyhow::Result<String> {
     let method: ::reqwest::Method = method.parse()?;
     on_own_runtime(async move {
         let mut request = ::reqwest::Client::new().request(method, &url);
@@ -669,12 +696,21 @@ fn send_json(method: &str, url: String, body: Option<Value>) -> anyhow::Result<(
             request = request.json(&body);
         }
         let response = request.send().await?;
-        anyhow::ensure!(
-            response.status().is_success(),
-            "{url}: {}",
-            response.status()
-        );
-        Ok(())
+        let status = response.status();
+        let text = response.text().await?;
+        anyhow::ensure!(status.is_success(), "{url}: {status}: {text}");
+        Ok(text)
+    })
+}
+
+/// Sends `method` (with a JSON body, if any) to an emulator's debug endpoint that answers JSON,
+/// expects success and returns the answer (`null` for an empty one).
+pub fn debug_call(method: &str, url: String, body: Option<Value>) -> anyhow::Result<Value> {
+    let text = send_json(method, url.clone(), body)?;
+    Ok(if text.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(&text).with_context(|| format!("{url} answered {text}"))?
     })
 }
 

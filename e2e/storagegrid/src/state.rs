@@ -232,6 +232,9 @@ pub struct Fault {
     /// the next `count` matching requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub share: Option<f64>,
+    /// How many requests the rule hit so far (shown by `GET /debug/faults`).
+    #[serde(default, skip_deserializing)]
+    pub hits: u64,
 }
 
 impl Fault {
@@ -278,6 +281,7 @@ impl State {
             .iter()
             .position(|f| f.matches(method, path) && f.share.is_none_or(|p| rng.random_bool(p)))?;
         let f = &mut self.faults[idx];
+        f.hits += 1;
         let hit = FaultHit {
             status: f.status,
             delay: f.delay_ms.map(Duration::from_millis),

@@ -10,7 +10,7 @@ use super::{
 
 impl Client {
     /// Creates an account. Not idempotent (names are not unique): callers persist the returned
-    /// id, and after a lost answer look for the account with [`Client::find_account`].
+    /// id, and after a lost answer look for the account with [`Client::find_accounts`].
     pub async fn create_account(
         &self,
         admin: &Login,
@@ -104,35 +104,15 @@ impl Client {
         }
     }
 
-    /// The account whose description carries `marker` (keeper's ownership marker), found by
+    /// The accounts whose description carries `marker` (keeper's ownership marker), found by
     /// listing: how an account whose create answer was lost is found again. Never by name.
-    /// More than one match is reported as a conflict rather than guessed at.
-    pub async fn find_account(
-        &self,
-        admin: &Login,
-        marker: &str,
-    ) -> Result<Option<Account>, Error> {
-        let mut matches: Vec<Account> = self
+    pub async fn find_accounts(&self, admin: &Login, marker: &str) -> Result<Vec<Account>, Error> {
+        Ok(self
             .list_accounts(admin)
             .await?
             .into_iter()
             .filter(|a| description_has_marker(a.description.as_deref(), marker))
-            .collect();
-        match matches.len() {
-            0 => Ok(None),
-            1 => Ok(matches.pop()),
-            n => Err(Error::Conflict {
-                operation: "find_account",
-                message: format!(
-                    "{n} accounts carry the ownership marker {marker:?}: {}",
-                    matches
-                        .iter()
-                        .map(|a| a.id.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            }),
-        }
+            .collect())
     }
 
     /// Usage of one account, with one entry per bucket (also empty ones).

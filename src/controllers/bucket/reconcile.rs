@@ -10,15 +10,14 @@ use std::collections::BTreeMap;
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::backend::{
-    BucketBackend, Connect, DesiredBucket, KeyCheck, KeyPlan, Observed, Owner, Wait,
-};
+use super::backend::{BucketBackend, Connect, DesiredBucket, KeyCheck, Observed, Owner, Wait};
 use super::plan::drain::{self, DrainSettings, DrainStep};
-use super::plan::keys::{self as key_plan, KEYS_NOT_YET_VALID};
+use super::plan::keys::{self as key_plan, FirstLook, KEYS_NOT_YET_VALID, KeySource, Publication};
 use super::plan::lifecycle::{self, TenantGate};
 use super::plan::requests::{self, Kind, Request};
 use super::{
@@ -28,8 +27,8 @@ use crate::api::names::{default_bucket_name, validate_bucket_name};
 use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus};
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
 use crate::config::Provider;
-use crate::providers::ProviderClients;
-use crate::runtime::cluster::{Hold, Target, owned_secret};
+use crate::providers::{Keys, ProviderClients};
+use crate::runtime::cluster::{Hold, SecretError, Target, owned_secret_object, secret_data};
 use crate::runtime::{Context, Next, Note, Outcome, conditions};
 
 /// Whether an annotation is set to `true`.
@@ -855,31 +854,165 @@ async fn keep_credentials<C: Connect>(
     Ok(())
 }
 
-/// Writes freshly issued keys into Secret `name` only if it still carries what the decision to
-/// issue them saw (`published`). A second writer (two keepers without leader election, or this
-/// one behind a stale cache) may have published keys of its own meanwhile: overwriting them
-/// would leave a live key that no Secret carries. The write itself is conditional too (create
-/// fails when the Secret appeared, replace when it changed since this read).
-async fn publish_issued<C: Connect>(
-    cx: &Context<S3BucketReconciler<C>>,
-    obj: &S3Bucket,
-    name: &str,
-    published: Option<&str>,
-    data: BTreeMap<String, String>,
-) -> Result<(), Error> {
-    let owner = Target::of(obj);
-    let now = owned_secret(cx.kube(), &owner, name).await?;
-    let now_id = now
-        .as_ref()
-        .and_then(lifecycle::keys_from)
-        .map(|k| k.access_key_id);
-    if now_id.as_deref() != published {
-        return Err(Error::Retry(format!(
-            "Secret {name:?} got other keys while new ones were issued"
-        )));
+/// Annotation set on a bucket's credentials Secret when keeper claims it before deleting access
+/// keys the Secret does not carry (see [`key_plan::KeySteps::sweep`]); the value is when.
+const KEY_SWEEP_ANNOTATION: &str = "keeper.dev/key-sweep";
+
+/// The keys the credentials Secret carries after [`settle_keys`].
+struct Settled {
+    keys: Keys,
+    /// New keys were published by this reconcile.
+    issued: bool,
+    /// The key published before was deleted (a rotation).
+    replaced: bool,
+}
+
+/// The bucket's credentials Secret as read at the start of a reconcile: every write of it is
+/// conditional on this version, so that a second writer (another keeper without leader
+/// election, or this one behind a stale cache) makes the write fail rather than be overwritten.
+struct CredentialsSecret<'a> {
+    owner: Target,
+    name: &'a str,
+    read: Option<Secret>,
+}
+
+impl CredentialsSecret<'_> {
+    /// Writes `data` if the Secret is still as read. A conflict is the API's 409.
+    async fn swap<C: Connect>(
+        &mut self,
+        cx: &Context<S3BucketReconciler<C>>,
+        data: BTreeMap<String, String>,
+        annotation: Option<(&'static str, String)>,
+    ) -> Result<(), SecretError> {
+        let written = cx
+            .kube()
+            .swap_secret(
+                &self.owner,
+                self.name,
+                self.read.as_ref(),
+                data,
+                // Not held for cleanup: the bucket's cleanup removes its keys on the backend by
+                // the bucket's name, without reading them back.
+                Hold::No,
+                annotation,
+            )
+            .await?;
+        self.read = Some(written);
+        Ok(())
     }
-    cx.kube().apply_secret(&owner, name, data, Hold::No).await?;
-    Ok(())
+
+    /// Changes the Secret (an annotation only) from the version read, so that no writer that read
+    /// it before can publish any more: the keys it was about to publish may then be deleted.
+    async fn claim<C: Connect>(
+        &mut self,
+        cx: &Context<S3BucketReconciler<C>>,
+        now: Timestamp,
+    ) -> Result<(), SecretError> {
+        let data = self.read.as_ref().map(secret_data).unwrap_or_default();
+        self.swap(cx, data, Some((KEY_SWEEP_ANNOTATION, now.to_string())))
+            .await
+    }
+}
+
+/// Decides with [`key_plan`] which keys the Secret carries, and makes it so: the published keys
+/// stay, the provider's are published, or the user's keys are listed, keys nobody holds deleted
+/// and a new key issued and published (see [`key_plan::KeySteps`] for why deletions wait for a
+/// write of the Secret). `replace`: new keys are wanted (a rotation, or the published keys are
+/// lost).
+async fn settle_keys<B: BucketBackend, C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    backend: &B,
+    secret: &mut CredentialsSecret<'_>,
+    replace: bool,
+    data: impl Fn(&Keys) -> BTreeMap<String, String>,
+    view: &View<'_>,
+) -> Result<Settled, Error> {
+    let bucket = &view.desired.name;
+    let source = backend.key_source();
+    let published = secret
+        .read
+        .as_ref()
+        .map(secret_data)
+        .as_ref()
+        .and_then(lifecycle::keys_from);
+    let users_key = source
+        .users_key(published.as_ref())
+        .map(|k| k.access_key_id.clone());
+    // The last reconcile ended Ready: the published key was checked then, and nothing was left
+    // on the user's keys by an interrupted issuance.
+    let settled = view
+        .obj
+        .status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY));
+    let kept = |keys: Keys| Settled {
+        keys,
+        issued: false,
+        replaced: false,
+    };
+    let limit = match key_plan::first_look(&source, published.as_ref(), replace, settled) {
+        FirstLook::Keep => {
+            let keys = published.expect("kept keys are published");
+            secret.swap(cx, data(&keys), None).await?;
+            return Ok(kept(keys));
+        }
+        FirstLook::Publish(keys) => {
+            secret.swap(cx, data(&keys), None).await?;
+            return Ok(Settled {
+                issued: published.as_ref() != Some(&keys),
+                ..kept(keys)
+            });
+        }
+        FirstLook::Inventory { limit } => limit,
+    };
+    let listed = backend.user_keys(bucket, users_key.as_deref()).await?;
+    let steps = key_plan::key_steps(&listed, users_key.as_deref(), replace, limit);
+    if !steps.sweep.is_empty() {
+        secret.claim(cx, view.now).await?;
+        for id in &steps.sweep {
+            backend.delete_key(bucket, id).await?;
+        }
+    }
+    if !steps.issue {
+        let keys = published.expect("keys are issued unless the published key stays");
+        secret.swap(cx, data(&keys), None).await?;
+        return Ok(kept(keys));
+    }
+    let keys = backend.create_key(bucket).await?;
+    let written = secret.swap(cx, data(&keys), None).await;
+    let publication = match &written {
+        Ok(()) => Publication::Written,
+        Err(SecretError::Kube(kube::Error::Api(status))) if status.code == 409 => Publication::Lost,
+        Err(_) => Publication::Unknown,
+    };
+    let mut deletions = Ok(());
+    for id in key_plan::keys_to_delete(&steps, &keys.access_key_id, publication) {
+        if let Err(e) = backend.delete_key(bucket, &id).await {
+            deletions = Err(e);
+        }
+    }
+    match (written, publication) {
+        (Ok(()), _) => {
+            // Retried by the next reconcile: this one does not end Ready, so the user's keys are
+            // listed again.
+            deletions?;
+            Ok(Settled {
+                replaced: users_key.is_some_and(|id| steps.retire.contains(&id)),
+                issued: true,
+                keys,
+            })
+        }
+        (Err(_), Publication::Lost) => {
+            if let Err(e) = deletions {
+                tracing::warn!(error = %e, bucket, "cannot delete the key issued here (another writer published first); it stays on the bucket's user until its keys are next listed");
+            }
+            Err(Error::Retry(format!(
+                "Secret {:?} was changed by another writer while keys were issued here; they were not published",
+                secret.name
+            )))
+        }
+        (Err(e), _) => Err(e.into()),
+    }
 }
 
 /// Publishes `<name>-credentials` and handles `keeper.dev/rotate-credentials`.
@@ -893,8 +1026,8 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
 ) -> Result<(), Error> {
     let bucket = &view.desired.name;
     let name = format!("{}-credentials", obj.name_any());
-    let current = owned_secret(cx.kube(), &Target::of(obj), &name).await?;
-    let published = current.as_ref().and_then(lifecycle::keys_from);
+    let owner = Target::of(obj);
+    let read = owned_secret_object(cx.kube(), &owner, &name).await?;
     let rotation = request(obj, Kind::RotateCredentials);
     if let Request::Handled(value) = &rotation {
         record_handled(out, Kind::RotateCredentials, value);
@@ -904,46 +1037,25 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
         key_plan::keys_unverified_since(obj.status.as_ref()),
         view.now,
     );
-    let plan = backend
-        .keys(bucket, published.as_ref(), rotate || lost)
-        .await?;
-    let issued = matches!(plan, KeyPlan::Publish { .. });
-    let published_id = published.as_ref().map(|k| k.access_key_id.clone());
-    let (keys, retire) = match (plan, published) {
-        (KeyPlan::Keep, Some(published)) => (published, None),
-        (KeyPlan::Publish { keys, retire }, _) => (keys, retire),
-        (KeyPlan::Keep, None) => {
-            return Err(Error::Retry(format!(
-                "no keys to publish in Secret {name:?}"
-            )));
-        }
-    };
     let endpoint = published_endpoint(&clients.config);
-    let data = lifecycle::secret_data(&keys, &endpoint, &view.desired.region, bucket);
-    // Not held for cleanup: the bucket's cleanup removes its keys on the backend by the bucket's
-    // name, without reading them back.
-    let written = if issued {
-        publish_issued(cx, obj, &name, published_id.as_deref(), data).await
-    } else {
-        cx.kube()
-            .apply_secret(&Target::of(obj), &name, data, Hold::No)
-            .await
-            .map(drop)
-            .map_err(Error::from)
+    let mut secret = CredentialsSecret {
+        owner,
+        name: &name,
+        read,
     };
-    if let Err(e) = written {
-        if issued {
-            // Nobody will ever hold a key that was not published: delete it now rather than
-            // leave a live credential behind (the next reconcile issues another if need be).
-            if let Err(cleanup) = backend.retire_key(bucket, &keys.access_key_id).await {
-                tracing::warn!(error = %cleanup, bucket, "cannot delete a key that was not published");
-            }
-        }
-        return Err(e);
-    }
-    if let Some(old) = &retire {
-        backend.retire_key(bucket, old).await?;
-    }
+    let Settled {
+        keys,
+        issued,
+        replaced,
+    } = settle_keys(
+        cx,
+        backend,
+        &mut secret,
+        rotate || lost,
+        |keys| lifecycle::secret_data(keys, &endpoint, &view.desired.region, bucket),
+        view,
+    )
+    .await?;
     // New keys (and keys still refused at the last look) are tried before the bucket is called
     // Ready: an application handed the Secret must be able to use it.
     let unverified = key_plan::keys_unverified_since(obj.status.as_ref()).is_some();
@@ -964,24 +1076,25 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
             ),
         ));
     }
+    let shared = matches!(backend.key_source(), KeySource::Provider(_));
     if let Some(answer) = refused {
         keys_not_yet_valid(obj, &name, &answer, issued, view.now, out);
-    } else if backend.shares_provider_keys() {
+    } else if shared {
         say_keys_are_shared(out, &name, &clients.name, obj.metadata.generation);
     }
     if rotate {
-        let note = if issued {
-            let retired = if retire.is_some() {
+        let note = if shared {
+            format!(
+                "Secret {name:?} carries provider {:?}'s own keys (sharedCredentials: true): rotate the provider's keys instead",
+                clients.name
+            )
+        } else {
+            let retired = if replaced {
                 " and deleted the old key"
             } else {
                 ""
             };
             format!("Published new keys in Secret {name:?}{retired}")
-        } else {
-            format!(
-                "Secret {name:?} carries provider {:?}'s own keys (sharedCredentials: true): rotate the provider's keys instead",
-                clients.name
-            )
         };
         out.note(Note::normal("CredentialsRotated", note));
         // The request annotation stays (a GitOps tool may own it): the value is recorded.

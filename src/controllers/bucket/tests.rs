@@ -1,9 +1,11 @@
 //! Controller logic against an in-memory backend: lifecycle, drain and deletion end to end,
 //! without Kubernetes (the state machine returns a `Report`; `write_back` applies it the way the
-//! runtime does). `flow` runs whole reconciles through the shared runtime and the fake Kube seam.
+//! runtime does). `flow` runs whole reconciles through the shared runtime and the fake Kube seam,
+//! `keys` the bucket's keys the same way, two reconciles interleaved among them.
 
 mod fake;
 mod flow;
+mod keys;
 
 use std::time::Duration;
 

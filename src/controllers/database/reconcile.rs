@@ -20,7 +20,7 @@ use super::{
 use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
 use crate::backends::error::{BackendError, PERMANENT_RETRY};
 use crate::backends::rds::{FinalSnapshot, Modification, NewInstance, Password};
-use crate::runtime::cluster::{Hold, Target, owned_secret};
+use crate::runtime::cluster::{Hold, Target, owned_secret_object, secret_data};
 use crate::runtime::conditions::DELETION_BLOCKED;
 use crate::runtime::{self, Context, Next, Note, Outcome};
 
@@ -104,9 +104,8 @@ async fn apply_steps<B: DatabaseBackend>(
     let secret_name = connection_secret_name(db);
     // A Secret of that name that keeper did not create for this database is a conflict: its
     // data (a password, say) is never used, and it is never written.
-    let mut secret: BTreeMap<String, String> = owned_secret(cx.kube(), &target, &secret_name)
-        .await?
-        .unwrap_or_default();
+    let read = owned_secret_object(cx.kube(), &target, &secret_name).await?;
+    let mut secret: BTreeMap<String, String> = read.as_ref().map(secret_data).unwrap_or_default();
     let provisioning = DatabasePhase::Provisioning;
     let mut instance = match backend.describe(&id).await {
         Ok(instance) => instance,
@@ -133,9 +132,19 @@ async fn apply_steps<B: DatabaseBackend>(
                     .clone()
                     .unwrap_or_else(|| DEFAULT_USERNAME.to_string());
                 secret = credentials(&db.spec, &username, &generate_password());
-                // Persisted now: the instance is created with exactly this password.
+                // Persisted now: the instance is created with exactly this password. Only if the
+                // Secret is still as read: another writer (a second keeper) that stored a
+                // password of its own meanwhile creates the instance with that one, and this
+                // write is refused (409) rather than replace it.
                 cx.kube()
-                    .apply_secret(&target, &secret_name, secret.clone(), Hold::No)
+                    .swap_secret(
+                        &target,
+                        &secret_name,
+                        read.as_ref(),
+                        secret.clone(),
+                        Hold::No,
+                        None,
+                    )
                     .await?;
             }
             ApplyStep::Create => {

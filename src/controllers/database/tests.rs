@@ -337,6 +337,29 @@ async fn a_crash_after_storing_the_password_reuses_it_for_the_create() {
 }
 
 #[tokio::test]
+async fn a_second_writer_never_replaces_the_password_the_instance_was_created_with() {
+    // Two keepers without leader election: A found no instance and stops; B stores its password
+    // and creates the instance with it. A's password is refused, so the Secret keeps B's.
+    let cluster = Cluster::default();
+    let rds = cluster.rds();
+    let db = postgres();
+    let described = rds.pauses.after("describe");
+    let (by_a, by_b) = tokio::join!(cluster.apply(&db), async {
+        described.reached().await;
+        let by_b = cluster.apply(&db).await;
+        described.release();
+        by_b
+    });
+    by_b.unwrap();
+    assert_eq!(by_a.unwrap(), Action::requeue(CONFLICT_RETRY));
+    let id = rds.only_instance().id;
+    assert_eq!(
+        cluster.secret("orders-connection")["password"],
+        rds.password(&id)
+    );
+}
+
+#[tokio::test]
 async fn a_crash_after_the_create_finds_the_instance_instead_of_creating_another() {
     let cluster = Cluster::default();
     let rds = cluster.rds();

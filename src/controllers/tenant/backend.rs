@@ -35,11 +35,12 @@ pub trait AccountBackend: Send + Sync {
         id: &str,
         marker: &str,
     ) -> impl Future<Output = Result<Option<ObservedAccount>, BackendError>> + Send;
-    /// The account carrying keeper's ownership marker (after a create whose answer was lost).
-    fn find_account(
+    /// The accounts carrying keeper's ownership marker (after a create whose answer was lost, or
+    /// created by two writers at once).
+    fn find_accounts(
         &self,
         marker: &str,
-    ) -> impl Future<Output = Result<Option<ObservedAccount>, BackendError>> + Send;
+    ) -> impl Future<Output = Result<Vec<ObservedAccount>, BackendError>> + Send;
     /// Creates an account; returns its id.
     fn create_account(
         &self,
@@ -189,12 +190,14 @@ impl AccountBackend for GridAccounts {
         }
     }
 
-    async fn find_account(&self, marker: &str) -> Result<Option<ObservedAccount>, BackendError> {
+    async fn find_accounts(&self, marker: &str) -> Result<Vec<ObservedAccount>, BackendError> {
         Ok(self
             .client
-            .find_account(&self.admin, marker)
+            .find_accounts(&self.admin, marker)
             .await?
-            .map(|a| observe(a, marker)))
+            .into_iter()
+            .map(|a| observe(a, marker))
+            .collect())
     }
 
     async fn create_account(

@@ -62,7 +62,8 @@ pub enum AccountStep {
     /// No root password is stored yet: generate and store it first, so that a crash right after
     /// the account is created cannot lose it.
     StorePassword,
-    /// No account exists (none under the recorded id, none with our marker): create it.
+    /// No account exists (none under the recorded id, none with our marker): create it, and
+    /// record it unless another writer recorded one first (see [`account_to_record`]).
     Create,
     /// The account exists but its root password was lost (the Secret was deleted): set a new one.
     ResetPassword { id: String },
@@ -70,6 +71,22 @@ pub enum AccountStep {
     Update { id: String },
     /// The account exists as desired.
     InSync { id: String },
+}
+
+/// Which of the accounts carrying the tenant's marker to record when none is recorded: the one
+/// with the lowest id, so that writers racing each other (two keepers without leader election)
+/// pick the same. The record is written only while none exists and only if the tenant did not
+/// change since it was read, so one writer wins.
+pub fn account_to_record(marked: &[String]) -> Option<&String> {
+    marked.iter().min()
+}
+
+/// The marked accounts to delete once `recorded` is the tenant's account: every other one this
+/// writer knows of. They were left by a crash between create and record, or created by a writer
+/// whose record can no longer succeed (a record is kept while its account exists), and nothing
+/// was put in them (buckets go only into the recorded account).
+pub fn stray_accounts(known: &[String], recorded: &str) -> Vec<String> {
+    known.iter().filter(|id| *id != recorded).cloned().collect()
 }
 
 pub fn account_step(
@@ -677,6 +694,31 @@ mod tests {
         );
         deleting[0].metadata.finalizers = None;
         assert!(tenant_buckets(&deleting, "ns", "t").is_empty());
+    }
+
+    #[test]
+    fn racing_writers_record_the_same_account_and_delete_the_others() {
+        let marked = [
+            "00000000000000000009".to_string(),
+            "00000000000000000002".to_string(),
+        ];
+        assert_eq!(
+            account_to_record(&marked).map(String::as_str),
+            Some("00000000000000000002")
+        );
+        assert_eq!(account_to_record(&[]), None);
+        assert_eq!(
+            stray_accounts(&marked, "00000000000000000002"),
+            ["00000000000000000009"]
+        );
+        // Another writer's account was recorded first: this writer's own is the stray.
+        assert_eq!(
+            stray_accounts(
+                &["00000000000000000009".to_string()],
+                "00000000000000000002"
+            ),
+            ["00000000000000000009"]
+        );
     }
 
     #[test]

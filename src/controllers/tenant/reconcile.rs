@@ -6,9 +6,10 @@ pub mod provision;
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
-use self::provision::TenantStore;
+use self::provision::{Recorded, TenantStore};
 use super::backend::{AccountBackend, Backends};
 use super::plan::{self, DeletionGate, DeletionStep, RemainingBuckets};
 use super::{
@@ -20,7 +21,7 @@ use crate::backends::storagegrid::Login;
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
 use crate::providers::{Keys, ProviderClients};
-use crate::runtime::cluster::{Hold, Target, owned_secret};
+use crate::runtime::cluster::{Hold, Target, owned_secret, owned_secret_object, secret_data};
 use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
 
 type Cx<B> = Context<S3TenantReconciler<B>>;
@@ -353,6 +354,9 @@ struct KubeStore<'a, B: Backends> {
     tenant: &'a S3Tenant,
     provider: &'a ProviderClients,
     status: Mutex<S3TenantStatus>,
+    /// The root-credentials Secret as last read or written: a password is stored only if the
+    /// Secret is still so, so that two writers never hold different passwords.
+    root_secret: Mutex<Option<Secret>>,
 }
 
 impl<'a, B: Backends> KubeStore<'a, B> {
@@ -367,6 +371,7 @@ impl<'a, B: Backends> KubeStore<'a, B> {
             tenant,
             provider,
             status: Mutex::new(status.clone()),
+            root_secret: Mutex::default(),
         }
     }
 
@@ -381,26 +386,39 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
     type Error = Error;
 
     async fn root_password(&self) -> Result<Option<String>, Error> {
-        let data = self
-            .read(&root_secret_name(&self.tenant.name_any()))
-            .await?;
-        Ok(data
-            .and_then(|d| d.get("password").cloned())
-            .filter(|p| !p.is_empty()))
+        let secret = owned_secret_object(
+            self.cx.kube(),
+            &Target::of(self.tenant),
+            &root_secret_name(&self.tenant.name_any()),
+        )
+        .await?;
+        let password = secret
+            .as_ref()
+            .and_then(|s| secret_data(s).remove("password"))
+            .filter(|p| !p.is_empty());
+        *self.root_secret.lock().expect("root secret lock") = secret;
+        Ok(password)
     }
 
     async fn store_root_password(&self, password: &str) -> Result<(), Error> {
         let data = BTreeMap::from([("password".to_string(), password.to_string())]);
-        self.cx
+        let read = self.root_secret.lock().expect("root secret lock").clone();
+        // Another writer's password stored since the read makes this write fail (409): the next
+        // reconcile uses that one.
+        let written = self
+            .cx
             .kube()
-            .apply_secret(
+            .swap_secret(
                 &Target::of(self.tenant),
                 &root_secret_name(&self.tenant.name_any()),
+                read.as_ref(),
                 data,
                 // Held: the tenant's own cleanup and its buckets' cleanup sign in with it.
                 Hold::UntilReleased,
+                None,
             )
             .await?;
+        *self.root_secret.lock().expect("root secret lock") = Some(written);
         Ok(())
     }
 
@@ -408,14 +426,30 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
         self.status.lock().expect("status lock").account_id.clone()
     }
 
-    async fn record_account(&self, id: &str) -> Result<(), Error> {
+    async fn record_account(&self, id: &str) -> Result<Recorded, Error> {
         let status = {
             let mut status = self.status.lock().expect("status lock");
             status.account_id = Some(id.to_string());
             status.clone()
         };
-        self.cx.checkpoint(self.tenant, &status).await?;
-        Ok(())
+        if self
+            .cx
+            .checkpoint_if_unchanged(self.tenant, &status)
+            .await?
+        {
+            return Ok(Recorded::Yes);
+        }
+        let now = self
+            .cx
+            .kube()
+            .tenant_from_api(
+                &self.tenant.namespace().unwrap_or_default(),
+                &self.tenant.name_any(),
+            )
+            .await?;
+        let recorded = now.and_then(|t| t.status).and_then(|s| s.account_id);
+        self.status.lock().expect("status lock").account_id = recorded.clone();
+        Ok(Recorded::Lost(recorded))
     }
 
     async fn published(&self) -> Result<Option<Keys>, Error> {

@@ -247,6 +247,32 @@ async fn a_new_grid_tenant_gets_one_account_published_keys_and_a_ready_event() {
 }
 
 #[tokio::test]
+async fn a_second_writer_never_stores_a_root_password_of_its_own_over_the_first() {
+    // Two keepers without leader election: A read no root password and stops before storing
+    // one; B stores its own and creates the account with it. A's password is refused, so the
+    // stored password stays the account's.
+    let h = harness();
+    let t = grid_tenant();
+    let listed = h.backends.grid.pauses.after("find_accounts");
+    let (by_a, by_b) = tokio::join!(h.reconcile(&t), async {
+        listed.reached().await;
+        let by_b = h.reconcile(&t).await;
+        listed.release();
+        by_b
+    });
+    by_b.unwrap();
+    assert_eq!(
+        by_a.unwrap(),
+        Action::requeue(CONFLICT_RETRY),
+        "A's password was refused: it looks again"
+    );
+    let stored = h.kube.secret_data("ns", "t-root-credentials").unwrap()["password"].clone();
+    let grid = h.backends.grid.state.lock().unwrap();
+    assert_eq!(grid.accounts.len(), 1);
+    assert_eq!(grid.accounts.values().next().unwrap().password, stored);
+}
+
+#[tokio::test]
 async fn a_ready_tenant_writes_nothing_on_the_next_look() {
     let h = harness();
     let t = h.ready(grid_tenant()).await;

@@ -276,10 +276,31 @@ pub(crate) async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<cr
         op: "unknown",
         account: None,
     };
-    let result = if !VERSIONS.contains(&version) {
-        Err(not_found(format!("API version {version} is not supported")))
+    let (result, rq) = if !VERSIONS.contains(&version) {
+        (
+            Err(not_found(format!("API version {version} is not supported"))),
+            rq,
+        )
     } else {
-        route(&ctx, &mut rq).await
+        // Carried out to its end even when the client goes away (a client SIGKILLed while it
+        // waits): a handler dropped halfway would leave, say, a bucket name reserved on the grid
+        // that was never created in moto, which no real grid does.
+        let task_ctx = ctx.clone();
+        let routed = tokio::spawn(async move {
+            let result = route(&task_ctx, &mut rq).await;
+            (result, rq)
+        });
+        match routed.await {
+            Ok(done) => done,
+            Err(e) => {
+                let status = StatusCode::INTERNAL_SERVER_ERROR;
+                record(&ctx, &method, &path, "panicked", None, status);
+                return json_response(
+                    status,
+                    &error_envelope("4.0", status, &format!("handler failed: {e}"), "internal"),
+                );
+            }
+        }
     };
     let (status, mut resp) = match result {
         Ok(reply) => {

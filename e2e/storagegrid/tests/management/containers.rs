@@ -517,3 +517,46 @@ async fn object_lock_retention_and_bucket_quota() {
         .await
         .assert_error(422);
 }
+
+/// A moto that accepts every connection and closes it after `after` without an answer.
+async fn moto_that_never_answers(after: Duration) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                drop(stream);
+            });
+        }
+    });
+    url
+}
+
+#[tokio::test]
+async fn a_create_whose_client_went_away_is_carried_out_to_its_end() {
+    // The client gives up while the grid waits on moto (a keeper SIGKILLed mid-request): the
+    // grid still finishes the request, here by releasing the name moto never created a bucket
+    // for, instead of keeping it reserved for good.
+    let moto = moto_that_never_answers(Duration::from_millis(300)).await;
+    let s = Stack::start_with(|cfg| cfg.moto_endpoint = moto).await;
+    let grid = s.grid_token().await;
+    let (_, tenant) = s.tenant(&grid, "t").await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let gave_up = impatient
+        .post(s.api("/org/containers"))
+        .bearer_auth(&tenant)
+        .json(&json!({"name": "half-made", "region": "us-east-1"}))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the client gave up: {gave_up:?}");
+    let released = eventually(Duration::from_secs(5), || async {
+        let listed = s.get("/org/containers", &tenant).await.assert_ok(200);
+        listed.data().as_array().unwrap().is_empty().then_some(())
+    })
+    .await;
+    assert!(released.is_some(), "the name stays reserved");
+}

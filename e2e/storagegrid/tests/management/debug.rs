@@ -192,11 +192,12 @@ async fn share_based_faults_hit_at_random_and_repeat_with_the_seed() {
     let first_ok = runs[0].iter().position(|c| *c == 200).unwrap();
     let last_fault = runs[0].iter().rposition(|c| *c == 503).unwrap();
     assert!(first_ok < last_fault, "{:?}", runs[0]);
-    // The rule stays until removed.
+    // The rule stays until removed, and says how many requests it hit.
     let listed = s
         .raw(Method::GET, &format!("{base}/debug/faults"), None, None)
         .await;
     assert_eq!(listed.body["faults"][0]["share"], 0.4);
+    assert_eq!(listed.body["faults"][0]["hits"], failed);
 
     // With a count, the rule goes after that many hits.
     s.raw(Method::DELETE, &format!("{base}/debug/faults"), None, None)

@@ -144,10 +144,80 @@ async fn throttling_is_transient() {
         .respond_with(error(429, "slow down"))
         .mount(&server)
         .await;
-    let (client, _) = client(&server);
+    let (client, metrics) = client(&server);
     let err = client
         .account_usage(&admin(), ACCOUNT_ID)
         .await
         .unwrap_err();
     assert!(matches!(err, Error::Server { status: 429, .. }), "{err:?}");
+    // Sent three times in all, counted as one call.
+    let sent = server.received_requests().await.unwrap();
+    assert_eq!(
+        sent.iter()
+            .filter(|r| r.url.path().ends_with("/usage"))
+            .count(),
+        3
+    );
+    assert!(metrics.encode().contains(
+        r#"keeper_backend_requests_total{backend="storagegrid",operation="account_usage",outcome="transient"} 1"#
+    ));
+}
+
+fn team_a() -> AccountSpec {
+    AccountSpec {
+        name: "team-a".into(),
+        description: "keeper.dev/owner-uid=u".into(),
+        capabilities: AccountSpec::standard_capabilities(),
+        policy: AccountPolicy::default(),
+    }
+}
+
+#[tokio::test]
+async fn a_request_the_grid_did_not_act_on_is_sent_again_even_a_create() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    for status in [503, 429] {
+        Mock::given(method("POST"))
+            .and(path("/api/v4/grid/accounts"))
+            .respond_with(error(status, "busy"))
+            .up_to_n_times(1)
+            .with_priority(1)
+            .mount(&server)
+            .await;
+    }
+    Mock::given(method("POST"))
+        .and(path("/api/v4/grid/accounts"))
+        .respond_with(created(json!({"id": ACCOUNT_ID, "name": "team-a"})))
+        .mount(&server)
+        .await;
+    let (client, _) = client(&server);
+    let account = client
+        .create_account(&admin(), &team_a(), "root-pass")
+        .await
+        .unwrap();
+    assert_eq!(account.id, ACCOUNT_ID);
+}
+
+#[tokio::test]
+async fn a_500_is_not_sent_again_the_grid_may_have_acted() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    Mock::given(method("POST"))
+        .and(path("/api/v4/grid/accounts"))
+        .respond_with(error(500, "oops"))
+        .mount(&server)
+        .await;
+    let (client, _) = client(&server);
+    let err = client
+        .create_account(&admin(), &team_a(), "root-pass")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Server { status: 500, .. }), "{err:?}");
+    let sent = server.received_requests().await.unwrap();
+    assert_eq!(
+        sent.iter()
+            .filter(|r| r.method.as_str() == "POST" && r.url.path().ends_with("/grid/accounts"))
+            .count(),
+        1
+    );
 }

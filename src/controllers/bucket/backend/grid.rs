@@ -1,10 +1,11 @@
 //! A tenant on StorageGRID, through the grid's management API.
 
-use super::{BucketBackend, DesiredBucket, DrainProgress, KeyCheck, KeyPlan, Observed, Owner};
+use super::{BucketBackend, DesiredBucket, DrainProgress, KeyCheck, Observed, Owner};
 use crate::api::DrainMode;
 use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
 use crate::backends::storagegrid;
+use crate::controllers::bucket::plan::keys::KeySource;
 use crate::providers::Keys;
 
 /// A tenant on StorageGRID, managed as the tenant's root user: the grid drains server-side,
@@ -153,7 +154,21 @@ impl StorageGrid {
                     .update_group(&self.tenant, &group.id, &wanted)
                     .await?
             }
-            None => self.client.create_group(&self.tenant, &wanted).await?,
+            None => match self.client.create_group(&self.tenant, &wanted).await {
+                Ok(group) => group,
+                // Another writer (a second keeper) created it since the look: whose it is is
+                // checked again by the next look, before anything is done with it.
+                Err(e) if self.group(&desired.name).await?.is_some() => {
+                    return Err(BackendError::new(
+                        "storagegrid",
+                        "create_group",
+                        ErrorClass::Conflict,
+                        "CreatedMeanwhile",
+                        format!("{e}; it was created meanwhile: looking again"),
+                    ));
+                }
+                Err(e) => return Err(e.into()),
+            },
         })
     }
 
@@ -171,17 +186,26 @@ impl StorageGrid {
         })
     }
 
+    /// The bucket's user, if it exists.
+    async fn find_user(&self, bucket: &str) -> Result<Option<storagegrid::User>, BackendError> {
+        Ok(found(
+            self.client
+                .get_user_by_name(&self.tenant, &principal_name(bucket))
+                .await,
+        )?)
+    }
+
     /// The bucket's user, created in its group when missing.
     async fn user(
         &self,
         bucket: &str,
         group: &storagegrid::Group,
     ) -> Result<storagegrid::User, BackendError> {
-        let name = principal_name(bucket);
-        if let Some(user) = found(self.client.get_user_by_name(&self.tenant, &name).await)? {
+        if let Some(user) = self.find_user(bucket).await? {
             return Ok(user);
         }
-        Ok(self
+        let name = principal_name(bucket);
+        let created = self
             .client
             .create_user(
                 &self.tenant,
@@ -192,7 +216,12 @@ impl StorageGrid {
                     disable: false,
                 },
             )
-            .await?)
+            .await;
+        match created {
+            Ok(user) => Ok(user),
+            // Another writer (a second keeper) created it since the look, for this bucket's group.
+            Err(e) => self.find_user(bucket).await?.ok_or_else(|| e.into()),
+        }
     }
 }
 
@@ -322,15 +351,18 @@ impl BucketBackend for StorageGrid {
         }
     }
 
-    async fn keys(
+    fn key_source(&self) -> KeySource {
+        KeySource::BucketUser {
+            limit: None,
+            foreign: None,
+        }
+    }
+
+    async fn user_keys(
         &self,
         bucket: &str,
-        published: Option<&Keys>,
-        rotate: bool,
-    ) -> Result<KeyPlan, BackendError> {
-        if published.is_some() && !rotate {
-            return Ok(KeyPlan::Keep);
-        }
+        published: Option<&str>,
+    ) -> Result<Vec<String>, BackendError> {
         let Some(group) = self.group(bucket).await? else {
             return Err(BackendError::new(
                 "storagegrid",
@@ -344,51 +376,63 @@ impl BucketBackend for StorageGrid {
         };
         let user = self.user(bucket, &group).await?;
         let owner = storagegrid::KeyOwner::User(&user.id);
-        // Keys of the user that no Secret carries were made by an earlier attempt whose Secret
-        // write failed; nobody holds their secret. They go before a new key is made, so retries
-        // never pile keys up on the grid.
-        let published_id = published.map(|p| p.access_key_id.as_str());
-        for key in self.client.list_access_keys(&self.tenant, owner).await? {
-            let id = key.access_key.as_deref().unwrap_or(&key.id);
-            if Some(id) != published_id && Some(key.id.as_str()) != published_id {
-                found(
-                    self.client
-                        .delete_access_key(&self.tenant, owner, &key.id)
-                        .await,
-                )?;
-            }
-        }
-        let key = self.client.create_access_key(&self.tenant, owner).await?;
-        let keys = Keys {
+        // A listing names keys by their credential id; the Secret carries the access key id,
+        // which the grid resolves to the credential id.
+        let published_key = match published {
+            Some(access_key) => found(
+                self.client
+                    .get_access_key(&self.tenant, owner, access_key)
+                    .await,
+            )?,
+            None => None,
+        };
+        let listed = self.client.list_access_keys(&self.tenant, owner).await?;
+        Ok(listed
+            .into_iter()
+            .map(|key| match (&published_key, published) {
+                (Some(p), Some(access_key)) if p.id == key.id => access_key.to_string(),
+                _ => key.id,
+            })
+            .collect())
+    }
+
+    async fn create_key(&self, bucket: &str) -> Result<Keys, BackendError> {
+        // Listed (and so created) by the same reconcile a moment ago.
+        let user = self.find_user(bucket).await?.ok_or_else(|| {
+            BackendError::new(
+                "storagegrid",
+                "get_user",
+                ErrorClass::Transient,
+                "UserMissing",
+                format!(
+                    "the user of bucket {bucket:?} is gone; it is created again on the next look"
+                ),
+            )
+        })?;
+        let key = self
+            .client
+            .create_access_key(&self.tenant, storagegrid::KeyOwner::User(&user.id))
+            .await?;
+        Ok(Keys {
             access_key_id: key.access_key.unwrap_or_default(),
             secret_access_key: key.secret_access_key.map(|s| s.0).unwrap_or_default(),
-        };
-        Ok(KeyPlan::Publish {
-            keys,
-            retire: published.map(|p| p.access_key_id.clone()),
         })
     }
 
-    async fn retire_key(&self, bucket: &str, access_key_id: &str) -> Result<(), BackendError> {
-        let name = principal_name(bucket);
-        let Some(user) = found(self.client.get_user_by_name(&self.tenant, &name).await)? else {
+    async fn delete_key(&self, bucket: &str, id: &str) -> Result<(), BackendError> {
+        let Some(user) = self.find_user(bucket).await? else {
             return Ok(());
         };
         found(
             self.client
-                .delete_access_key(
-                    &self.tenant,
-                    storagegrid::KeyOwner::User(&user.id),
-                    access_key_id,
-                )
+                .delete_access_key(&self.tenant, storagegrid::KeyOwner::User(&user.id), id)
                 .await,
         )?;
         Ok(())
     }
 
     async fn delete_credentials(&self, bucket: &str) -> Result<(), BackendError> {
-        let name = principal_name(bucket);
-        if let Some(user) = found(self.client.get_user_by_name(&self.tenant, &name).await)? {
+        if let Some(user) = self.find_user(bucket).await? {
             let owner = storagegrid::KeyOwner::User(&user.id);
             for key in self.client.list_access_keys(&self.tenant, owner).await? {
                 found(
@@ -408,10 +452,6 @@ impl BucketBackend for StorageGrid {
     // The grid's key is in force once the create call returns (one system, no propagation).
     async fn check_keys(&self, _bucket: &str, _keys: &Keys) -> Result<KeyCheck, BackendError> {
         Ok(KeyCheck::Works)
-    }
-
-    fn shares_provider_keys(&self) -> bool {
-        false
     }
 }
 

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::Error;
+use super::plan::keys::KeySource;
 use crate::api::{DrainMode, S3Tenant};
 use crate::backends::error::BackendError;
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
@@ -89,15 +90,6 @@ pub struct DrainProgress {
     pub not_ours: Option<String>,
 }
 
-/// What to publish after a credentials check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum KeyPlan {
-    /// The published keys stay.
-    Keep,
-    /// Publish these; once published, retire the old access key (if any).
-    Publish { keys: Keys, retire: Option<String> },
-}
-
 /// Whether published keys are accepted by the store yet.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyCheck {
@@ -151,19 +143,26 @@ pub trait BucketBackend: Send + Sync {
         bucket: &str,
     ) -> impl Future<Output = Result<DeleteOutcome, BackendError>> + Send;
 
-    /// Decides which keys the bucket's Secret carries. `published` are the keys in it now.
-    fn keys(
-        &self,
-        bucket: &str,
-        published: Option<&Keys>,
-        rotate: bool,
-    ) -> impl Future<Output = Result<KeyPlan, BackendError>> + Send;
+    /// Where the bucket's keys come from: the provider's own, or a user of the bucket's own.
+    fn key_source(&self) -> KeySource;
 
-    /// Deletes an access key once its replacement is published.
-    fn retire_key(
+    /// The ids of the access keys of the bucket's user, which is created (with its policy or
+    /// group) when missing. The key the Secret carries (`published`), if the user has it, is
+    /// listed under that id.
+    fn user_keys(
         &self,
         bucket: &str,
-        access_key_id: &str,
+        published: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+
+    /// Creates an access key of the bucket's user.
+    fn create_key(&self, bucket: &str) -> impl Future<Output = Result<Keys, BackendError>> + Send;
+
+    /// Deletes an access key of the bucket's user; already gone counts as deleted.
+    fn delete_key(
+        &self,
+        bucket: &str,
+        id: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// Deletes the bucket's own credentials (user, group, keys) when the bucket goes.
@@ -179,10 +178,6 @@ pub trait BucketBackend: Send + Sync {
         bucket: &str,
         keys: &Keys,
     ) -> impl Future<Output = Result<KeyCheck, BackendError>> + Send;
-
-    /// Whether the keys published for a bucket are the provider's own, reaching every bucket
-    /// (`sharedCredentials: true`): the Ready condition says so.
-    fn shares_provider_keys(&self) -> bool;
 }
 
 /// Signs in to a tenant's storage. The reconciler is generic over it so that its tests run the
@@ -360,17 +355,24 @@ impl BucketBackend for AnyBackend {
         either!(self, b => b.delete(bucket).await)
     }
 
-    async fn keys(
-        &self,
-        bucket: &str,
-        published: Option<&Keys>,
-        rotate: bool,
-    ) -> Result<KeyPlan, BackendError> {
-        either!(self, b => b.keys(bucket, published, rotate).await)
+    fn key_source(&self) -> KeySource {
+        either!(self, b => b.key_source())
     }
 
-    async fn retire_key(&self, bucket: &str, access_key_id: &str) -> Result<(), BackendError> {
-        either!(self, b => b.retire_key(bucket, access_key_id).await)
+    async fn user_keys(
+        &self,
+        bucket: &str,
+        published: Option<&str>,
+    ) -> Result<Vec<String>, BackendError> {
+        either!(self, b => b.user_keys(bucket, published).await)
+    }
+
+    async fn create_key(&self, bucket: &str) -> Result<Keys, BackendError> {
+        either!(self, b => b.create_key(bucket).await)
+    }
+
+    async fn delete_key(&self, bucket: &str, id: &str) -> Result<(), BackendError> {
+        either!(self, b => b.delete_key(bucket, id).await)
     }
 
     async fn delete_credentials(&self, bucket: &str) -> Result<(), BackendError> {
@@ -379,10 +381,6 @@ impl BucketBackend for AnyBackend {
 
     async fn check_keys(&self, bucket: &str, keys: &Keys) -> Result<KeyCheck, BackendError> {
         either!(self, b => b.check_keys(bucket, keys).await)
-    }
-
-    fn shares_provider_keys(&self) -> bool {
-        either!(self, b => b.shares_provider_keys())
     }
 }
 

@@ -4,11 +4,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::users::{BucketUsers, Iam};
-use super::{BucketBackend, DesiredBucket, DrainProgress, KeyCheck, KeyPlan, Observed, Owner};
+use super::{BucketBackend, DesiredBucket, DrainProgress, KeyCheck, Observed, Owner};
 use crate::api::DrainMode;
 use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::{self, CreateOutcome, DeleteOutcome, DrainPace, S3Store};
 use crate::config::DrainDefaults;
+use crate::controllers::bucket::plan::keys::KeySource;
 use crate::metrics::Metrics;
 use crate::providers::Keys;
 
@@ -53,6 +54,21 @@ pub enum Credentials {
 }
 
 impl S3Compatible {
+    /// The bucket users, on a provider that has them; the provider's shared keys are never
+    /// issued or deleted (the plan never asks to: their [`KeySource`] is the provider's).
+    fn users(&self) -> Result<&BucketUsers<Iam>, BackendError> {
+        match &self.credentials {
+            Credentials::PerBucketUser(users) => Ok(users),
+            Credentials::Shared(_) => Err(BackendError::new(
+                "s3",
+                "bucket_user",
+                ErrorClass::Permanent,
+                "SharedCredentials",
+                "this provider publishes its own keys (sharedCredentials: true): buckets have no users of their own",
+            )),
+        }
+    }
+
     /// Whether the bucket's mark lacks the namespace and name this resource writes (a mark from
     /// an older keeper, uid only, or a bucket whose tagging failed after its create).
     async fn mark_outdated(&self, desired: &DesiredBucket) -> Result<bool, BackendError> {
@@ -195,33 +211,30 @@ impl BucketBackend for S3Compatible {
         Ok(self.store.delete_bucket(&self.metrics, bucket).await?)
     }
 
-    async fn keys(
-        &self,
-        bucket: &str,
-        published: Option<&Keys>,
-        rotate: bool,
-    ) -> Result<KeyPlan, BackendError> {
+    fn key_source(&self) -> KeySource {
         match &self.credentials {
-            Credentials::PerBucketUser(users) => users.keys(bucket, published, rotate).await,
-            // The provider's keys are the only keys: "rotation" republishes them (they rotate
-            // with the provider's Secret).
-            Credentials::Shared(keys) => Ok(if published == Some(keys) {
-                KeyPlan::Keep
-            } else {
-                KeyPlan::Publish {
-                    keys: keys.clone(),
-                    retire: None,
-                }
-            }),
+            Credentials::PerBucketUser(users) => KeySource::BucketUser {
+                limit: Some(BucketUsers::<Iam>::KEY_LIMIT),
+                foreign: Some(users.admin_key_id.clone()),
+            },
+            Credentials::Shared(keys) => KeySource::Provider(keys.clone()),
         }
     }
 
-    async fn retire_key(&self, bucket: &str, access_key_id: &str) -> Result<(), BackendError> {
-        match &self.credentials {
-            Credentials::PerBucketUser(users) => users.retire_key(bucket, access_key_id).await,
-            // The provider's keys belong to the provider.
-            Credentials::Shared(_) => Ok(()),
-        }
+    async fn user_keys(
+        &self,
+        bucket: &str,
+        _published: Option<&str>,
+    ) -> Result<Vec<String>, BackendError> {
+        self.users()?.user_keys(bucket).await
+    }
+
+    async fn create_key(&self, bucket: &str) -> Result<Keys, BackendError> {
+        self.users()?.create_key(bucket).await
+    }
+
+    async fn delete_key(&self, bucket: &str, id: &str) -> Result<(), BackendError> {
+        self.users()?.delete_key(bucket, id).await
     }
 
     async fn delete_credentials(&self, bucket: &str) -> Result<(), BackendError> {
@@ -237,9 +250,5 @@ impl BucketBackend for S3Compatible {
             // The provider's keys manage the bucket itself: they work whenever keeper does.
             Credentials::Shared(_) => Ok(KeyCheck::Works),
         }
-    }
-
-    fn shares_provider_keys(&self) -> bool {
-        matches!(self.credentials, Credentials::Shared(_))
     }
 }

@@ -1,17 +1,18 @@
 //! Per-bucket IAM users on S3-compatible providers with an IAM API (AWS S3, Ceph RGW): each
 //! bucket gets a user of its own (found or created by a deterministic name, tagged with the
 //! bucket and its tenant, an inline policy on that bucket only) whose keys the bucket's Secret
-//! carries. The decisions are [`plan::keys`]; the IAM and S3 calls sit behind [`Identity`] so that
-//! the sequence is tested against an in-memory fake.
+//! carries. Which keys to create and delete, and when, is decided in [`plan`] and performed by the
+//! reconcile; the IAM and S3 calls sit behind [`Identity`] so that they are tested against an
+//! in-memory fake.
 
 use std::future::Future;
 use std::sync::Arc;
 
-use super::{KeyCheck, KeyPlan};
+use super::KeyCheck;
 use crate::backends::error::BackendError;
 use crate::backends::iam::IamStore;
 use crate::backends::s3::{Access, S3Settings, S3Store};
-use crate::controllers::bucket::plan::keys::{self as plan, KeySteps};
+use crate::controllers::bucket::plan::keys as plan;
 use crate::metrics::Metrics;
 use crate::providers::Keys;
 
@@ -78,21 +79,11 @@ pub struct BucketUsers<I> {
 }
 
 impl<I: Identity> BucketUsers<I> {
-    /// Found-or-created user and the keys to publish. Keys already published for this bucket's
-    /// user stay without any IAM call (the steady state); otherwise the user and its policy are
-    /// ensured, keys nobody holds are deleted, and a key is created.
-    pub async fn keys(
-        &self,
-        bucket: &str,
-        published: Option<&Keys>,
-        rotate: bool,
-    ) -> Result<KeyPlan, BackendError> {
-        let published = published
-            .map(|k| k.access_key_id.as_str())
-            .filter(|id| *id != self.admin_key_id);
-        if published.is_some() && !rotate {
-            return Ok(KeyPlan::Keep);
-        }
+    /// IAM's limit on access keys per user.
+    pub const KEY_LIMIT: usize = 2;
+
+    /// The user's access key ids, the user found or created (tagged, with its policy).
+    pub async fn user_keys(&self, bucket: &str) -> Result<Vec<String>, BackendError> {
         let user = plan::user_name(bucket);
         self.identity
             .create_user(&user, &[(BUCKET_TAG, bucket), (TENANT_TAG, &self.tenant)])
@@ -100,23 +91,16 @@ impl<I: Identity> BucketUsers<I> {
         self.identity
             .put_policy(&user, &plan::bucket_policy(bucket))
             .await?;
-        let existing = self.identity.access_keys(&user).await?;
-        let KeySteps {
-            delete,
-            issue,
-            retire,
-        } = plan::key_steps(&existing, published, rotate);
-        for id in &delete {
-            self.identity.delete_access_key(&user, id).await?;
-        }
-        if !issue {
-            return Ok(KeyPlan::Keep);
-        }
-        let keys = self.identity.create_access_key(&user).await?;
-        Ok(KeyPlan::Publish { keys, retire })
+        self.identity.access_keys(&user).await
     }
 
-    pub async fn retire_key(&self, bucket: &str, access_key_id: &str) -> Result<(), BackendError> {
+    pub async fn create_key(&self, bucket: &str) -> Result<Keys, BackendError> {
+        self.identity
+            .create_access_key(&plan::user_name(bucket))
+            .await
+    }
+
+    pub async fn delete_key(&self, bucket: &str, access_key_id: &str) -> Result<(), BackendError> {
         self.identity
             .delete_access_key(&plan::user_name(bucket), access_key_id)
             .await

@@ -1,7 +1,9 @@
-//! The access keys of a bucket's own IAM user (S3-compatible providers with an IAM API): the
-//! user's deterministic name, its policy, and which keys to delete, create and retire so that a
-//! crash at any point (above all between creating a key and publishing it) never piles up keys.
-//! IAM allows two access keys per user: one published, one being rotated in.
+//! The keys of a bucket: the IAM user's deterministic name and policy (S3-compatible providers
+//! with an IAM API), and, for a user of the bucket's own on either backend, which keys to create
+//! and delete, and when, so that neither a crash at any point (above all between creating a key
+//! and publishing it) nor two writers issuing keys at once (two keepers without leader election,
+//! or one behind a stale cache) piles up keys or publishes a deleted one. IAM allows two access
+//! keys per user: one published, one being rotated in.
 
 use std::time::Duration;
 
@@ -9,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
 
 use crate::api::S3BucketStatus;
+use crate::providers::Keys;
 use crate::runtime::conditions;
 
 /// `Ready=False` reason while the store does not accept a bucket's published keys yet.
@@ -66,40 +69,150 @@ pub fn bucket_policy(bucket: &str) -> String {
     .to_string()
 }
 
-/// What to do with the user's access keys.
+/// Where a bucket's keys come from, as its backend says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KeySteps {
-    /// Keys of the user that no Secret carries: left by a crash or a failed Secret write after
-    /// the key was created. Deleted before anything is created, so that a retry never piles up
-    /// keys (nor hits IAM's two-keys limit).
-    pub delete: Vec<String>,
-    /// Create a key and publish it.
-    pub issue: bool,
-    /// The published key to delete once the new one is published (a rotation).
-    pub retire: Option<String>,
+pub enum KeySource {
+    /// The provider's own keys (`sharedCredentials: true`): published as they are, never issued
+    /// or deleted by keeper.
+    Provider(Keys),
+    /// A user of the bucket's own, whose access keys keeper issues and deletes.
+    BucketUser {
+        /// How many access keys the store lets one user have (IAM: two), if it limits them.
+        limit: Option<usize>,
+        /// A key id that is never the user's: the provider's own key, which a keeper older than
+        /// per-bucket users published. It is replaced, and never deleted.
+        foreign: Option<String>,
+    },
 }
 
-/// Decides from the user's keys, the key id the bucket's Secret carries (if any) and whether a
-/// rotation is requested. A published key the user does not have (the provider's keys published
-/// before keeper issued per-bucket users, or a user deleted behind keeper's back) is replaced.
-pub fn key_steps(user_keys: &[String], published: Option<&str>, rotate: bool) -> KeySteps {
-    let live = published.filter(|id| user_keys.iter().any(|k| k == id));
-    let delete = user_keys
+impl KeySource {
+    /// The published keys, if they are the bucket user's to keep or replace: not the provider's
+    /// own key.
+    pub fn users_key<'a>(&self, published: Option<&'a Keys>) -> Option<&'a Keys> {
+        match self {
+            KeySource::Provider(_) => None,
+            KeySource::BucketUser { foreign, .. } => {
+                published.filter(|k| Some(&k.access_key_id) != foreign.as_ref())
+            }
+        }
+    }
+}
+
+/// What the bucket's Secret gets, decided before any call to the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FirstLook {
+    /// The published keys stay, without a call (the steady state).
+    Keep,
+    /// Publish these (the provider's own keys).
+    Publish(Keys),
+    /// List the user's keys and decide with [`key_steps`]; the store allows `limit` keys per
+    /// user, if it limits them.
+    Inventory { limit: Option<usize> },
+}
+
+/// `published`: the keys the Secret carries; `replace`: new keys are wanted (a rotation, or the
+/// published keys are lost); `settled`: the last reconcile ended with the bucket Ready, so the
+/// published key was checked and nothing else was left on the user. Otherwise the user's keys
+/// are looked at: what an interrupted issuance left behind goes then.
+pub fn first_look(
+    source: &KeySource,
+    published: Option<&Keys>,
+    replace: bool,
+    settled: bool,
+) -> FirstLook {
+    match source {
+        // Rotating them is the provider's business: "rotation" republishes them.
+        KeySource::Provider(keys) if published == Some(keys) => FirstLook::Keep,
+        KeySource::Provider(keys) => FirstLook::Publish(keys.clone()),
+        KeySource::BucketUser { limit, .. } => {
+            if source.users_key(published).is_some() && !replace && settled {
+                FirstLook::Keep
+            } else {
+                FirstLook::Inventory { limit: *limit }
+            }
+        }
+    }
+}
+
+/// What to do with the user's access keys.
+///
+/// The Secret is the only record of which key is in use, and every write of it is a
+/// compare-and-swap on the version read before the user's keys were listed (see
+/// [`super::super::reconcile`]). So a key that the Secret does not carry is deleted only by a
+/// reconcile that has just changed the Secret from that version: by then every other writer's
+/// own swap, from the same or an older version, can only fail, and the key it was about to
+/// publish can never be published. A key listed but not published is otherwise indistinguishable
+/// from a key another writer (a second keeper, or this one with a stale cache) created a moment
+/// ago and is about to publish: deleting it first is how two writers used to delete each
+/// other's keys and publish a deleted one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySteps {
+    /// Keys to delete before anything is created, each only once the Secret was claimed (changed
+    /// from the version read, without new keys): the keys the Secret does not carry, when the
+    /// published key stays, or when the user is at the store's key limit and a new key needs the
+    /// room.
+    pub sweep: Vec<String>,
+    /// Create a key and publish it.
+    pub issue: bool,
+    /// Keys to delete once the new key is published: the key it replaces and every listed key
+    /// the Secret did not carry (left by a crash, a failed Secret write, or another writer whose
+    /// publication can no longer succeed).
+    pub retire: Vec<String>,
+}
+
+/// Decides from the user's keys (`listed`), the id of the user's key the Secret carries (if any:
+/// see [`KeySource::users_key`]), whether new keys are wanted and the store's per-user key limit.
+/// A published key missing from the listing is kept until new keys are wanted: IAM may list a
+/// new key late, and a key really gone is replaced once it has been refused for
+/// [`KEYS_LOST_AFTER`].
+pub fn key_steps(
+    listed: &[String],
+    published: Option<&str>,
+    replace: bool,
+    limit: Option<usize>,
+) -> KeySteps {
+    let live = published.filter(|id| listed.iter().any(|k| k == id));
+    let strays: Vec<String> = listed
         .iter()
         .filter(|k| Some(k.as_str()) != live)
         .cloned()
         .collect();
-    match live {
-        Some(_) if !rotate => KeySteps {
-            delete,
-            issue: false,
-            retire: None,
-        },
-        live => KeySteps {
-            delete,
-            issue: true,
-            retire: live.map(str::to_string),
-        },
+    let issue = replace || published.is_none();
+    let replaced = live.filter(|_| issue).map(str::to_string);
+    if !issue || limit.is_some_and(|limit| listed.len() >= limit) {
+        KeySteps {
+            sweep: strays,
+            issue,
+            retire: replaced.into_iter().collect(),
+        }
+    } else {
+        KeySteps {
+            sweep: Vec::new(),
+            issue,
+            retire: strays.into_iter().chain(replaced).collect(),
+        }
+    }
+}
+
+/// What became of the Secret write that was to publish a new key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publication {
+    Written,
+    /// Refused because the Secret changed since it was read (409): another writer got there
+    /// first, and this key will never be published.
+    Lost,
+    /// Failed otherwise (5xx, timeout): it may have been written after all.
+    Unknown,
+}
+
+/// The keys to delete after the publication of `issued` ended as `publication`. A key that may
+/// have been published stays: the next issuance lists it and retires it if the Secret does not
+/// carry it.
+pub fn keys_to_delete(steps: &KeySteps, issued: &str, publication: Publication) -> Vec<String> {
+    match publication {
+        Publication::Written => steps.retire.clone(),
+        Publication::Lost => vec![issued.to_string()],
+        Publication::Unknown => Vec::new(),
     }
 }
 
@@ -168,69 +281,210 @@ mod tests {
         ids.iter().map(|s| s.to_string()).collect()
     }
 
+    fn keys(id: &str) -> Keys {
+        Keys {
+            access_key_id: id.into(),
+            secret_access_key: "secret".into(),
+        }
+    }
+
+    const USER: KeySource = KeySource::BucketUser {
+        limit: Some(2),
+        foreign: None,
+    };
+
+    #[test]
+    fn published_keys_of_a_settled_bucket_stay_without_a_call() {
+        assert_eq!(
+            first_look(&USER, Some(&keys("AK1")), false, true),
+            FirstLook::Keep
+        );
+        // Nothing published, new keys wanted, or the last reconcile did not end Ready (it may
+        // have left a key behind): the user's keys are listed.
+        for (published, replace, settled) in [
+            (None, false, true),
+            (Some(keys("AK1")), true, true),
+            (Some(keys("AK1")), false, false),
+        ] {
+            assert_eq!(
+                first_look(&USER, published.as_ref(), replace, settled),
+                FirstLook::Inventory { limit: Some(2) }
+            );
+        }
+    }
+
+    #[test]
+    fn the_providers_key_published_by_an_older_keeper_is_never_kept() {
+        let user = KeySource::BucketUser {
+            limit: Some(2),
+            foreign: Some("ADMIN".into()),
+        };
+        assert_eq!(
+            first_look(&user, Some(&keys("ADMIN")), false, true),
+            FirstLook::Inventory { limit: Some(2) }
+        );
+    }
+
+    #[test]
+    fn shared_provider_keys_are_published_as_they_are() {
+        let shared = KeySource::Provider(keys("PROVIDER"));
+        assert_eq!(
+            first_look(&shared, Some(&keys("PROVIDER")), true, false),
+            FirstLook::Keep,
+            "rotating them is the provider's business"
+        );
+        assert_eq!(
+            first_look(&shared, Some(&keys("OLD")), false, true),
+            FirstLook::Publish(keys("PROVIDER"))
+        );
+        assert_eq!(
+            first_look(&shared, None, false, true),
+            FirstLook::Publish(keys("PROVIDER"))
+        );
+    }
+
     #[test]
     fn a_new_user_gets_one_key() {
         assert_eq!(
-            key_steps(&[], None, false),
+            key_steps(&[], None, false, Some(2)),
             KeySteps {
-                delete: vec![],
+                sweep: vec![],
                 issue: true,
-                retire: None
+                retire: vec![]
             }
         );
     }
 
     #[test]
-    fn a_key_created_but_never_published_is_deleted_before_the_next_is_created() {
-        // The Secret write failed after CreateAccessKey: the retry must not add a second key.
+    fn a_key_nobody_published_is_deleted_only_after_the_next_one_is_published() {
+        // AK1 is either left by a Secret write that failed after CreateAccessKey, or another
+        // writer's key about to be published: deleting it first would leave that writer
+        // publishing a deleted key. Once AK2 is published, AK1 can never be.
         assert_eq!(
-            key_steps(&ids(&["AK1"]), None, false),
+            key_steps(&ids(&["AK1"]), None, false, Some(2)),
             KeySteps {
-                delete: ids(&["AK1"]),
+                sweep: vec![],
                 issue: true,
-                retire: None
+                retire: ids(&["AK1"])
             }
         );
     }
 
     #[test]
-    fn the_published_key_stays_and_strays_go() {
+    fn a_user_at_the_key_limit_is_swept_first() {
+        // Two keys nobody published: no room for a third. They go, after the Secret was claimed.
         assert_eq!(
-            key_steps(&ids(&["AK1", "AK2"]), Some("AK2"), false),
+            key_steps(&ids(&["AK1", "AK2"]), None, false, Some(2)),
             KeySteps {
-                delete: ids(&["AK1"]),
+                sweep: ids(&["AK1", "AK2"]),
+                issue: true,
+                retire: vec![]
+            }
+        );
+        // The grid has no limit: nothing goes before the new key is published.
+        assert_eq!(
+            key_steps(&ids(&["AK1", "AK2"]), None, false, None),
+            KeySteps {
+                sweep: vec![],
+                issue: true,
+                retire: ids(&["AK1", "AK2"])
+            }
+        );
+    }
+
+    #[test]
+    fn the_published_key_stays_and_strays_are_swept() {
+        assert_eq!(
+            key_steps(&ids(&["AK1", "AK2"]), Some("AK2"), false, Some(2)),
+            KeySteps {
+                sweep: ids(&["AK1"]),
                 issue: false,
-                retire: None
+                retire: vec![]
+            }
+        );
+        assert_eq!(
+            key_steps(&ids(&["AK2"]), Some("AK2"), false, Some(2)),
+            KeySteps {
+                sweep: vec![],
+                issue: false,
+                retire: vec![]
             }
         );
     }
 
     #[test]
-    fn a_rotation_issues_a_key_and_retires_the_published_one_after_dropping_strays() {
-        // A rotation whose Secret write failed left AK2: it goes before AK3 is created, so the
-        // user never holds more than two keys.
+    fn a_rotation_retires_the_published_key_once_the_new_one_is_published() {
         assert_eq!(
-            key_steps(&ids(&["AK1", "AK2"]), Some("AK1"), true),
+            key_steps(&ids(&["AK1"]), Some("AK1"), true, Some(2)),
             KeySteps {
-                delete: ids(&["AK2"]),
+                sweep: vec![],
                 issue: true,
-                retire: Some("AK1".into())
+                retire: ids(&["AK1"])
+            }
+        );
+        // A rotation whose Secret write failed left AK2: it goes (after the claim) before AK3 is
+        // created, so the user never holds more than two keys.
+        assert_eq!(
+            key_steps(&ids(&["AK1", "AK2"]), Some("AK1"), true, Some(2)),
+            KeySteps {
+                sweep: ids(&["AK2"]),
+                issue: true,
+                retire: ids(&["AK1"])
             }
         );
     }
 
     #[test]
-    fn published_keys_that_are_not_the_users_are_replaced() {
-        // The provider's own keys, published before per-bucket users: nothing of the user's to
-        // retire, and the provider's key is never deleted.
+    fn a_published_key_missing_from_the_listing_is_kept_until_it_is_lost() {
+        // IAM may list a new key late: no new key, only what nobody published goes.
         assert_eq!(
-            key_steps(&ids(&["AK1"]), Some("PROVIDER"), false),
+            key_steps(&ids(&["AK1"]), Some("AK2"), false, Some(2)),
             KeySteps {
-                delete: ids(&["AK1"]),
-                issue: true,
-                retire: None
+                sweep: ids(&["AK1"]),
+                issue: false,
+                retire: vec![]
             }
         );
+        // Refused long enough to count as lost: replaced, and never deleted by keeper (it is not
+        // the user's, or no longer).
+        assert_eq!(
+            key_steps(&ids(&["AK1"]), Some("AK2"), true, Some(2)),
+            KeySteps {
+                sweep: vec![],
+                issue: true,
+                retire: ids(&["AK1"])
+            }
+        );
+    }
+
+    #[test]
+    fn the_providers_key_is_not_the_users() {
+        let user = KeySource::BucketUser {
+            limit: Some(2),
+            foreign: Some("ADMIN".into()),
+        };
+        assert_eq!(user.users_key(Some(&keys("ADMIN"))), None);
+        assert_eq!(user.users_key(Some(&keys("AK1"))), Some(&keys("AK1")));
+        assert_eq!(
+            KeySource::Provider(keys("ADMIN")).users_key(Some(&keys("ADMIN"))),
+            None
+        );
+    }
+
+    #[test]
+    fn after_the_secret_write_only_keys_that_can_never_be_published_go() {
+        let steps = key_steps(&ids(&["AK1", "AK2"]), Some("AK1"), true, None);
+        assert_eq!(
+            keys_to_delete(&steps, "AK3", Publication::Written),
+            ids(&["AK2", "AK1"])
+        );
+        // Another writer changed the Secret first: this key is nobody's.
+        assert_eq!(
+            keys_to_delete(&steps, "AK3", Publication::Lost),
+            ids(&["AK3"])
+        );
+        // Perhaps written: AK3 may be the published key now, and AK1 still in use.
+        assert!(keys_to_delete(&steps, "AK3", Publication::Unknown).is_empty());
     }
 
     #[test]

@@ -9,11 +9,13 @@ use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::DeleteOutcome;
 use crate::controllers::bucket::Error;
 use crate::controllers::bucket::backend::{
-    BucketBackend, Connect, DesiredBucket, DrainProgress, KeyCheck, KeyPlan, Observed, Owner, Wait,
+    BucketBackend, Connect, DesiredBucket, DrainProgress, KeyCheck, Observed, Owner, Wait,
 };
+use crate::controllers::bucket::plan::keys::KeySource;
 use crate::metrics::Metrics;
 use crate::providers::{Keys, ProviderClients};
 use crate::runtime::cluster::Kube;
+use crate::runtime::testing::Pauses;
 
 #[derive(Debug, Clone, Default)]
 pub struct FakeBucket {
@@ -45,6 +47,14 @@ pub struct Fake {
     pub shared_keys: bool,
     /// The next create succeeds but its tagging fails (a throttled PutBucketTagging).
     pub fail_tag_after_create: Mutex<bool>,
+    /// The access key ids of the bucket's user (the tests use one bucket), `AK1`, `AK2`, ... in
+    /// the order they were created.
+    pub user_keys: Mutex<Vec<String>>,
+    pub keys_created: Mutex<u32>,
+    /// Keys per user, as IAM limits them (two); `None` as on StorageGRID.
+    pub key_limit: Option<usize>,
+    /// Calls that stop once they have acted, until the test lets them go.
+    pub pauses: Pauses,
 }
 
 impl Fake {
@@ -61,7 +71,15 @@ impl Fake {
             keys_not_yet_valid: Mutex::default(),
             shared_keys: false,
             fail_tag_after_create: Mutex::default(),
+            user_keys: Mutex::default(),
+            keys_created: Mutex::default(),
+            key_limit: Some(2),
+            pauses: Pauses::default(),
         }
+    }
+
+    pub fn keys_of_user(&self) -> Vec<String> {
+        self.user_keys.lock().unwrap().clone()
     }
 
     pub fn with(self, name: &str, bucket: FakeBucket) -> Self {
@@ -237,39 +255,60 @@ macro_rules! fake_backend {
                 }
             }
 
-            async fn keys(
-                &self,
-                _bucket: &str,
-                published: Option<&Keys>,
-                rotate: bool,
-            ) -> Result<KeyPlan, BackendError> {
-                self.call("keys")?;
-                // Keys are issued once and then kept, until a rotation replaces them.
-                Ok(match (published, rotate) {
-                    (Some(_), false) => KeyPlan::Keep,
-                    (None, _) => KeyPlan::Publish {
-                        keys: Keys {
-                            access_key_id: "AK".into(),
-                            secret_access_key: "SK".into(),
-                        },
-                        retire: None,
-                    },
-                    (Some(old), true) => KeyPlan::Publish {
-                        keys: Keys {
-                            access_key_id: format!("{}-next", old.access_key_id),
-                            secret_access_key: "SK-next".into(),
-                        },
-                        retire: Some(old.access_key_id.clone()),
-                    },
-                })
+            fn key_source(&self) -> KeySource {
+                if self.shared_keys {
+                    KeySource::Provider(Keys {
+                        access_key_id: "PROVIDER".into(),
+                        secret_access_key: "provider-secret".into(),
+                    })
+                } else {
+                    KeySource::BucketUser {
+                        limit: self.key_limit,
+                        foreign: None,
+                    }
+                }
             }
 
-            async fn retire_key(
+            async fn user_keys(
                 &self,
                 _bucket: &str,
-                _access_key_id: &str,
-            ) -> Result<(), BackendError> {
-                self.call("retire_key")
+                _published: Option<&str>,
+            ) -> Result<Vec<String>, BackendError> {
+                self.call("user_keys")?;
+                let listed = self.keys_of_user();
+                self.pauses.stop_if_asked("user_keys").await;
+                Ok(listed)
+            }
+
+            async fn create_key(&self, _bucket: &str) -> Result<Keys, BackendError> {
+                self.call("create_key")?;
+                let keys = {
+                    let mut user = self.user_keys.lock().unwrap();
+                    if self.key_limit.is_some_and(|limit| user.len() >= limit) {
+                        return Err(BackendError::new(
+                            "fake",
+                            "create_key",
+                            ErrorClass::Conflict,
+                            "LimitExceeded",
+                            "the user has all the keys it may have",
+                        ));
+                    }
+                    let mut created = self.keys_created.lock().unwrap();
+                    *created += 1;
+                    user.push(format!("AK{created}"));
+                    Keys {
+                        access_key_id: format!("AK{created}"),
+                        secret_access_key: format!("SK{created}"),
+                    }
+                };
+                self.pauses.stop_if_asked("create_key").await;
+                Ok(keys)
+            }
+
+            async fn delete_key(&self, _bucket: &str, id: &str) -> Result<(), BackendError> {
+                self.call("delete_key")?;
+                self.user_keys.lock().unwrap().retain(|k| k != id);
+                Ok(())
             }
 
             async fn delete_credentials(&self, _bucket: &str) -> Result<(), BackendError> {
@@ -279,9 +318,12 @@ macro_rules! fake_backend {
             async fn check_keys(
                 &self,
                 _bucket: &str,
-                _keys: &Keys,
+                keys: &Keys,
             ) -> Result<KeyCheck, BackendError> {
                 self.call("check_keys")?;
+                if !self.shared_keys && !self.keys_of_user().contains(&keys.access_key_id) {
+                    return Ok(KeyCheck::NotYet("InvalidAccessKeyId".into()));
+                }
                 let mut pending = self.keys_not_yet_valid.lock().unwrap();
                 Ok(if *pending > 0 {
                     *pending -= 1;
@@ -289,10 +331,6 @@ macro_rules! fake_backend {
                 } else {
                     KeyCheck::Works
                 })
-            }
-
-            fn shares_provider_keys(&self) -> bool {
-                self.shared_keys
             }
         }
     };

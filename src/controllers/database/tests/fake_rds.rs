@@ -8,6 +8,7 @@ use crate::api::DatabaseEndpoint;
 use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::rds::{DbInstance, FinalSnapshot, Modification, NewInstance, Password};
 use crate::controllers::database::backend::{Created, DatabaseBackend};
+use crate::runtime::testing::Pauses;
 
 /// An RDS error as the client classifies it.
 pub fn rds_error(class: ErrorClass, code: &str, message: &str) -> BackendError {
@@ -21,6 +22,8 @@ fn not_found() -> BackendError {
 #[derive(Default)]
 pub struct FakeRds {
     pub state: Mutex<FakeRdsState>,
+    /// Calls that stop once they have acted, until the test lets them go.
+    pub pauses: Pauses,
 }
 
 #[derive(Default)]
@@ -100,12 +103,17 @@ impl DatabaseBackend for FakeRds {
     }
 
     async fn describe(&self, id: &str) -> Result<Option<DbInstance>, BackendError> {
-        let mut state = self.call("describe")?;
-        if state.stale_describes > 0 {
-            state.stale_describes -= 1;
-            return Ok(None);
-        }
-        Ok(state.instances.get(id).cloned())
+        let found = {
+            let mut state = self.call("describe")?;
+            if state.stale_describes > 0 {
+                state.stale_describes -= 1;
+                None
+            } else {
+                state.instances.get(id).cloned()
+            }
+        };
+        self.pauses.stop_if_asked("describe").await;
+        Ok(found)
     }
 
     async fn create(&self, new: &NewInstance) -> Result<Created, BackendError> {

@@ -36,11 +36,25 @@ pub trait TenantStore: Send + Sync {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
     /// The account id recorded in status.
     fn recorded_account(&self) -> Option<String>;
-    /// Records the account id in status now (a checkpoint: the id must survive a crash).
-    fn record_account(&self, id: &str) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    /// Records the account id in status now (a checkpoint: the id must survive a crash), only if
+    /// the tenant did not change since it was read: two writers must not both record an account.
+    fn record_account(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Recorded, Self::Error>> + Send;
     /// The credentials currently published, if the Secret holds a complete set.
     fn published(&self) -> impl Future<Output = Result<Option<Keys>, Self::Error>> + Send;
     fn publish(&self, credentials: &Keys) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+/// What became of recording an account id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    Yes,
+    /// The tenant changed since it was read (another writer): nothing was recorded. The account
+    /// recorded now, read again, if any: the one to go on with, and
+    /// [`TenantStore::recorded_account`] names it from then on.
+    Lost(Option<String>),
 }
 
 /// The tenant's account on the grid: by the id in status, else by the ownership marker
@@ -54,25 +68,104 @@ pub async fn locate_account<B: AccountBackend, S: TenantStore>(
     store: &S,
     marker: &str,
 ) -> Result<Option<ObservedAccount>, S::Error> {
-    if let Some(id) = store.recorded_account() {
-        match backend.get_account(&id, marker).await? {
-            Some(account) if !account.marked => {
-                return Err(BackendError::new(
-                    "storagegrid",
-                    "get_account",
-                    ErrorClass::Permanent,
-                    "AccountNotOwned",
-                    format!(
-                        "status.accountId names StorageGRID account {id}, whose description lacks this tenant's ownership marker {marker:?}: keeper makes no call on an account it cannot prove is this tenant's (correct status.accountId, or mark the account if it really is this tenant's)"
-                    ),
-                )
-                .into());
-            }
-            Some(account) => return Ok(Some(account)),
-            None => tracing::warn!(account = %id, "the recorded account no longer exists (404)"),
+    if let Some(account) = recorded_account(backend, store, marker).await? {
+        return Ok(Some(account));
+    }
+    let mut marked = backend.find_accounts(marker).await?;
+    if marked.len() > 1 {
+        return Err(BackendError::new(
+            "storagegrid",
+            "find_accounts",
+            ErrorClass::Conflict,
+            "AccountsMarkedTwice",
+            format!(
+                "{} accounts carry the ownership marker {marker:?} and none is recorded: {}",
+                marked.len(),
+                ids(&marked).join(", ")
+            ),
+        )
+        .into());
+    }
+    Ok(marked.pop())
+}
+
+/// The account recorded in status, if it exists (see [`locate_account`] for the marker check).
+async fn recorded_account<B: AccountBackend, S: TenantStore>(
+    backend: &B,
+    store: &S,
+    marker: &str,
+) -> Result<Option<ObservedAccount>, S::Error> {
+    let Some(id) = store.recorded_account() else {
+        return Ok(None);
+    };
+    match backend.get_account(&id, marker).await? {
+        Some(account) if !account.marked => Err(BackendError::new(
+            "storagegrid",
+            "get_account",
+            ErrorClass::Permanent,
+            "AccountNotOwned",
+            format!(
+                "status.accountId names StorageGRID account {id}, whose description lacks this tenant's ownership marker {marker:?}: keeper makes no call on an account it cannot prove is this tenant's (correct status.accountId, or mark the account if it really is this tenant's)"
+            ),
+        )
+        .into()),
+        Some(account) => Ok(Some(account)),
+        None => {
+            tracing::warn!(account = %id, "the recorded account no longer exists (404)");
+            Ok(None)
         }
     }
-    Ok(backend.find_account(marker).await?)
+}
+
+fn ids(accounts: &[ObservedAccount]) -> Vec<String> {
+    accounts.iter().map(|a| a.id.clone()).collect()
+}
+
+/// Records `candidate` unless another writer recorded an account first, then deletes the marked
+/// accounts in `known` that are not the one recorded (see [`plan::stray_accounts`]). Returns the
+/// account recorded.
+async fn record<B: AccountBackend, S: TenantStore>(
+    backend: &B,
+    store: &S,
+    marker: &str,
+    candidate: &str,
+    known: &[String],
+) -> Result<ObservedAccount, S::Error> {
+    let recorded = match store.record_account(candidate).await? {
+        Recorded::Yes => candidate.to_string(),
+        Recorded::Lost(Some(recorded)) => recorded,
+        Recorded::Lost(None) => {
+            return Err(BackendError::new(
+                "storagegrid",
+                "record_account",
+                ErrorClass::Conflict,
+                "TenantChanged",
+                format!(
+                    "the tenant changed while account {candidate} was being recorded; looking again"
+                ),
+            )
+            .into());
+        }
+    };
+    for stray in plan::stray_accounts(known, &recorded) {
+        tracing::info!(account = %stray, recorded = %recorded, "deleting an account another writer's record made useless");
+        match backend.delete_account(&stray).await {
+            Ok(()) => {}
+            Err(e) if e.is_gone() => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    match recorded_account(backend, store, marker).await? {
+        Some(account) => Ok(account),
+        None => Err(BackendError::new(
+            "storagegrid",
+            "get_account",
+            ErrorClass::Conflict,
+            "RecordedAccountGone",
+            format!("the recorded account {recorded} does not exist; looking again"),
+        )
+        .into()),
+    }
 }
 
 /// Brings the account and its key in line with `desired`; returns the account id.
@@ -83,7 +176,18 @@ pub async fn ensure<B: AccountBackend, S: TenantStore>(
     desired: &AccountSettings,
 ) -> Result<String, S::Error> {
     let mut password = store.root_password().await?;
-    let mut account = locate_account(backend, store, marker).await?;
+    let mut account = match recorded_account(backend, store, marker).await? {
+        Some(account) => Some(account),
+        // None recorded: one carrying the marker was left by a lost create answer, a crash
+        // before the record, or another writer; the same one is recorded by every writer.
+        None => {
+            let marked = ids(&backend.find_accounts(marker).await?);
+            match plan::account_to_record(&marked) {
+                Some(candidate) => Some(record(backend, store, marker, candidate, &marked).await?),
+                None => None,
+            }
+        }
+    };
     let id = loop {
         match plan::account_step(password.is_some(), account.as_ref(), desired) {
             AccountStep::StorePassword => {
@@ -95,13 +199,8 @@ pub async fn ensure<B: AccountBackend, S: TenantStore>(
                 let root = password.as_deref().unwrap_or_default();
                 let id = backend.create_account(desired, marker, root).await?;
                 tracing::info!(account = %id, "created StorageGRID account");
-                store.record_account(&id).await?;
-                account = Some(ObservedAccount {
-                    id,
-                    settings: desired.clone(),
-                    managed_fields_ok: true,
-                    marked: true,
-                });
+                account =
+                    Some(record(backend, store, marker, &id, std::slice::from_ref(&id)).await?);
             }
             AccountStep::ResetPassword { id } => {
                 let fresh = generate_password();
@@ -118,9 +217,6 @@ pub async fn ensure<B: AccountBackend, S: TenantStore>(
             AccountStep::InSync { id } => break id,
         }
     };
-    if store.recorded_account().as_deref() != Some(id.as_str()) {
-        store.record_account(&id).await?;
-    }
     let root = password.unwrap_or_default();
     ensure_key(backend, store, &id, &root).await?;
     Ok(id)
@@ -228,10 +324,9 @@ pub async fn revoke_keys<B: AccountBackend>(
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
 
     use super::*;
-    use crate::controllers::tenant::tests::fake::{Grid, Store, StoreState};
+    use crate::controllers::tenant::tests::fake::{Grid, Store};
 
     const MARKER: &str = "keeper.dev/owner-uid=u1";
 
@@ -244,10 +339,7 @@ mod tests {
     }
 
     fn store(grid: &Grid) -> Store<'_> {
-        Store {
-            grid,
-            state: Mutex::new(StoreState::default()),
-        }
+        Store::new(grid)
     }
 
     /// Exactly one account; it has exactly one key, and that key is the published one.
@@ -343,6 +435,59 @@ mod tests {
             store.recorded_account().as_deref(),
             Some("00000000000000000001")
         );
+    }
+
+    #[tokio::test]
+    async fn two_writers_creating_the_account_at_once_leave_one_recorded_account() {
+        // Both found no account; B created one and recorded it while A was about to create its
+        // own. A's record is refused (the tenant changed since A read it): A deletes its account
+        // and goes on with B's.
+        let grid = Grid::default();
+        let a = store(&grid);
+        a.state.lock().unwrap().password = Some("p".repeat(32));
+        let b = a.beside();
+        let desired = desired();
+        let listed = grid.pauses.after("find_accounts");
+        let (by_a, by_b) = tokio::join!(ensure(&grid, &a, MARKER, &desired), async {
+            listed.reached().await;
+            let by_b = ensure(&grid, &b, MARKER, &desired).await;
+            listed.release();
+            by_b
+        });
+        assert_eq!(by_a.unwrap(), by_b.unwrap());
+        assert_converged(&grid, &a);
+    }
+
+    #[tokio::test]
+    async fn a_writer_behind_a_stale_read_records_nothing_new() {
+        let grid = Grid::default();
+        let a = store(&grid);
+        let b = a.beside();
+        let recorded = ensure(&grid, &a, MARKER, &desired()).await.unwrap();
+        // B read the tenant before A recorded its account: it finds A's account by the marker,
+        // and its record, refused, names A's.
+        b.state.lock().unwrap().password = a.state.lock().unwrap().password.clone();
+        assert_eq!(
+            ensure(&grid, &b, MARKER, &desired()).await.unwrap(),
+            recorded
+        );
+        assert_eq!(grid.state.lock().unwrap().accounts.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn of_several_unrecorded_marked_accounts_one_is_recorded_and_the_others_deleted() {
+        // Left by crashes between create and record (an older keeper, or two writers).
+        let grid = Grid::default();
+        let store = store(&grid);
+        store.state.lock().unwrap().password = Some("p".repeat(32));
+        for _ in 0..2 {
+            grid.create_account(&desired(), MARKER, &"p".repeat(32))
+                .await
+                .unwrap();
+        }
+        let id = ensure(&grid, &store, MARKER, &desired()).await.unwrap();
+        assert_eq!(id, "00000000000000000001", "the lowest id");
+        assert_converged(&grid, &store);
     }
 
     #[tokio::test]

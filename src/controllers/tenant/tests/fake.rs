@@ -7,9 +7,11 @@ use std::sync::{Arc, Mutex};
 use crate::backends::storagegrid::{self, Login};
 use crate::controllers::tenant::backend::{AccountBackend, BackendError, Backends, IssuedKey};
 use crate::controllers::tenant::plan::{AccountSettings, ObservedAccount};
+use crate::controllers::tenant::reconcile::provision::Recorded;
 use crate::controllers::tenant::reconcile::provision::TenantStore;
 use crate::metrics::Metrics;
 use crate::providers::{Keys, ProviderClients};
+use crate::runtime::testing::Pauses;
 
 /// A grid; clones share their state (the reconciler gets a clone, the test keeps one).
 #[derive(Clone, Default)]
@@ -17,6 +19,8 @@ pub struct Grid {
     pub state: Arc<Mutex<GridState>>,
     /// Step counter shared with the store: the step numbered `crash_at` fails.
     pub steps: Arc<Mutex<(usize, Option<usize>)>>,
+    /// Calls that stop once they have acted, until the test lets them go.
+    pub pauses: Arc<Pauses>,
 }
 
 #[derive(Default, Debug)]
@@ -126,14 +130,19 @@ impl AccountBackend for Grid {
         Ok(state.accounts.get(id).map(|a| Self::observe(id, a, marker)))
     }
 
-    async fn find_account(&self, marker: &str) -> Result<Option<ObservedAccount>, BackendError> {
+    async fn find_accounts(&self, marker: &str) -> Result<Vec<ObservedAccount>, BackendError> {
         self.lookup_failure()?;
-        let state = self.state.lock().unwrap();
-        Ok(state
-            .accounts
-            .iter()
-            .find(|(_, a)| a.marker == marker)
-            .map(|(id, a)| Self::observe(id, a, marker)))
+        let found = {
+            let state = self.state.lock().unwrap();
+            state
+                .accounts
+                .iter()
+                .filter(|(_, a)| a.marker == marker)
+                .map(|(id, a)| Self::observe(id, a, marker))
+                .collect()
+        };
+        self.pauses.stop_if_asked("find_accounts").await;
+        Ok(found)
     }
 
     async fn create_account(
@@ -292,10 +301,13 @@ impl AccountBackend for Grid {
     }
 }
 
-/// The tenant's persisted state; its writes are crash points too.
+/// The tenant's persisted state as one writer read it; its writes are crash points too.
 pub struct Store<'g> {
     pub grid: &'g Grid,
     pub state: Mutex<StoreState>,
+    /// The account the tenant records as the API holds it, and how often it was recorded:
+    /// shared by writers racing each other (see [`Store::beside`]).
+    pub recorded: Arc<Mutex<(Option<String>, u64)>>,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -303,6 +315,27 @@ pub struct StoreState {
     pub password: Option<String>,
     pub account: Option<String>,
     pub published: Option<Keys>,
+    /// How often the account was recorded when this writer read the tenant.
+    pub read_version: u64,
+}
+
+impl<'g> Store<'g> {
+    pub fn new(grid: &'g Grid) -> Self {
+        Store {
+            grid,
+            state: Mutex::default(),
+            recorded: Arc::default(),
+        }
+    }
+
+    /// A second writer that read the tenant as this one did (a second keeper).
+    pub fn beside(&self) -> Store<'g> {
+        Store {
+            grid: self.grid,
+            state: Mutex::new(self.state.lock().unwrap().clone()),
+            recorded: self.recorded.clone(),
+        }
+    }
 }
 
 impl TenantStore for Store<'_> {
@@ -322,10 +355,18 @@ impl TenantStore for Store<'_> {
         self.state.lock().unwrap().account.clone()
     }
 
-    async fn record_account(&self, id: &str) -> Result<(), BackendError> {
+    async fn record_account(&self, id: &str) -> Result<Recorded, BackendError> {
         self.grid.step()?;
-        self.state.lock().unwrap().account = Some(id.to_string());
-        Ok(())
+        let mut recorded = self.recorded.lock().unwrap();
+        let mut state = self.state.lock().unwrap();
+        if recorded.1 != state.read_version {
+            state.account = recorded.0.clone();
+            return Ok(Recorded::Lost(recorded.0.clone()));
+        }
+        *recorded = (Some(id.to_string()), recorded.1 + 1);
+        state.account = Some(id.to_string());
+        state.read_version = recorded.1;
+        Ok(Recorded::Yes)
     }
 
     async fn published(&self) -> Result<Option<Keys>, BackendError> {

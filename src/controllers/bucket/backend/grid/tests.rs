@@ -186,6 +186,67 @@ async fn a_new_bucket_gets_its_marked_group_before_the_bucket_is_created() {
     assert_eq!(calls[bucket].2["name"], "ns-b");
 }
 
+/// How the grid answers `verb` on `at`, the first time only.
+async fn once(server: &MockServer, verb: &str, at: &str, response: ResponseTemplate) {
+    Mock::given(method(verb))
+        .and(path(format!("/api/v4/{at}")))
+        .respond_with(response)
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(server)
+        .await;
+}
+
+#[tokio::test]
+async fn a_group_another_writer_created_meanwhile_is_looked_at_again_not_taken() {
+    // Two keepers create the bucket at once: the second create of the group is refused, and
+    // the group found then may belong to anyone: nothing is done with it before the next look.
+    let (server, grid) = mock_grid().await;
+    on(&server, "GET", "org/containers", ok(200, json!([]))).await;
+    once(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    once(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group_json(UID)),
+    )
+    .await;
+    on(&server, "POST", "org/groups", error(422)).await;
+    let err = grid.ensure(&desired(false, false)).await.unwrap_err();
+    assert!(err.is_conflict(), "{err:?}");
+    let calls = calls(&server).await;
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.1 == "org/containers" && c.0 == "POST"),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_user_another_writer_created_meanwhile_for_the_bucket_is_used() {
+    let (server, grid) = mock_grid().await;
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group_json(UID)),
+    )
+    .await;
+    once(&server, "GET", "org/users/user/keeper-ns-b", error(404)).await;
+    on(
+        &server,
+        "GET",
+        "org/users/user/keeper-ns-b",
+        ok(200, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
+    )
+    .await;
+    on(&server, "POST", "org/users", error(422)).await;
+    user_keys(&server, json!([])).await;
+    assert!(grid.user_keys("ns-b", None).await.unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn an_unmarked_existing_bucket_is_someone_elses_unless_recorded_or_adopted() {
     let (server, grid) = mock_grid().await;
@@ -340,17 +401,8 @@ async fn drain_toggles_and_deletion_outcomes() {
 }
 
 #[tokio::test]
-async fn keys_are_kept_issued_for_the_bucket_user_and_rotated() {
+async fn the_bucket_user_is_made_in_its_group_and_the_published_key_is_listed_by_access_key() {
     let (server, grid) = mock_grid().await;
-    let old = Keys {
-        access_key_id: "OLD".into(),
-        secret_access_key: "old-secret".into(),
-    };
-    assert_eq!(
-        grid.keys("ns-b", Some(&old), false).await.unwrap(),
-        KeyPlan::Keep
-    );
-    assert!(calls(&server).await.is_empty(), "keeping costs no call");
     on(
         &server,
         "GET",
@@ -366,9 +418,50 @@ async fn keys_are_kept_issued_for_the_bucket_user_and_rotated() {
         ok(201, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
     )
     .await;
-    // OLD is published; LEFT was made by an attempt whose Secret write failed.
-    user_keys(&server, json!([{"id": "OLD"}, {"id": "LEFT"}])).await;
-    key_delete(&server, "LEFT", ResponseTemplate::new(204)).await;
+    // A listing names keys by credential id; OLD is the published access key.
+    user_keys(&server, json!([{"id": "cred-old"}, {"id": "cred-left"}])).await;
+    on(
+        &server,
+        "GET",
+        "org/users/u-1/s3-access-keys/OLD",
+        ok(200, json!({"id": "cred-old"})),
+    )
+    .await;
+    on(
+        &server,
+        "GET",
+        "org/users/u-1/s3-access-keys/GONE",
+        error(404),
+    )
+    .await;
+    assert_eq!(
+        grid.user_keys("ns-b", Some("OLD")).await.unwrap(),
+        ["OLD", "cred-left"]
+    );
+    // A published key the user does not have: every key is listed by its credential id.
+    assert_eq!(
+        grid.user_keys("ns-b", Some("GONE")).await.unwrap(),
+        ["cred-old", "cred-left"]
+    );
+    let calls = calls(&server).await;
+    let user = calls.iter().find(|c| c.1 == "org/users").unwrap();
+    assert_eq!(user.2["memberOf"], json!(["g-1"]));
+    assert!(
+        calls.iter().all(|c| c.0 != "DELETE"),
+        "listing deletes nothing"
+    );
+}
+
+#[tokio::test]
+async fn keys_are_created_for_the_bucket_user_and_deleted_by_id() {
+    let (server, grid) = mock_grid().await;
+    on(
+        &server,
+        "GET",
+        "org/users/user/keeper-ns-b",
+        ok(200, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
+    )
+    .await;
     on(
         &server,
         "POST",
@@ -379,34 +472,35 @@ async fn keys_are_kept_issued_for_the_bucket_user_and_rotated() {
         ),
     )
     .await;
-    let plan = grid.keys("ns-b", Some(&old), true).await.unwrap();
+    key_delete(&server, "cred-left", ResponseTemplate::new(204)).await;
+    key_delete(&server, "OLD", error(404)).await;
+    let keys = grid.create_key("ns-b").await.unwrap();
     assert_eq!(
-        plan,
-        KeyPlan::Publish {
-            keys: Keys {
-                access_key_id: "NEW".into(),
-                secret_access_key: "new-secret".into()
-            },
-            retire: Some("OLD".into()),
+        keys,
+        Keys {
+            access_key_id: "NEW".into(),
+            secret_access_key: "new-secret".into()
         }
     );
-    let user = calls(&server)
-        .await
-        .into_iter()
-        .find(|c| c.1 == "org/users")
-        .unwrap();
-    assert_eq!(user.2["memberOf"], json!(["g-1"]));
-    // The unpublished key went before the new one was made; the published one stays for now.
+    assert!(
+        !format!("{keys:?}").contains("new-secret"),
+        "secrets stay out of Debug"
+    );
+    grid.delete_key("ns-b", "cred-left").await.unwrap();
+    // Already gone: deleted all the same.
+    grid.delete_key("ns-b", "OLD").await.unwrap();
     let deleted: Vec<String> = calls(&server)
         .await
         .into_iter()
         .filter(|c| c.0 == "DELETE")
         .map(|c| c.1)
         .collect();
-    assert_eq!(deleted, ["org/users/u-1/s3-access-keys/LEFT"]);
-    assert!(
-        !format!("{plan:?}").contains("new-secret"),
-        "secrets stay out of Debug"
+    assert_eq!(
+        deleted,
+        [
+            "org/users/u-1/s3-access-keys/cred-left",
+            "org/users/u-1/s3-access-keys/OLD"
+        ]
     );
 }
 

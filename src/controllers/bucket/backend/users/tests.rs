@@ -1,5 +1,6 @@
-//! The per-bucket user sequence against an in-memory IAM: found-or-created, no key pile-up
-//! across failed publications, rotation, deletion.
+//! The per-bucket user's calls against an in-memory IAM: found-or-created, keys created, listed
+//! and deleted, deletion of the user. Which keys to create and delete is the plan's, tested there
+//! and through whole reconciles.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -139,19 +140,12 @@ fn users() -> BucketUsers<FakeIam> {
     }
 }
 
-fn published(plan: KeyPlan) -> Keys {
-    match plan {
-        KeyPlan::Publish { keys, .. } => keys,
-        KeyPlan::Keep => panic!("expected new keys"),
-    }
-}
-
 const BUCKET: &str = "ns-data";
 
 #[tokio::test]
-async fn the_first_look_creates_a_tagged_user_with_a_bucket_policy_and_one_key() {
+async fn the_first_look_creates_a_tagged_user_with_a_bucket_policy_and_no_key() {
     let users = users();
-    let keys = published(users.keys(BUCKET, None, false).await.unwrap());
+    assert!(users.user_keys(BUCKET).await.unwrap().is_empty());
     let user = plan::user_name(BUCKET);
     let state = users.identity.users.lock().unwrap()[&user].clone();
     assert_eq!(
@@ -165,80 +159,23 @@ async fn the_first_look_creates_a_tagged_user_with_a_bucket_policy_and_one_key()
         state.1.as_deref(),
         Some(plan::bucket_policy(BUCKET).as_str())
     );
-    assert_eq!(state.2, std::slice::from_ref(&keys.access_key_id));
+    let keys = users.create_key(BUCKET).await.unwrap();
+    assert_eq!(
+        users.user_keys(BUCKET).await.unwrap(),
+        std::slice::from_ref(&keys.access_key_id)
+    );
     assert_eq!(users.check(BUCKET, &keys).await.unwrap(), KeyCheck::Works);
-}
-
-#[tokio::test]
-async fn published_keys_are_kept_without_any_iam_call() {
-    let users = users();
-    let keys = published(users.keys(BUCKET, None, false).await.unwrap());
-    users.identity.calls.lock().unwrap().clear();
-    assert_eq!(
-        users.keys(BUCKET, Some(&keys), false).await.unwrap(),
-        KeyPlan::Keep
-    );
-    assert!(users.identity.calls.lock().unwrap().is_empty());
-}
-
-#[tokio::test]
-async fn failed_secret_writes_never_pile_up_keys() {
-    let users = users();
-    // Every attempt creates a key whose Secret write fails: the next attempt starts from
-    // nothing published again.
-    for _ in 0..5 {
-        published(users.keys(BUCKET, None, false).await.unwrap());
-        assert_eq!(users.identity.keys_of(&plan::user_name(BUCKET)).len(), 1);
-    }
-}
-
-#[tokio::test]
-async fn a_rotation_issues_a_second_key_and_retires_the_published_one_even_after_failed_attempts() {
-    let users = users();
-    let first = published(users.keys(BUCKET, None, false).await.unwrap());
-    let user = plan::user_name(BUCKET);
-    // A rotation whose Secret write failed twice: the user never holds more than two keys.
-    for _ in 0..3 {
-        match users.keys(BUCKET, Some(&first), true).await.unwrap() {
-            KeyPlan::Publish { retire, .. } => {
-                assert_eq!(retire.as_deref(), Some(first.access_key_id.as_str()))
-            }
-            KeyPlan::Keep => panic!("a rotation issues keys"),
-        }
-        assert_eq!(users.identity.keys_of(&user).len(), 2);
-    }
-    let KeyPlan::Publish { keys, retire } = users.keys(BUCKET, Some(&first), true).await.unwrap()
-    else {
-        panic!("a rotation issues keys");
-    };
-    // Published, then the old key goes.
-    users.retire_key(BUCKET, &retire.unwrap()).await.unwrap();
-    assert_eq!(users.identity.keys_of(&user), [keys.access_key_id]);
-}
-
-#[tokio::test]
-async fn the_providers_own_keys_published_by_an_older_keeper_are_replaced_not_deleted() {
-    let users = users();
-    let provider = Keys {
-        access_key_id: "ADMIN".into(),
-        secret_access_key: "secret".into(),
-    };
-    let KeyPlan::Publish { retire, .. } = users.keys(BUCKET, Some(&provider), false).await.unwrap()
-    else {
-        panic!("the bucket gets keys of its own");
-    };
-    assert_eq!(
-        retire, None,
-        "the provider's key is not the user's to delete"
-    );
-    let calls = users.identity.calls.lock().unwrap().clone();
-    assert!(!calls.iter().any(|c| c.contains("ADMIN")), "{calls:?}");
+    users.delete_key(BUCKET, &keys.access_key_id).await.unwrap();
+    assert!(users.user_keys(BUCKET).await.unwrap().is_empty());
+    // Already gone: deleted all the same.
+    users.delete_key(BUCKET, &keys.access_key_id).await.unwrap();
 }
 
 #[tokio::test]
 async fn new_keys_are_refused_until_iam_catches_up() {
     let users = users();
-    let keys = published(users.keys(BUCKET, None, false).await.unwrap());
+    users.user_keys(BUCKET).await.unwrap();
+    let keys = users.create_key(BUCKET).await.unwrap();
     *users.identity.delay.lock().unwrap() = 2;
     for _ in 0..2 {
         assert_eq!(
@@ -252,9 +189,10 @@ async fn new_keys_are_refused_until_iam_catches_up() {
 #[tokio::test]
 async fn deletion_removes_keys_then_the_user_and_a_missing_user_is_success() {
     let users = users();
-    let first = published(users.keys(BUCKET, None, false).await.unwrap());
+    users.user_keys(BUCKET).await.unwrap();
     // A rotation in flight: two keys.
-    published(users.keys(BUCKET, Some(&first), true).await.unwrap());
+    users.create_key(BUCKET).await.unwrap();
+    users.create_key(BUCKET).await.unwrap();
     users.delete(BUCKET).await.unwrap();
     assert!(users.identity.users.lock().unwrap().is_empty());
     // Already gone: nothing to do, no error.
@@ -348,7 +286,8 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
         admin_key_id: admin.access_key_id.clone(),
         tenant: "ns/team".into(),
     };
-    let keys = published(users.keys("keeper-mine", None, false).await.unwrap());
+    assert!(users.user_keys("keeper-mine").await.unwrap().is_empty());
+    let keys = users.create_key("keeper-mine").await.unwrap();
     assert_eq!(
         users.check("keeper-mine", &keys).await.unwrap(),
         KeyCheck::Works
@@ -357,16 +296,15 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
         users.check("keeper-theirs", &keys).await.unwrap(),
         KeyCheck::NotYet("AccessDenied".into())
     );
-    // A failed publication and a retry: still one key.
-    let retried = published(users.keys("keeper-mine", None, false).await.unwrap());
+    // A rotation: a second key, the first deleted.
+    let retried = users.create_key("keeper-mine").await.unwrap();
+    users
+        .delete_key("keeper-mine", &keys.access_key_id)
+        .await
+        .unwrap();
     let user = plan::user_name("keeper-mine");
     assert_eq!(
-        users
-            .identity
-            .iam
-            .access_keys(&metrics, &user)
-            .await
-            .unwrap(),
+        users.user_keys("keeper-mine").await.unwrap(),
         std::slice::from_ref(&retried.access_key_id)
     );
     users.delete("keeper-mine").await.unwrap();
