@@ -150,13 +150,14 @@ impl IamStore {
     }
 
     /// Creates the user under `path` with `tags`; a user of that name already there is fine.
+    /// Whether this call created it (a new user has no keys and no policies yet).
     pub async fn create_user(
         &self,
         metrics: &Metrics,
         user: &str,
         path: &str,
         tags: &[(&str, &str)],
-    ) -> Result<(), BackendError> {
+    ) -> Result<bool, BackendError> {
         let tags = tags
             .iter()
             .map(|(k, v)| {
@@ -179,9 +180,9 @@ impl IamStore {
             .set_tags(Some(tags))
             .send();
         match call(metrics, "create_user", request).await {
-            Ok(_) => Ok(()),
-            // Created by an earlier attempt whose answer was lost.
-            Err(e) if e.code == "EntityAlreadyExists" => Ok(()),
+            Ok(_) => Ok(true),
+            // Created by an earlier attempt whose answer was lost, or by another writer.
+            Err(e) if e.code == "EntityAlreadyExists" => Ok(false),
             Err(e) => Err(e),
         }
     }

@@ -15,13 +15,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::backend::{BucketBackend, Connect, DesiredBucket, KeyCheck, Observed, Owner, Wait};
+use super::backend::{
+    BucketBackend, Connect, DesiredBucket, Ensured, KeyCheck, Observed, Owner, Wait,
+};
 use super::plan::drain::{self, DrainSettings, DrainStep};
 use super::plan::keys::{self as key_plan, FirstLook, KEYS_NOT_YET_VALID, KeySource, Publication};
 use super::plan::lifecycle::{self, TenantGate};
 use super::plan::requests::{self, Kind, Request};
 use super::{
-    ADOPT_ANNOTATION, CLIENT_DRAIN_CONTINUE, Error, S3BucketReconciler, SHORT_RETRY, USAGE_REFRESH,
+    ADOPT_ANNOTATION, CLIENT_DRAIN_CONTINUE, CREATE_INTENT_ANNOTATION, Error, S3BucketReconciler,
+    SHORT_RETRY, USAGE_REFRESH,
 };
 use crate::api::names::{default_bucket_name, validate_bucket_name};
 use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus};
@@ -411,8 +414,19 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
     let generation = obj.metadata.generation;
     let before = obj.status.clone().unwrap_or_default();
     let mut out = Report::new(before.clone(), USAGE_REFRESH);
+    let seeded;
+    let mut view = view;
     if lifecycle::needs_ensure(&before, generation, &view.desired.name) {
-        let owner = backend.ensure(&view.desired).await?;
+        let Ensured { owner, created } = backend.ensure(&view.desired).await?;
+        if created {
+            // A bucket this reconcile created is empty: nothing to look at.
+            seeded = View {
+                cached: Some(Observed::default()),
+                ..view.clone()
+            };
+            view = &seeded;
+            out.observed = Cache::Store(Observed::default());
+        }
         if let Some(message) = owner.message() {
             stop_drain_before_letting_go(
                 backend,
@@ -423,6 +437,9 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
             .await?;
             // An intent must not make a bucket someone else created meanwhile ours later.
             out.status.create_intent = None;
+            if obj.annotations().contains_key(CREATE_INTENT_ANNOTATION) {
+                out.remove_annotations.push(CREATE_INTENT_ANNOTATION);
+            }
             let (reason, message) = match owner {
                 Owner::Taken(_) => (
                     "BucketOwnedElsewhere",
@@ -548,6 +565,17 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
             return Ok(out);
         }
         Owner::Us => {}
+    }
+    // No drain asked or running: the delete itself is the look (the backend refuses a bucket
+    // that is not empty), right after the ownership check; only a refused delete lists the
+    // bucket below, to say what is left.
+    let drain_idle = !drain::is_ours(out.status.drain_status.as_ref())
+        && !requests::wants_drain(&request(obj, Kind::Drain), false);
+    if drain_idle && backend.delete(bucket).await? == DeleteOutcome::Deleted {
+        backend.delete_credentials(bucket).await?;
+        out.next = Next::Release;
+        out.observed = Cache::Forget;
+        return Ok(out);
     }
     // A cached "empty" must not lead to a delete: look again (the backend would refuse to
     // delete a non-empty bucket anyway, but the status would claim the wrong thing meanwhile).
@@ -726,7 +754,8 @@ async fn resolve<'a, C: Connect>(
             recorded,
             // Only until the bucket is recorded: from then on the mark alone decides.
             intent: !recorded
-                && status.and_then(|s| s.create_intent.as_deref()) == Some(bucket.as_str()),
+                && (status.and_then(|s| s.create_intent.as_deref()) == Some(bucket.as_str())
+                    || obj.annotations().get(CREATE_INTENT_ANNOTATION) == Some(&bucket)),
             owner: OwnerMark::new(&namespace, &obj.name_any(), &uid),
             adopt: annotated(obj, ADOPT_ANNOTATION),
         },
@@ -768,24 +797,51 @@ pub async fn apply<C: Connect>(
     Ok(out)
 }
 
-/// F16: before keeper creates a bucket it records so in status (`createIntent`, written now, not
-/// with the outcome), so that when the create succeeds and the tagging right after it fails, the
-/// next reconcile finds an untagged bucket it knows to be its own and tags it, instead of
-/// refusing it as someone else's forever. Only a bucket that does not exist yet gets an intent.
+/// F16: before keeper creates a bucket it records so, so that when the create succeeds and the
+/// tagging right after it fails, the next reconcile finds an untagged bucket it knows to be its
+/// own and tags it, instead of refusing it as someone else's forever. Only a bucket that does not
+/// exist yet gets an intent. Whether `view`'s bucket needs one now:
+async fn needs_intent<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result<bool, Error> {
+    let status = view.obj.status.clone().unwrap_or_default();
+    let desired = &view.desired;
+    Ok(!desired.recorded
+        && !desired.intent
+        && lifecycle::needs_ensure(&status, view.obj.metadata.generation, &desired.name)
+        && backend.owner(desired).await? == Owner::Missing)
+}
+
+/// The intent as an annotation written with the finalizer, in its patch (a write saved); none
+/// when the bucket cannot be looked at yet (its tenant not ready, its backend failing), in which
+/// case [`record_create_intent`] records it in status before the create.
+pub async fn intent_with_finalizer<C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &S3Bucket,
+) -> Vec<(&'static str, String)> {
+    let Ok(Ok(Resolved { backend, view, .. })) = resolve(cx, obj).await else {
+        return Vec::new();
+    };
+    match needs_intent(&backend, &view).await {
+        Ok(true) => vec![(CREATE_INTENT_ANNOTATION, view.desired.name.clone())],
+        Ok(false) => Vec::new(),
+        Err(e) => {
+            tracing::debug!(error = %e, "no create intent with the finalizer");
+            Vec::new()
+        }
+    }
+}
+
+/// The intent in status (`createIntent`, written now, not with the outcome) when the finalizer
+/// did not bring one.
 async fn record_create_intent<C: Connect>(
     cx: &Context<S3BucketReconciler<C>>,
     backend: &C::Backend,
     view: &mut View<'_>,
 ) -> Result<(), Error> {
-    let status = view.obj.status.clone().unwrap_or_default();
-    let desired = &view.desired;
-    if desired.recorded
-        || desired.intent
-        || !lifecycle::needs_ensure(&status, view.obj.metadata.generation, &desired.name)
-        || backend.owner(desired).await? != Owner::Missing
-    {
+    if !needs_intent(backend, view).await? {
         return Ok(());
     }
+    let desired = &view.desired;
+    let status = view.obj.status.clone().unwrap_or_default();
     let status = S3BucketStatus {
         create_intent: Some(desired.name.clone()),
         ..status

@@ -141,7 +141,8 @@ async fn creates_the_bucket_then_makes_no_backend_call_until_usage_is_due() {
         conditions::READY
     ));
     assert_eq!(out.next_requeue(), USAGE_REFRESH);
-    assert_eq!(fake.take_calls(), ["ensure", "observe"]);
+    // A bucket this reconcile created is empty: it is not looked at again.
+    assert_eq!(fake.take_calls(), ["ensure"]);
     let bucket = fake.bucket(NAME).unwrap();
     assert_eq!(bucket.owner.as_deref(), Some(UID));
     assert!(bucket.versioning);
@@ -230,6 +231,11 @@ async fn deletion_with_objects_blocks_once_then_drains_and_deletes_on_request() 
         .await
         .unwrap();
     assert_ne!(out.next, Next::Release);
+    assert_eq!(
+        fake.take_calls(),
+        ["owner", "delete", "observe"],
+        "no drain asked: the delete is tried first, and its refusal is followed by a count"
+    );
     assert_eq!(out.status.phase, Some(BucketPhase::Deleting));
     let blocked = out
         .status
@@ -323,9 +329,7 @@ async fn deleting_an_empty_bucket_deletes_it_and_a_missing_one_is_done() {
     assert_eq!(
         fake.take_calls(),
         [
-            "owner",
-            "observe",
-            // Checked again right before the delete.
+            // No drain asked: the delete right after the ownership check is the look.
             "owner",
             "delete",
             "delete_credentials",

@@ -1,6 +1,6 @@
 //! A tenant on StorageGRID, through the grid's management API.
 
-use super::{BucketBackend, DesiredBucket, DrainProgress, KeyCheck, Observed, Owner};
+use super::{BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner};
 use crate::api::DrainMode;
 use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
@@ -251,13 +251,13 @@ impl BucketBackend for StorageGrid {
         })
     }
 
-    async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+    async fn ensure(&self, desired: &DesiredBucket) -> Result<Ensured, BackendError> {
         let mut owner = self.owner(desired).await?;
         if owner == Owner::Missing {
             // A group another S3Bucket left behind (its bucket is gone) keeps its user and that
             // user's keys: it is not taken over for a new bucket of the same name.
             if let Some(taken) = Self::taken(desired, self.group(&desired.name).await?.as_ref()) {
-                return Ok(taken);
+                return Ok(Ensured::found(taken));
             }
             // The mark goes first, so a crash right after the create still finds the bucket ours.
             self.mark(desired).await?;
@@ -274,14 +274,19 @@ impl BucketBackend for StorageGrid {
                 )
                 .await;
             match created {
-                Ok(()) => return Ok(Owner::Us),
+                Ok(()) => {
+                    return Ok(Ensured {
+                        owner: Owner::Us,
+                        created: true,
+                    });
+                }
                 // Bucket names are unique across the grid: another tenant may hold it.
                 Err(e) if e.is_conflict() => {
                     if self.container(&desired.name).await?.is_none() {
-                        return Ok(Owner::Taken(format!(
+                        return Ok(Ensured::found(Owner::Taken(format!(
                             "bucket name {:?} is taken by another tenant of the grid",
                             desired.name
-                        )));
+                        ))));
                     }
                     owner = self.owner(desired).await?;
                 }
@@ -290,7 +295,7 @@ impl BucketBackend for StorageGrid {
         }
         let adopted = matches!(owner, Owner::Unmarked(_)) && desired.adopt;
         if owner != Owner::Us && !adopted {
-            return Ok(owner);
+            return Ok(Ensured::found(owner));
         }
         // Ours (or adopted on request): keep the mark and the policy current.
         self.mark(desired).await?;
@@ -301,7 +306,7 @@ impl BucketBackend for StorageGrid {
                 .set_versioning(&self.tenant, &desired.name, versioning)
                 .await?;
         }
-        Ok(Owner::Us)
+        Ok(Ensured::found(Owner::Us))
     }
 
     async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {

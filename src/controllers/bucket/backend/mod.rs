@@ -39,12 +39,32 @@ pub struct DesiredBucket {
     pub owner: OwnerMark,
     /// `status.bucketName` records that keeper created this bucket (for backends without tags).
     pub recorded: bool,
-    /// `status.createIntent` names this bucket: keeper recorded that it was about to create it,
+    /// The create intent (annotation `keeper.dev/create-intent` or `status.createIntent`) names
+    /// this bucket: keeper recorded that it was about to create it,
     /// so the bucket found without a mark is one whose create succeeded but whose tagging did
     /// not (see [`super::reconcile`]).
     pub intent: bool,
     /// Annotation `keeper.dev/adopt=true`: take over an existing bucket no keeper resource owns.
     pub adopt: bool,
+}
+
+/// What [`BucketBackend::ensure`] left: who owns the bucket, and whether this call created it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ensured {
+    pub owner: Owner,
+    /// Created by this call: empty, so its first observation needs no call (listing a bucket
+    /// made a moment ago tells nothing new).
+    pub created: bool,
+}
+
+impl Ensured {
+    /// An existing bucket, `owner`'s.
+    pub fn found(owner: Owner) -> Self {
+        Ensured {
+            owner,
+            created: false,
+        }
+    }
 }
 
 /// Whose bucket it is.
@@ -116,7 +136,7 @@ pub trait BucketBackend: Send + Sync {
     fn ensure(
         &self,
         desired: &DesiredBucket,
-    ) -> impl Future<Output = Result<Owner, BackendError>> + Send;
+    ) -> impl Future<Output = Result<Ensured, BackendError>> + Send;
 
     /// Usage and drain state; `None` when the bucket does not exist.
     fn observe(
@@ -331,7 +351,7 @@ impl BucketBackend for AnyBackend {
         either!(self, b => b.owner(desired).await)
     }
 
-    async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+    async fn ensure(&self, desired: &DesiredBucket) -> Result<Ensured, BackendError> {
         either!(self, b => b.ensure(desired).await)
     }
 

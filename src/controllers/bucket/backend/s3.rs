@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::users::{BucketUsers, Iam};
-use super::{BucketBackend, DesiredBucket, DrainProgress, KeyCheck, Observed, Owner};
+use super::{BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner};
 use crate::api::DrainMode;
 use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::{self, CreateOutcome, DeleteOutcome, DrainPace, S3Store};
@@ -108,7 +108,7 @@ impl BucketBackend for S3Compatible {
         })
     }
 
-    async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+    async fn ensure(&self, desired: &DesiredBucket) -> Result<Ensured, BackendError> {
         let metrics = &self.metrics;
         let name = &desired.name;
         let mut owner = self.owner(desired).await?;
@@ -133,7 +133,7 @@ impl BucketBackend for S3Compatible {
         }
         let adopted = matches!(owner, Owner::Unmarked(_)) && desired.adopt;
         if owner != Owner::Us && !adopted {
-            return Ok(owner);
+            return Ok(Ensured::found(owner));
         }
         // Marked at once after a create (the intent recorded before it covers a failure here),
         // on adoption, and on buckets an older keeper marked with the uid only.
@@ -148,7 +148,10 @@ impl BucketBackend for S3Compatible {
         if versioning || !(created || adopted) {
             self.store.set_versioning(metrics, name, versioning).await?;
         }
-        Ok(Owner::Us)
+        Ok(Ensured {
+            owner: Owner::Us,
+            created,
+        })
     }
 
     async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {

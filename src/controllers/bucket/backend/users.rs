@@ -25,11 +25,12 @@ pub const TENANT_TAG: &str = "keeper.dev/tenant";
 /// a bucket.
 pub trait Identity: Send + Sync {
     /// Creates the user (path [`plan::USER_PATH`]) with `tags`; an existing user is left as it is.
+    /// Whether this call created it.
     fn create_user(
         &self,
         user: &str,
         tags: &[(&str, &str)],
-    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
 
     /// Sets the user's inline policy to `document`.
     fn put_policy(
@@ -85,12 +86,19 @@ impl<I: Identity> BucketUsers<I> {
     /// The user's access key ids, the user found or created (tagged, with its policy).
     pub async fn user_keys(&self, bucket: &str) -> Result<Vec<String>, BackendError> {
         let user = plan::user_name(bucket);
-        self.identity
+        let created = self
+            .identity
             .create_user(&user, &[(BUCKET_TAG, bucket), (TENANT_TAG, &self.tenant)])
             .await?;
         self.identity
             .put_policy(&user, &plan::bucket_policy(bucket))
             .await?;
+        if created {
+            // A user this call created has no keys: nothing to list. A key another writer
+            // issues for it meanwhile is found by whichever of the two loses the Secret's
+            // compare-and-swap, which lists again on its retry.
+            return Ok(Vec::new());
+        }
         self.identity.access_keys(&user).await
     }
 
@@ -133,7 +141,7 @@ pub struct Iam {
 }
 
 impl Identity for Iam {
-    async fn create_user(&self, user: &str, tags: &[(&str, &str)]) -> Result<(), BackendError> {
+    async fn create_user(&self, user: &str, tags: &[(&str, &str)]) -> Result<bool, BackendError> {
         self.iam
             .create_user(&self.metrics, user, plan::USER_PATH, tags)
             .await

@@ -9,7 +9,7 @@ use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::DeleteOutcome;
 use crate::controllers::bucket::Error;
 use crate::controllers::bucket::backend::{
-    BucketBackend, Connect, DesiredBucket, DrainProgress, KeyCheck, Observed, Owner, Wait,
+    BucketBackend, Connect, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner, Wait,
 };
 use crate::controllers::bucket::plan::keys::KeySource;
 use crate::metrics::Metrics;
@@ -152,7 +152,7 @@ macro_rules! fake_backend {
                 Ok(owner)
             }
 
-            async fn ensure(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
+            async fn ensure(&self, desired: &DesiredBucket) -> Result<Ensured, BackendError> {
                 self.call("ensure")?;
                 let owner = self.owner_of(desired);
                 let mut buckets = self.buckets.lock().unwrap();
@@ -170,13 +170,17 @@ macro_rules! fake_backend {
                 }
                 let adopted = matches!(owner, Owner::Unmarked(_)) && desired.adopt;
                 if !matches!(owner, Owner::Missing | Owner::Us) && !adopted {
-                    return Ok(owner);
+                    return Ok(Ensured::found(owner));
                 }
+                let created = owner == Owner::Missing;
                 let bucket = buckets.entry(desired.name.clone()).or_default();
                 bucket.owner = Some(desired.owner.uid.clone());
                 // Adoption turns versioning on when asked, never off.
                 bucket.versioning = desired.versioning || (adopted && bucket.versioning);
-                Ok(Owner::Us)
+                Ok(Ensured {
+                    owner: Owner::Us,
+                    created,
+                })
             }
 
             async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {

@@ -19,8 +19,8 @@ use crate::api::{
 use crate::backends::error::{CONFLICT_RETRY, ErrorClass, PERMANENT_RETRY};
 use crate::config::OperatorConfig;
 use crate::controllers::bucket::{
-    DRAIN_ANNOTATION, ROTATE_ANNOTATION, ROTATE_HANDLED_ANNOTATION, S3BucketReconciler,
-    USAGE_REFRESH,
+    CREATE_INTENT_ANNOTATION, DRAIN_ANNOTATION, ROTATE_ANNOTATION, ROTATE_HANDLED_ANNOTATION,
+    S3BucketReconciler, USAGE_REFRESH,
 };
 use crate::runtime::cluster::fake::{Call, FakeKube};
 use crate::runtime::{Context, Reconciler, testing};
@@ -95,10 +95,20 @@ fn ours(objects: i64) -> FakeBucket {
 
 /// The status patches written, in order.
 pub(super) fn status_patches(kube: &FakeKube) -> Vec<Value> {
+    patches(kube, false)
+}
+
+/// The JSON patches written (finalizer, annotations), in order.
+fn json_patches(kube: &FakeKube) -> Vec<Value> {
+    patches(kube, true)
+}
+
+fn patches(kube: &FakeKube, json: bool) -> Vec<Value> {
     kube.calls()
         .into_iter()
         .filter_map(|c| match c {
-            Call::PatchStatus { patch, .. } => Some(patch),
+            Call::PatchStatus { patch, .. } if !json => Some(patch),
+            Call::PatchJson { patch, .. } if json => Some(patch),
             _ => None,
         })
         .collect()
@@ -136,6 +146,64 @@ async fn a_new_bucket_becomes_ready_with_an_event_and_its_credentials_secret() {
     assert_eq!(secret["accessKeyId"], "AK1");
     assert_eq!(secret["AWS_REGION"], "us-east-1");
     assert_eq!(secret.len(), 10);
+}
+
+#[tokio::test]
+async fn a_new_bucket_records_its_create_intent_with_the_finalizer_and_needs_three_writes_to_ready()
+{
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    testing::reconcile(&cx, s3bucket()).await.unwrap();
+    let patches = json_patches(&kube);
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    let patch = patches[0].to_string();
+    assert!(patch.contains("keeper.dev/bucket-cleanup"), "{patch}");
+    assert!(
+        patch.contains(&format!(r#""{CREATE_INTENT_ANNOTATION}":"{NAME}""#)),
+        "{patch}"
+    );
+    assert!(
+        fake.bucket(NAME).is_none(),
+        "nothing created before the finalizer"
+    );
+    assert_eq!(kube.calls().len(), 1);
+
+    // The next reconcile sees both and creates: one Secret and one status write.
+    let mut obj = finalized();
+    super::annotate_with(&mut obj, CREATE_INTENT_ANNOTATION, NAME);
+    testing::reconcile(&cx, obj).await.unwrap();
+    let writes: Vec<Call> = kube
+        .calls()
+        .into_iter()
+        .filter(|c| !matches!(c, Call::Publish { .. }))
+        .collect();
+    assert_eq!(writes.len(), 3, "{writes:?}");
+    let patches = status_patches(&kube);
+    assert_eq!(patches.len(), 1, "{patches:?}");
+    assert_eq!(patches[0]["status"]["phase"], "Ready");
+    assert_eq!(patches[0]["status"]["bucketName"], NAME);
+    assert_eq!(fake.bucket(NAME).unwrap().owner.as_deref(), Some(UID));
+}
+
+#[tokio::test]
+async fn a_bucket_whose_tenant_is_not_ready_gets_the_finalizer_alone_and_its_intent_later() {
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Pending);
+    testing::reconcile(&cx, s3bucket()).await.unwrap();
+    let patch = json_patches(&kube)[0].to_string();
+    assert!(patch.contains("keeper.dev/bucket-cleanup"), "{patch}");
+    assert!(!patch.contains(CREATE_INTENT_ANNOTATION), "{patch}");
+    assert!(
+        fake.take_calls().is_empty(),
+        "no backend call without a tenant"
+    );
+}
+
+#[tokio::test]
+async fn an_existing_bucket_gets_no_create_intent_with_the_finalizer() {
+    let fake = Fake::new(DrainMode::ClientSide).with(NAME, FakeBucket::default());
+    let (kube, _fake, cx) = context(fake, TenantPhase::Ready);
+    testing::reconcile(&cx, s3bucket()).await.unwrap();
+    let patch = json_patches(&kube)[0].to_string();
+    assert!(!patch.contains(CREATE_INTENT_ANNOTATION), "{patch}");
 }
 
 #[tokio::test]
@@ -570,4 +638,37 @@ async fn a_tagging_failure_right_after_the_create_does_not_orphan_the_bucket() {
     let buckets = fake.buckets.lock().unwrap();
     assert_eq!(buckets.len(), 1);
     assert_eq!(buckets[NAME].owner.as_deref(), Some(UID));
+}
+
+#[tokio::test]
+async fn the_intent_written_with_the_finalizer_also_claims_an_untagged_bucket_after_a_failed_tagging()
+ {
+    let fake = Fake::new(DrainMode::ClientSide);
+    *fake.fail_tag_after_create.lock().unwrap() = true;
+    let (kube, fake, cx) = context(fake, TenantPhase::Ready);
+    let mut obj = finalized();
+    super::annotate_with(&mut obj, CREATE_INTENT_ANNOTATION, NAME);
+    assert!(testing::reconcile(&cx, obj.clone()).await.is_err());
+    assert_eq!(fake.bucket(NAME).unwrap().owner, None);
+    testing::reconcile(&cx, obj).await.unwrap();
+    let last = status_patches(&kube).pop().unwrap();
+    assert_eq!(last["status"]["phase"], "Ready", "{last}");
+    assert_eq!(fake.bucket(NAME).unwrap().owner.as_deref(), Some(UID));
+}
+
+#[tokio::test]
+async fn an_intent_annotation_does_not_claim_a_bucket_someone_else_made_and_is_removed() {
+    let fake = Fake::new(DrainMode::ClientSide).with(NAME, FakeBucket::default());
+    let (kube, _fake, cx) = context(fake, TenantPhase::Ready);
+    let mut obj = finalized();
+    // Recorded for another name: the bucket of this name existed before keeper looked.
+    super::annotate_with(&mut obj, CREATE_INTENT_ANNOTATION, "another-name");
+    testing::reconcile(&cx, obj).await.unwrap();
+    let last = status_patches(&kube).pop().unwrap();
+    assert_eq!(last["status"]["phase"], "Failed", "{last}");
+    let removal = json_patches(&kube).pop().unwrap().to_string();
+    assert!(
+        removal.contains("remove") && removal.contains("create-intent"),
+        "{removal}"
+    );
 }

@@ -149,7 +149,7 @@ async fn a_new_bucket_gets_its_marked_group_before_the_bucket_is_created() {
     )
     .await;
     assert_eq!(
-        grid.ensure(&desired(false, false)).await.unwrap(),
+        grid.ensure(&desired(false, false)).await.unwrap().owner,
         Owner::Us
     );
     let calls = calls(&server).await;
@@ -259,7 +259,7 @@ async fn an_unmarked_existing_bucket_is_someone_elses_unless_recorded_or_adopted
     .await;
     on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
     assert!(matches!(
-        grid.ensure(&desired(false, false)).await.unwrap(),
+        grid.ensure(&desired(false, false)).await.unwrap().owner,
         Owner::Unmarked(m) if m.contains("not created by keeper")
     ));
     assert_eq!(grid.owner(&desired(true, false)).await.unwrap(), Owner::Us);
@@ -273,7 +273,10 @@ async fn an_unmarked_existing_bucket_is_someone_elses_unless_recorded_or_adopted
         ok(200, json!({})),
     )
     .await;
-    assert_eq!(grid.ensure(&desired(false, true)).await.unwrap(), Owner::Us);
+    assert_eq!(
+        grid.ensure(&desired(false, true)).await.unwrap().owner,
+        Owner::Us
+    );
 }
 
 #[tokio::test]
@@ -286,7 +289,7 @@ async fn a_bucket_marked_by_another_resource_is_not_ours() {
     );
     // Adoption does not take it either, and nothing is written.
     assert!(matches!(
-        grid.ensure(&desired(false, true)).await.unwrap(),
+        grid.ensure(&desired(false, true)).await.unwrap().owner,
         Owner::Taken(_)
     ));
     assert!(calls(&server).await.iter().all(|c| c.0 == "GET"));
@@ -304,7 +307,7 @@ async fn a_mark_from_an_older_keeper_is_ours_and_upgraded() {
     )
     .await;
     assert_eq!(
-        grid.ensure(&desired(false, false)).await.unwrap(),
+        grid.ensure(&desired(false, false)).await.unwrap().owner,
         Owner::Us
     );
     let update = calls(&server)
@@ -326,7 +329,7 @@ async fn a_name_taken_by_another_tenant_is_a_conflict_not_ours() {
     on(&server, "POST", "org/groups", ok(201, group_json(UID))).await;
     on(&server, "POST", "org/containers", error(409)).await;
     assert!(matches!(
-        grid.ensure(&desired(false, false)).await.unwrap(),
+        grid.ensure(&desired(false, false)).await.unwrap().owner,
         Owner::Taken(m) if m.contains("another tenant")
     ));
 }

@@ -41,20 +41,18 @@ impl FakeIam {
 }
 
 impl Identity for FakeIam {
-    async fn create_user(&self, user: &str, tags: &[(&str, &str)]) -> Result<(), BackendError> {
+    async fn create_user(&self, user: &str, tags: &[(&str, &str)]) -> Result<bool, BackendError> {
         self.call("create_user");
-        self.users
-            .lock()
-            .unwrap()
-            .entry(user.to_string())
-            .or_insert_with(|| {
-                let tags = tags
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect();
-                (tags, None, Vec::new())
-            });
-        Ok(())
+        let mut users = self.users.lock().unwrap();
+        if users.contains_key(user) {
+            return Ok(false);
+        }
+        let tags = tags
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        users.insert(user.to_string(), (tags, None, Vec::new()));
+        Ok(true)
     }
 
     async fn put_policy(&self, user: &str, document: &str) -> Result<(), BackendError> {
@@ -169,6 +167,28 @@ async fn the_first_look_creates_a_tagged_user_with_a_bucket_policy_and_no_key() 
     assert!(users.user_keys(BUCKET).await.unwrap().is_empty());
     // Already gone: deleted all the same.
     users.delete_key(BUCKET, &keys.access_key_id).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_user_this_look_created_is_not_listed_and_an_existing_one_is() {
+    let users = users();
+    users.user_keys(BUCKET).await.unwrap();
+    assert_eq!(
+        std::mem::take(&mut *users.identity.calls.lock().unwrap()),
+        ["create_user", "put_policy"],
+        "a new user has no keys to list"
+    );
+    let keys = users.create_key(BUCKET).await.unwrap();
+    users.identity.calls.lock().unwrap().clear();
+    // Found (a crash after the create, another writer): its keys are listed.
+    assert_eq!(
+        users.user_keys(BUCKET).await.unwrap(),
+        std::slice::from_ref(&keys.access_key_id)
+    );
+    assert_eq!(
+        *users.identity.calls.lock().unwrap(),
+        ["create_user", "put_policy", "access_keys"]
+    );
 }
 
 #[tokio::test]
