@@ -858,6 +858,7 @@ fn swapped_secret(
     Ok(Some(secret))
 }
 
+#[cfg(test)]
 pub mod fake {
     //! An in-memory [`Kube`] for unit tests: Secrets, tenants and buckets in maps; status
     //! patches applied to stored copies and recorded; events recorded; failures injectable.
@@ -889,6 +890,9 @@ pub mod fake {
         version: Mutex<u64>,
         /// The resourceVersion each object's last status patch gave it.
         status_versions: Mutex<BTreeMap<String, String>>,
+        /// Reads of a Secret that stop once they have read (`"secret NAME"`), so that a test can
+        /// run a second writer between a read and the write that relies on it.
+        pub pauses: crate::runtime::testing::Pauses,
     }
 
     fn api_error(code: u16) -> kube::Error {
@@ -1096,7 +1100,11 @@ pub mod fake {
                 .expect("lock")
                 .get(&(namespace.to_string(), name.to_string()))
                 .cloned();
-            async move { Ok(found) }.boxed()
+            async move {
+                self.pauses.stop_if_asked(&format!("secret {name}")).await;
+                Ok(found)
+            }
+            .boxed()
         }
 
         fn apply_secret<'a>(

@@ -253,7 +253,7 @@ async fn a_second_writer_never_stores_a_root_password_of_its_own_over_the_first(
     // stored password stays the account's.
     let h = harness();
     let t = grid_tenant();
-    let listed = h.backends.grid.pauses.after("find_accounts");
+    let listed = h.kube.pauses.after("secret t-root-credentials");
     let (by_a, by_b) = tokio::join!(h.reconcile(&t), async {
         listed.reached().await;
         let by_b = h.reconcile(&t).await;
@@ -282,20 +282,51 @@ async fn a_ready_tenant_writes_nothing_on_the_next_look() {
     assert_eq!(h.accounts(), 1);
 }
 
+/// A tenant whose root password was stored by an earlier reconcile (which may have sent the
+/// create): the next one looks for the account before anything else.
+fn grid_tenant_with_a_stored_password(h: &Harness) -> S3Tenant {
+    let t = grid_tenant();
+    h.kube.put_owned_secret(
+        &crate::runtime::cluster::Target::of(&t),
+        "t-root-credentials",
+        data(&[("password", &"p".repeat(32))]),
+    );
+    t
+}
+
 #[tokio::test]
 async fn a_503_from_the_grid_backs_off_and_writes_nothing() {
     let h = harness();
+    let t = grid_tenant_with_a_stored_password(&h);
     h.backends.grid.state.lock().unwrap().fail_lookups_with = Some(503);
-    assert!(transient(h.reconcile(&grid_tenant()).await));
+    assert!(transient(h.reconcile(&t).await));
     assert_eq!(h.kube.calls(), []);
     assert_eq!(h.accounts(), 0);
 }
 
 #[tokio::test]
+async fn a_new_tenant_searches_no_account_before_its_first_create() {
+    // Nothing can carry its marker before a password is stored: the grid's accounts, which it
+    // could only list whole, are not listed.
+    let h = harness();
+    h.reconcile(&grid_tenant()).await.unwrap();
+    assert_eq!(h.accounts(), 1);
+    assert_eq!(h.backends.grid.state.lock().unwrap().searches, 0);
+    // A stored password may mean a create was sent: then the account is searched for.
+    let h = harness();
+    h.reconcile(&grid_tenant_with_a_stored_password(&h))
+        .await
+        .unwrap();
+    assert_eq!(h.accounts(), 1);
+    assert_eq!(h.backends.grid.state.lock().unwrap().searches, 1);
+}
+
+#[tokio::test]
 async fn a_409_from_the_grid_looks_again_soon_without_reporting_a_failure() {
     let h = harness();
+    let t = grid_tenant_with_a_stored_password(&h);
     h.backends.grid.state.lock().unwrap().fail_lookups_with = Some(409);
-    let action = h.reconcile(&grid_tenant()).await.unwrap();
+    let action = h.reconcile(&t).await.unwrap();
     assert_eq!(action, Action::requeue(CONFLICT_RETRY));
     assert_eq!(h.status_writes(), 0);
     assert!(h.kube.notes().is_empty());

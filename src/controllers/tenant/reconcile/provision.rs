@@ -178,6 +178,11 @@ pub async fn ensure<B: AccountBackend, S: TenantStore>(
     let mut password = store.root_password().await?;
     let mut account = match recorded_account(backend, store, marker).await? {
         Some(account) => Some(account),
+        // No password stored: no create was ever sent (the password is stored before every
+        // create, and a second writer that stored it first makes this one's store fail and
+        // look again), so there is nothing to search for; the grid has no filter, and listing
+        // every account for every new tenant costs in proportion to the whole grid.
+        None if password.is_none() => None,
         // None recorded: one carrying the marker was left by a lost create answer, a crash
         // before the record, or another writer; the same one is recorded by every writer.
         None => {

@@ -36,6 +36,8 @@ pub struct GridState {
     pub delete_answers: Option<u16>,
     /// The admin login the reconciler signed in with.
     pub admin: Option<String>,
+    /// Searches for marked accounts (each lists the whole grid).
+    pub searches: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -133,7 +135,8 @@ impl AccountBackend for Grid {
     async fn find_accounts(&self, marker: &str) -> Result<Vec<ObservedAccount>, BackendError> {
         self.lookup_failure()?;
         let found = {
-            let state = self.state.lock().unwrap();
+            let mut state = self.state.lock().unwrap();
+            state.searches += 1;
             state
                 .accounts
                 .iter()
