@@ -272,25 +272,48 @@ impl IamStore {
         Ok(())
     }
 
-    /// Deletes the user's inline policies, then the user (IAM refuses to delete a user that
-    /// still has policies or keys: the caller deletes the keys first); already gone counts as
-    /// deleted.
-    pub async fn delete_user(&self, metrics: &Metrics, user: &str) -> Result<(), BackendError> {
+    /// Deletes the user's inline policy `policy`, then the user (IAM refuses to delete a user
+    /// that still has policies or keys: the caller deletes the keys first); already gone counts
+    /// as deleted. Only when IAM refuses the user for policies someone else added are they
+    /// listed and deleted too: keeper knows the one policy it puts, so it does not list first.
+    pub async fn delete_user(
+        &self,
+        metrics: &Metrics,
+        user: &str,
+        policy: &str,
+    ) -> Result<(), BackendError> {
+        self.delete_user_policy(metrics, user, policy).await?;
+        let request = self.client.delete_user().user_name(user).send();
+        match found(call(metrics, "delete_user", request).await) {
+            Err(e) if e.code == "DeleteConflict" => {}
+            other => return other.map(|_| ()),
+        }
         let request = self.client.list_user_policies().user_name(user).send();
         let Some(policies) = found(call(metrics, "list_user_policies", request).await)? else {
             return Ok(());
         };
         for policy in policies.policy_names() {
-            let request = self
-                .client
-                .delete_user_policy()
-                .user_name(user)
-                .policy_name(policy)
-                .send();
-            found(call(metrics, "delete_user_policy", request).await)?;
+            self.delete_user_policy(metrics, user, policy).await?;
         }
         let request = self.client.delete_user().user_name(user).send();
         found(call(metrics, "delete_user", request).await)?;
+        Ok(())
+    }
+
+    /// Deletes one inline policy; a missing one (or user) counts as deleted.
+    async fn delete_user_policy(
+        &self,
+        metrics: &Metrics,
+        user: &str,
+        policy: &str,
+    ) -> Result<(), BackendError> {
+        let request = self
+            .client
+            .delete_user_policy()
+            .user_name(user)
+            .policy_name(policy)
+            .send();
+        found(call(metrics, "delete_user_policy", request).await)?;
         Ok(())
     }
 }
@@ -353,6 +376,34 @@ mod tests {
         // Idempotent calls are still resent by the SDK.
         store.access_keys(&metrics, "u").await.unwrap_err();
         assert!(seen.load(std::sync::atomic::Ordering::SeqCst) > 2);
+    }
+
+    #[tokio::test]
+    async fn a_user_goes_with_keepers_policy_and_any_other_policy_someone_added() {
+        let Some(moto) = Moto::start() else {
+            return;
+        };
+        let metrics = Metrics::new();
+        let iam = iam(&moto, None);
+        let document = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:ListBucket","Resource":"*"}]}"#;
+        for (user, policies) in [
+            ("plain", &["keeper"][..]),
+            ("added", &["keeper", "someone"]),
+        ] {
+            assert!(iam.create_user(&metrics, user, "/", &[]).await.unwrap());
+            for policy in policies {
+                iam.put_user_policy(&metrics, user, policy, document)
+                    .await
+                    .unwrap();
+            }
+            iam.delete_user(&metrics, user, "keeper").await.unwrap();
+            assert!(
+                iam.create_user(&metrics, user, "/", &[]).await.unwrap(),
+                "{user} was deleted"
+            );
+        }
+        // Already gone: deleted all the same.
+        iam.delete_user(&metrics, "nobody", "keeper").await.unwrap();
     }
 
     #[tokio::test]

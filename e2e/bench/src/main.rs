@@ -67,6 +67,7 @@ async fn main() -> anyhow::Result<()> {
         let idle = Duration::from_secs(if args.smoke { 5 } else { 30 });
         let keeper = Process::start(&env)?;
         kinds::buckets(&lab, &keeper, &mut report, &sizes, idle).await?;
+        save(&args, &report, false)?;
     }
     if wanted("tenants") {
         let sizes = if args.smoke {
@@ -76,11 +77,13 @@ async fn main() -> anyhow::Result<()> {
         };
         let keeper = Process::start(&env)?;
         kinds::tenants(&lab, &keeper, &mut report, &sizes).await?;
+        save(&args, &report, false)?;
     }
     if wanted("databases") {
         let n = if args.smoke { 10 } else { args.databases };
         let keeper = Process::start(&env)?;
         kinds::databases(&lab, &keeper, &mut report, n).await?;
+        save(&args, &report, false)?;
     }
     if wanted("caches") {
         let sizes = if args.smoke {
@@ -89,6 +92,7 @@ async fn main() -> anyhow::Result<()> {
             args.cached.clone()
         };
         caches::run(&lab, &mut report, &sizes).await?;
+        save(&args, &report, false)?;
     }
     let drained = if args.smoke {
         vec![2000]
@@ -97,6 +101,7 @@ async fn main() -> anyhow::Result<()> {
     };
     if wanted("drains") || wanted("drains-s3") {
         drains::s3(&lab, &mut report, &drained).await?;
+        save(&args, &report, false)?;
     }
     if wanted("drains") || wanted("drains-grid") {
         drains::grid(&lab, &mut report, &drained).await?;
@@ -105,9 +110,7 @@ async fn main() -> anyhow::Result<()> {
     for note in &report.notes {
         println!("{note}");
     }
-    if let Some(out) = &args.out {
-        std::fs::write(out, results(&report))?;
-    }
+    save(&args, &report, true)?;
     let failures = report.failures();
     if !args.smoke && !failures.is_empty() {
         eprintln!("{} figures miss their goal", failures.len());
@@ -115,8 +118,16 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Writes `--out` after each part, so that a run stopped midway leaves what it measured.
+fn save(args: &Args, report: &Report, complete: bool) -> anyhow::Result<()> {
+    if let Some(out) = &args.out {
+        std::fs::write(out, results(report, complete))?;
+    }
+    Ok(())
+}
+
 /// `bench/results.md`: when, where, what, and the table with its notes.
-fn results(report: &Report) -> String {
+fn results(report: &Report, complete: bool) -> String {
     let date = std::process::Command::new("date")
         .args(["-u", "+%Y-%m-%d %H:%M UTC"])
         .output()
@@ -127,8 +138,13 @@ fn results(report: &Report) -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
+    let partial = if complete {
+        ""
+    } else {
+        "**Partial: the run stopped before its end; the parts below are those it finished.**\n\n"
+    };
     format!(
-        "# make bench results\n\n{date}, commit {commit}, on {}.\n\n\
+        "# make bench results\n\n{partial}{date}, commit {commit}, on {}.\n\n\
          Each figure beside its floor: the same backend work done one call after another by a \
          plain client, measured in the same run against the same servers (see README, \
          \"Benchmarks\").\n\n{}\n{}\n",

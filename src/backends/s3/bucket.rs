@@ -110,32 +110,26 @@ pub enum DeleteOutcome {
 }
 
 impl S3Store {
-    /// Whether the bucket exists and, if so, keeper's ownership mark on it.
+    /// Whether the bucket exists and, if so, keeper's ownership mark on it. One call:
+    /// GetBucketTagging tells a missing bucket (`NoSuchBucket`) from an untagged one
+    /// (`NoSuchTagSet`) and a tagged one, so no HeadBucket before it.
     pub async fn ownership(&self, metrics: &Metrics, bucket: &str) -> Result<Ownership, S3Error> {
-        let head = metrics
-            .backend_call(BACKEND, "head_bucket", async {
-                match self.client.head_bucket().bucket(bucket).send().await {
-                    Ok(_) => Ok(true),
-                    Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
-                    Err(e) => Err(classify("head_bucket", e)),
-                }
-            })
-            .await?;
-        if !head {
-            return Ok(Ownership::Missing);
-        }
-        let tags = self.tags(metrics, bucket).await?;
-        Ok(Ownership::Exists {
-            mark: mark_of(&tags),
+        Ok(match self.tags(metrics, bucket).await? {
+            None => Ownership::Missing,
+            Some(tags) => Ownership::Exists {
+                mark: mark_of(&tags),
+            },
         })
     }
 
-    async fn tags(&self, metrics: &Metrics, bucket: &str) -> Result<Vec<Tag>, S3Error> {
+    /// The bucket's tags (none for an untagged bucket), `None` when there is no such bucket.
+    async fn tags(&self, metrics: &Metrics, bucket: &str) -> Result<Option<Vec<Tag>>, S3Error> {
         metrics
             .backend_call(BACKEND, "get_bucket_tagging", async {
                 match self.client.get_bucket_tagging().bucket(bucket).send().await {
-                    Ok(out) => Ok(out.tag_set().to_vec()),
-                    Err(e) if e.code() == Some("NoSuchTagSet") => Ok(Vec::new()),
+                    Ok(out) => Ok(Some(out.tag_set().to_vec())),
+                    Err(e) if e.code() == Some("NoSuchTagSet") => Ok(Some(Vec::new())),
+                    Err(e) if e.code() == Some("NoSuchBucket") => Ok(None),
                     Err(e) => Err(classify("get_bucket_tagging", e)),
                 }
             })
@@ -187,7 +181,31 @@ impl S3Store {
         bucket: &str,
         owner: &OwnerMark,
     ) -> Result<(), S3Error> {
-        let mut tags = self.tags(metrics, bucket).await?;
+        // A bucket gone since it was looked at: the tagging below says so (NoSuchBucket).
+        let tags = self.tags(metrics, bucket).await?.unwrap_or_default();
+        self.put_owner_tags(metrics, bucket, owner, tags).await
+    }
+
+    /// Marks a bucket created a moment ago by this keeper: it has no other tags to keep, so
+    /// they are not read.
+    pub async fn tag_new_bucket(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+        owner: &OwnerMark,
+    ) -> Result<(), S3Error> {
+        self.put_owner_tags(metrics, bucket, owner, Vec::new())
+            .await
+    }
+
+    /// Writes `tags` with keeper's mark for `owner` in place of any mark they carry.
+    async fn put_owner_tags(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+        owner: &OwnerMark,
+        mut tags: Vec<Tag>,
+    ) -> Result<(), S3Error> {
         let keys = [OWNER_TAG, OWNER_NAMESPACE_TAG, OWNER_NAME_TAG];
         tags.retain(|t| !keys.contains(&t.key()));
         let values = [

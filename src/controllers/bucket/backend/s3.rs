@@ -137,7 +137,11 @@ impl BucketBackend for S3Compatible {
         }
         // Marked at once after a create (the intent recorded before it covers a failure here),
         // on adoption, and on buckets an older keeper marked with the uid only.
-        if created || adopted || self.mark_outdated(desired).await? {
+        if created {
+            self.store
+                .tag_new_bucket(metrics, name, &desired.owner)
+                .await?;
+        } else if adopted || self.mark_outdated(desired).await? {
             self.store.tag_owner(metrics, name, &desired.owner).await?;
         }
         // Object lock implies versioning. Versioning is turned on when asked; it is suspended

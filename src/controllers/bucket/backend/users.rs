@@ -166,7 +166,9 @@ impl Identity for Iam {
     }
 
     async fn delete_user(&self, user: &str) -> Result<(), BackendError> {
-        self.iam.delete_user(&self.metrics, user).await
+        self.iam
+            .delete_user(&self.metrics, user, plan::POLICY_NAME)
+            .await
     }
 
     async fn access(&self, keys: &Keys, bucket: &str) -> Result<Access, BackendError> {
