@@ -165,6 +165,23 @@ async fn observe<B: BucketBackend>(
     Ok(observed)
 }
 
+/// The observation after a drain round deleted `deleted` of its objects from a bucket that is
+/// not empty yet: at least one object is left, and the bytes follow the mean object size (the
+/// exact figures come with the next listing, at the latest when the bucket is found empty).
+fn counted_down(observed: Observed, deleted: u64) -> Observed {
+    let objects = (observed.objects - i64::try_from(deleted).unwrap_or(i64::MAX)).max(1);
+    let bytes = if observed.objects > 0 {
+        (i128::from(observed.bytes) * i128::from(objects) / i128::from(observed.objects)) as i64
+    } else {
+        observed.bytes
+    };
+    Observed {
+        objects,
+        bytes,
+        ..observed
+    }
+}
+
 /// Runs the drain state machine on an existing bucket of ours. Returns the object count left
 /// when the drain machine is idle or finished (`None` while a drain runs or is blocked).
 async fn run_drain<B: BucketBackend>(
@@ -185,8 +202,18 @@ async fn run_drain<B: BucketBackend>(
     let due = current
         .as_ref()
         .is_none_or(|status| drain::poll_due(status, view.now));
-    // Starting, polling and canceling a drain need the real count; anything else may use the cache.
-    let fresh = if wants { !ours || due } else { ours };
+    let mode = backend.drain_mode();
+    let client_side = mode == crate::api::DrainMode::ClientSide;
+    // Starting and canceling a drain need the real count, and so does a poll of the backend's
+    // own drain. A client-side drain's poll counts down from the cache, which every round lowers
+    // by what it deleted: listing a large bucket at each poll would cost more than its deletes.
+    // Once the count is down to one the poll lists again (others may have written meanwhile).
+    let counted = client_side && view.cached.is_some_and(|c| c.objects > 1);
+    let fresh = if wants {
+        !ours || (due && !counted)
+    } else {
+        ours
+    };
     let Some(mut observed) = observe(backend, view, fresh, out).await? else {
         out.status.drain_status = None;
         out.status.phase = Some(BucketPhase::Pending);
@@ -197,8 +224,6 @@ async fn run_drain<B: BucketBackend>(
         out.next = Next::Requeue(SHORT_RETRY);
         return Ok(None);
     };
-    let mode = backend.drain_mode();
-    let client_side = mode == crate::api::DrainMode::ClientSide;
     // A client-side drain reports its first deletions at once rather than at the first poll.
     let mut report_now = due;
     // Client-side drains delete between polls: keeper is the one emptying the bucket.
@@ -228,16 +253,11 @@ async fn run_drain<B: BucketBackend>(
                 backend_draining: false,
             };
             out.observed = Cache::Store(observed);
-        } else if !due
-            && progress.deleted > 0
-            && current.as_ref().is_some_and(drain::awaiting_first_progress)
-        {
-            let previous = current.as_ref().map_or(0, |s| s.previous_object_count);
-            observed.objects = (previous - progress.deleted as i64).max(1);
-            report_now = true;
+        } else if progress.deleted > 0 {
+            observed = counted_down(observed, progress.deleted);
+            out.observed = Cache::Store(observed);
+            report_now |= current.as_ref().is_some_and(drain::awaiting_first_progress);
         }
-        // Otherwise the cached count stays until the next poll: listing the bucket after every
-        // round would cost more than the deletes.
     }
     let step = drain::decide(wants, ours, observed.backend_draining, observed.objects);
     match step {
