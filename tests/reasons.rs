@@ -24,6 +24,8 @@ const NOT_REASONS: &[&str] = &[
     "NothingDeleted",
     "SharedCredentials",
     "UserMissing",
+    // IAM error code keeper matches (a user that still has keys).
+    "DeleteConflict",
     // Statement ids of the per-bucket key policy.
     "ListThisBucket",
     "ObjectsOfThisBucket",

@@ -72,6 +72,10 @@ pub struct View<'a> {
     pub now: Timestamp,
     /// The last observation, when it is recent enough to stand in for a new one.
     pub cached: Option<Observed>,
+    /// For a cleanup: the access key id the bucket's credentials Secret carries, when the last
+    /// reconcile ended Ready (it left that key the bucket user's only one, see [`settle_keys`]).
+    /// It is deleted without listing the user's keys.
+    pub only_key: Option<String>,
 }
 
 /// What a reconcile decided: the [`Outcome`] the runtime writes, plus what only this controller
@@ -529,7 +533,9 @@ pub async fn cleanup_bucket<B: BucketBackend>(
         // to delete but the bucket's own credentials.
         Err(Error::Backend(e)) if e.is_gone() => {
             tracing::info!(error = %e, "the bucket is gone from the backend");
-            backend.delete_credentials(&view.desired.name).await?;
+            backend
+                .delete_credentials(&view.desired.name, view.only_key.as_deref())
+                .await?;
             let mut out = Report::new(deleting_status(view.obj), USAGE_REFRESH);
             out.next = Next::Release;
             Ok(out)
@@ -570,7 +576,9 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
     let bucket = &view.desired.name;
     match backend.owner(&view.desired).await? {
         Owner::Missing => {
-            backend.delete_credentials(bucket).await?;
+            backend
+                .delete_credentials(bucket, view.only_key.as_deref())
+                .await?;
             out.next = Next::Release;
             return Ok(out);
         }
@@ -592,7 +600,9 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
     let drain_idle = !drain::is_ours(out.status.drain_status.as_ref())
         && !requests::wants_drain(&request(obj, Kind::Drain), false);
     if drain_idle && backend.delete(bucket).await? == DeleteOutcome::Deleted {
-        backend.delete_credentials(bucket).await?;
+        backend
+            .delete_credentials(bucket, view.only_key.as_deref())
+            .await?;
         out.next = Next::Release;
         out.observed = Cache::Forget;
         return Ok(out);
@@ -606,7 +616,9 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
     let remaining = run_drain(backend, view, &mut out).await?;
     if out.status.phase == Some(BucketPhase::Pending) {
         // The bucket disappeared from the backend: nothing left to delete.
-        backend.delete_credentials(bucket).await?;
+        backend
+            .delete_credentials(bucket, view.only_key.as_deref())
+            .await?;
         out.next = Next::Release;
         return Ok(out);
     }
@@ -634,7 +646,9 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
     }
     match backend.delete(bucket).await? {
         DeleteOutcome::Deleted => {
-            backend.delete_credentials(bucket).await?;
+            backend
+                .delete_credentials(bucket, view.only_key.as_deref())
+                .await?;
             out.next = Next::Release;
             out.observed = Cache::Forget;
         }
@@ -782,6 +796,7 @@ async fn resolve<'a, C: Connect>(
         drain,
         now: Timestamp::now(),
         cached: cx.reconciler.cached(&uid),
+        only_key: None,
     };
     Ok(Ok(Resolved {
         backend,
@@ -886,7 +901,7 @@ pub async fn cleanup<C: Connect>(
         }
         return Ok(out);
     }
-    let resolved = match resolve(cx, obj).await {
+    let mut resolved = match resolve(cx, obj).await {
         Ok(Ok(resolved)) => resolved,
         // Nothing was ever created without a recorded bucket name and a reachable tenant.
         Ok(Err(_)) | Err(Error::Invalid { .. }) if lifecycle::never_created(obj) => {
@@ -898,6 +913,7 @@ pub async fn cleanup<C: Connect>(
         Ok(Err(wait)) => return Ok(waiting(obj, wait, true)),
         Err(e) => return Err(e),
     };
+    resolved.view.only_key = only_published_key(cx, obj).await;
     let mut report = if obj.spec.deletion_policy == DeletionPolicy::Retain {
         // A drain runs: it is stopped before the bucket is let go.
         retain_bucket(&resolved.backend, &resolved.view).await?
@@ -909,6 +925,25 @@ pub async fn cleanup<C: Connect>(
     }
     cx.reconciler.settle(obj, &report);
     Ok(report.outcome)
+}
+
+/// See [`View::only_key`]. `None` when the Secret cannot be read: the user's keys are listed.
+async fn only_published_key<C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &S3Bucket,
+) -> Option<String> {
+    let settled = obj
+        .status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY));
+    if !settled {
+        return None;
+    }
+    let name = format!("{}-credentials", obj.name_any());
+    let secret = owned_secret_object(cx.kube(), &Target::of(obj), &name)
+        .await
+        .ok()??;
+    lifecycle::keys_from(&secret_data(&secret)).map(|keys| keys.access_key_id)
 }
 
 /// A retained bucket keeps working, and so do its keys: the credentials Secret is released from

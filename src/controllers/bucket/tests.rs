@@ -103,6 +103,7 @@ fn view<'a>(obj: &'a S3Bucket, now: Timestamp, cached: Option<Observed>) -> View
             intent: false,
             adopt: annotated(obj, ADOPT_ANNOTATION),
         },
+        only_key: None,
         drain: drain::settings(obj.spec.drain.as_ref(), &DrainDefaults::default()).unwrap(),
         now,
         cached,

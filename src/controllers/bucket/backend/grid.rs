@@ -436,7 +436,12 @@ impl BucketBackend for StorageGrid {
         Ok(())
     }
 
-    async fn delete_credentials(&self, bucket: &str) -> Result<(), BackendError> {
+    // The user is looked up by name first anyway, and its keys listed with it.
+    async fn delete_credentials(
+        &self,
+        bucket: &str,
+        _only_key: Option<&str>,
+    ) -> Result<(), BackendError> {
         if let Some(user) = self.find_user(bucket).await? {
             let owner = storagegrid::KeyOwner::User(&user.id);
             for key in self.client.list_access_keys(&self.tenant, owner).await? {

@@ -186,9 +186,12 @@ pub trait BucketBackend: Send + Sync {
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// Deletes the bucket's own credentials (user, group, keys) when the bucket goes.
+    /// `only_key`: the one key the bucket's user is known to have (it may have others all the
+    /// same: a backend that skips listing them must find out and delete them too).
     fn delete_credentials(
         &self,
         bucket: &str,
+        only_key: Option<&str>,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
     /// Whether keys just issued for `bucket` are accepted yet: the bucket is Ready only once they
@@ -395,8 +398,12 @@ impl BucketBackend for AnyBackend {
         either!(self, b => b.delete_key(bucket, id).await)
     }
 
-    async fn delete_credentials(&self, bucket: &str) -> Result<(), BackendError> {
-        either!(self, b => b.delete_credentials(bucket).await)
+    async fn delete_credentials(
+        &self,
+        bucket: &str,
+        only_key: Option<&str>,
+    ) -> Result<(), BackendError> {
+        either!(self, b => b.delete_credentials(bucket, only_key).await)
     }
 
     async fn check_keys(&self, bucket: &str, keys: &Keys) -> Result<KeyCheck, BackendError> {

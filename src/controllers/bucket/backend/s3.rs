@@ -244,9 +244,13 @@ impl BucketBackend for S3Compatible {
         self.users()?.delete_key(bucket, id).await
     }
 
-    async fn delete_credentials(&self, bucket: &str) -> Result<(), BackendError> {
+    async fn delete_credentials(
+        &self,
+        bucket: &str,
+        only_key: Option<&str>,
+    ) -> Result<(), BackendError> {
         match &self.credentials {
-            Credentials::PerBucketUser(users) => users.delete(bucket).await,
+            Credentials::PerBucketUser(users) => users.delete(bucket, only_key).await,
             Credentials::Shared(_) => Ok(()),
         }
     }

@@ -114,13 +114,30 @@ impl<I: Identity> BucketUsers<I> {
             .await
     }
 
-    /// Deletes the bucket's keys, policy and user.
-    pub async fn delete(&self, bucket: &str) -> Result<(), BackendError> {
+    /// Deletes the bucket's keys, policy and user. `only_key`: the user's one key as the
+    /// bucket's Secret carries it, deleted without listing the user's keys; IAM refuses to delete
+    /// a user that still has a key (`DeleteConflict`), and then the keys are listed after all.
+    pub async fn delete(&self, bucket: &str, only_key: Option<&str>) -> Result<(), BackendError> {
         let user = plan::user_name(bucket);
-        for id in self.identity.access_keys(&user).await? {
-            self.identity.delete_access_key(&user, &id).await?;
+        let Some(id) = only_key else {
+            self.delete_keys(&user).await?;
+            return self.identity.delete_user(&user).await;
+        };
+        self.identity.delete_access_key(&user, id).await?;
+        match self.identity.delete_user(&user).await {
+            Err(e) if e.code == "DeleteConflict" => {
+                self.delete_keys(&user).await?;
+                self.identity.delete_user(&user).await
+            }
+            other => other,
         }
-        self.identity.delete_user(&user).await
+    }
+
+    async fn delete_keys(&self, user: &str) -> Result<(), BackendError> {
+        for id in self.identity.access_keys(user).await? {
+            self.identity.delete_access_key(user, &id).await?;
+        }
+        Ok(())
     }
 
     /// Whether freshly issued keys work yet (IAM is eventually consistent).

@@ -55,6 +55,8 @@ pub struct Fake {
     pub key_limit: Option<usize>,
     /// Calls that stop once they have acted, until the test lets them go.
     pub pauses: Pauses,
+    /// The `only_key` of each `delete_credentials` call.
+    pub only_keys: Mutex<Vec<Option<String>>>,
 }
 
 impl Fake {
@@ -75,6 +77,7 @@ impl Fake {
             keys_created: Mutex::default(),
             key_limit: Some(2),
             pauses: Pauses::default(),
+            only_keys: Mutex::default(),
         }
     }
 
@@ -315,7 +318,15 @@ macro_rules! fake_backend {
                 Ok(())
             }
 
-            async fn delete_credentials(&self, _bucket: &str) -> Result<(), BackendError> {
+            async fn delete_credentials(
+                &self,
+                _bucket: &str,
+                only_key: Option<&str>,
+            ) -> Result<(), BackendError> {
+                self.only_keys
+                    .lock()
+                    .unwrap()
+                    .push(only_key.map(str::to_string));
                 self.call("delete_credentials")
             }
 

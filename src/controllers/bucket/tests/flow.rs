@@ -269,6 +269,30 @@ async fn a_not_found_during_cleanup_counts_as_gone() {
 }
 
 #[tokio::test]
+async fn deleting_a_ready_bucket_names_the_key_its_secret_carries_and_a_pending_one_does_not() {
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    testing::reconcile(&cx, finalized()).await.unwrap();
+    assert_eq!(
+        kube.secret_data("ns", "b-credentials").unwrap()["accessKeyId"],
+        "AK1"
+    );
+    let mut obj = deleting();
+    // The last reconcile did not end Ready: an issuance may have been cut short.
+    testing::reconcile(&cx, obj.clone()).await.unwrap();
+    fake.buckets.lock().unwrap().insert(NAME.into(), ours(0));
+    crate::runtime::conditions::set(
+        &mut obj.status.as_mut().unwrap().conditions,
+        crate::runtime::conditions::READY,
+        true,
+        "BucketReady",
+        "ready",
+        Some(1),
+    );
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert_eq!(*fake.only_keys.lock().unwrap(), [None, Some("AK1".into())]);
+}
+
+#[tokio::test]
 async fn a_transient_error_during_cleanup_never_counts_as_gone() {
     let (kube, fake, cx) = context(
         Fake::new(DrainMode::ClientSide).with(NAME, ours(5)),

@@ -541,7 +541,7 @@ async fn bucket_credentials_go_with_the_bucket() {
         ResponseTemplate::new(204),
     )
     .await;
-    grid.delete_credentials("ns-b").await.unwrap();
+    grid.delete_credentials("ns-b", None).await.unwrap();
     let deleted: Vec<String> = calls(&server)
         .await
         .into_iter()
@@ -561,5 +561,5 @@ async fn bucket_credentials_go_with_the_bucket() {
     let (server, grid) = mock_grid().await;
     on(&server, "GET", "org/users/user/keeper-ns-b", error(404)).await;
     on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
-    grid.delete_credentials("ns-b").await.unwrap();
+    grid.delete_credentials("ns-b", None).await.unwrap();
 }

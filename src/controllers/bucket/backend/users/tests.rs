@@ -213,10 +213,48 @@ async fn deletion_removes_keys_then_the_user_and_a_missing_user_is_success() {
     // A rotation in flight: two keys.
     users.create_key(BUCKET).await.unwrap();
     users.create_key(BUCKET).await.unwrap();
-    users.delete(BUCKET).await.unwrap();
+    users.delete(BUCKET, None).await.unwrap();
     assert!(users.identity.users.lock().unwrap().is_empty());
     // Already gone: nothing to do, no error.
-    users.delete(BUCKET).await.unwrap();
+    users.delete(BUCKET, None).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_published_key_is_deleted_without_a_listing_unless_iam_finds_another() {
+    let users = users();
+    users.user_keys(BUCKET).await.unwrap();
+    let published = users.create_key(BUCKET).await.unwrap().access_key_id;
+    users.identity.calls.lock().unwrap().clear();
+    users.delete(BUCKET, Some(&published)).await.unwrap();
+    assert_eq!(
+        *users.identity.calls.lock().unwrap(),
+        [
+            format!("delete_access_key {published}"),
+            "delete_user".into()
+        ]
+    );
+    assert!(users.identity.users.lock().unwrap().is_empty());
+
+    // A key issued by a reconcile that crashed before publishing it: IAM refuses to delete the
+    // user, and the keys are listed and deleted after all.
+    users.user_keys(BUCKET).await.unwrap();
+    let published = users.create_key(BUCKET).await.unwrap().access_key_id;
+    let unpublished = users.create_key(BUCKET).await.unwrap().access_key_id;
+    users.identity.calls.lock().unwrap().clear();
+    users.delete(BUCKET, Some(&published)).await.unwrap();
+    assert_eq!(
+        *users.identity.calls.lock().unwrap(),
+        [
+            format!("delete_access_key {published}"),
+            "delete_user".into(),
+            "access_keys".into(),
+            format!("delete_access_key {unpublished}"),
+            "delete_user".into(),
+        ]
+    );
+    assert!(users.identity.users.lock().unwrap().is_empty());
+    // Already gone: the published key and the user count as deleted.
+    users.delete(BUCKET, Some(&published)).await.unwrap();
 }
 
 /// The real IAM calls and policy against a moto that enforces IAM: the keys keeper issues reach
@@ -327,7 +365,11 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
         users.user_keys("keeper-mine").await.unwrap(),
         std::slice::from_ref(&retried.access_key_id)
     );
-    users.delete("keeper-mine").await.unwrap();
+    // The published key, deleted without a listing.
+    users
+        .delete("keeper-mine", Some(&retried.access_key_id))
+        .await
+        .unwrap();
     assert_eq!(
         users.check("keeper-mine", &retried).await.unwrap(),
         KeyCheck::NotYet("InvalidAccessKeyId".into())
@@ -341,6 +383,10 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
             .unwrap()
             .is_empty()
     );
-    // Already gone: success.
-    users.delete("keeper-mine").await.unwrap();
+    // Already gone: success, with or without the published key.
+    users
+        .delete("keeper-mine", Some(&retried.access_key_id))
+        .await
+        .unwrap();
+    users.delete("keeper-mine", None).await.unwrap();
 }
