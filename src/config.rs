@@ -791,6 +791,13 @@ mod tests {
             config.providers.get("s3"),
             Some(Provider::S3Compatible(_))
         ));
+        assert_eq!(
+            config.providers["s3"].request_rate(),
+            Some(RequestRate {
+                per_second: 50.0,
+                burst: NonZeroU32::new(50).unwrap()
+            })
+        );
     }
 
     #[test]
