@@ -7,6 +7,7 @@
 
 use crate::controllers::ControllerKind;
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -185,6 +186,20 @@ impl Provider {
         }
     }
 
+    /// The request rate keeper keeps to for this provider; `None`: no limit.
+    pub fn request_rate(&self) -> Option<RequestRate> {
+        let (per_second, burst) = self.rate_settings();
+        RequestRate::of(per_second, burst)
+    }
+
+    /// `requestsPerSecond` and `requestBurst` as written.
+    fn rate_settings(&self) -> (Option<RequestsPerSecond>, Option<NonZeroU32>) {
+        match self {
+            Provider::StorageGrid(p) => (p.requests_per_second, p.request_burst),
+            Provider::S3Compatible(p) => (p.requests_per_second, p.request_burst),
+        }
+    }
+
     /// The namespaces that may use the provider; `None`: every namespace.
     pub fn allowed_namespaces(&self) -> Option<&AllowedNamespaces> {
         match self {
@@ -225,6 +240,13 @@ pub struct StorageGridProvider {
     pub tls: TlsConfig,
     #[serde(default)]
     pub drain: DrainDefaults,
+    /// Most requests per second keeper sends for this provider: grid and tenant management API
+    /// calls and S3 calls to the grid's S3 endpoint, together. Absent: no limit.
+    #[serde(default)]
+    pub requests_per_second: Option<RequestsPerSecond>,
+    /// Requests that may go at once after a quiet spell (default: one second's worth).
+    #[serde(default)]
+    pub request_burst: Option<NonZeroU32>,
 }
 
 #[derive(Deserialize, Debug, Clone, PartialEq)]
@@ -257,6 +279,13 @@ pub struct S3CompatibleProvider {
     /// chosen explicitly.
     #[serde(default)]
     pub shared_credentials: bool,
+    /// Most requests per second keeper sends for this provider, S3 and IAM together. Absent: no
+    /// limit.
+    #[serde(default)]
+    pub requests_per_second: Option<RequestsPerSecond>,
+    /// Requests that may go at once after a quiet spell (default: one second's worth).
+    #[serde(default)]
+    pub request_burst: Option<NonZeroU32>,
 }
 
 /// Where the IAM API of an S3-compatible provider is (AWS IAM is not at the S3 endpoint).
@@ -376,6 +405,19 @@ pub struct RdsConfig {
     /// VPC security groups for new instances.
     #[serde(default)]
     pub vpc_security_group_ids: Vec<String>,
+    /// Most RDS requests per second keeper sends. Absent: no limit.
+    #[serde(default)]
+    pub requests_per_second: Option<RequestsPerSecond>,
+    /// Requests that may go at once after a quiet spell (default: one second's worth).
+    #[serde(default)]
+    pub request_burst: Option<NonZeroU32>,
+}
+
+impl RdsConfig {
+    /// The request rate keeper keeps to towards RDS; `None`: no limit.
+    pub fn request_rate(&self) -> Option<RequestRate> {
+        RequestRate::of(self.requests_per_second, self.request_burst)
+    }
 }
 
 impl Default for RdsConfig {
@@ -386,6 +428,8 @@ impl Default for RdsConfig {
             sizes: default_sizes(),
             db_subnet_group_name: None,
             vpc_security_group_ids: Vec::new(),
+            requests_per_second: None,
+            request_burst: None,
         }
     }
 }
@@ -441,6 +485,52 @@ fn duration_opt<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::
     Option::<String>::deserialize(d)?
         .map(|s| parse_duration(&s).map_err(serde::de::Error::custom))
         .transpose()
+}
+
+/// `requestsPerSecond`: a rate keeper can keep to. Below one request in 100 s a reconcile would
+/// wait minutes for its few calls; above 100,000 the limit would not be one.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestsPerSecond(f64);
+
+impl RequestsPerSecond {
+    const MIN: f64 = 0.01;
+    const MAX: f64 = 100_000.0;
+}
+
+impl<'de> Deserialize<'de> for RequestsPerSecond {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let rate = f64::deserialize(d)?;
+        // Written so that NaN fails too.
+        if !(Self::MIN..=Self::MAX).contains(&rate) {
+            return Err(serde::de::Error::custom(format!(
+                "must be between {} and {} requests per second, got {rate}",
+                Self::MIN,
+                Self::MAX
+            )));
+        }
+        Ok(RequestsPerSecond(rate))
+    }
+}
+
+/// A request rate limit: `per_second` on average, `burst` at once after a quiet spell.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RequestRate {
+    pub per_second: f64,
+    pub burst: NonZeroU32,
+}
+
+impl RequestRate {
+    /// The rate of `requestsPerSecond` and `requestBurst` (which validation refuses alone); the
+    /// burst defaults to one second's worth, so a steady rate is never held back.
+    fn of(per_second: Option<RequestsPerSecond>, burst: Option<NonZeroU32>) -> Option<Self> {
+        let RequestsPerSecond(per_second) = per_second?;
+        // At most 100,000 (RequestsPerSecond::MAX): the cast cannot truncate.
+        let one_second = NonZeroU32::new(per_second.ceil() as u32).unwrap_or(NonZeroU32::MIN);
+        Some(RequestRate {
+            per_second,
+            burst: burst.unwrap_or(one_second),
+        })
+    }
 }
 
 /// An absolute http(s) URL.
@@ -506,6 +596,11 @@ impl RuntimeConfig {
         }
         Ok(())
     }
+}
+
+/// `requestBurst` shapes a rate that is not there.
+fn burst_without_rate(section: &str) -> String {
+    format!("{section}.requestBurst: needs requestsPerSecond (a burst of what rate?)")
 }
 
 impl OperatorConfig {
@@ -615,6 +710,10 @@ impl OperatorConfig {
                     format!("providers.{name}.{kind}.allowedNamespaces: {e}")
                 })?;
             }
+            if let (None, Some(_)) = provider.rate_settings() {
+                let kind = kind.split('.').next().unwrap_or_default();
+                return Err(burst_without_rate(&format!("providers.{name}.{kind}")));
+            }
             if let Provider::S3Compatible(p) = provider
                 && p.iam.is_some()
                 && p.shared_credentials
@@ -655,6 +754,9 @@ impl OperatorConfig {
             }
         }
         self.runtime.validate()?;
+        if let (None, Some(_)) = (self.rds.requests_per_second, self.rds.request_burst) {
+            return Err(burst_without_rate("rds"));
+        }
         for (size, class) in &self.rds.sizes {
             let size = serde_json::to_value(size).unwrap_or_default();
             let size = size.as_str().unwrap_or_default();
@@ -689,6 +791,13 @@ mod tests {
             config.providers.get("s3"),
             Some(Provider::S3Compatible(_))
         ));
+        assert_eq!(
+            config.providers["s3"].request_rate(),
+            Some(RequestRate {
+                per_second: 50.0,
+                burst: NonZeroU32::new(50).unwrap()
+            })
+        );
     }
 
     #[test]
@@ -921,6 +1030,81 @@ mod tests {
         ] {
             let err = parse(drain).unwrap_err();
             assert!(err.contains(field), "{drain}: {err}");
+        }
+    }
+
+    #[test]
+    fn request_rates_are_optional_and_their_burst_defaults_to_one_seconds_worth() {
+        let grid = "providers:\n  g:\n    storageGrid:\n      adminEndpoint: https://grid\n      adminCredentialsSecret: {name: x}\n      s3Endpoint: https://s3\n";
+        let s3 = "providers:\n  s3:\n    s3Compatible:\n      endpoint: https://s3\n      credentialsSecret: {name: x}\n";
+        let rate = |per_second: f64, burst: u32| {
+            Some(RequestRate {
+                per_second,
+                burst: NonZeroU32::new(burst).unwrap(),
+            })
+        };
+        // Both providers in one file.
+        let both =
+            |grid: &str, s3: &str| format!("{grid}{}", s3.trim_start_matches("providers:\n"));
+        let config = OperatorConfig::parse(&both(grid, s3)).unwrap();
+        assert_eq!(config.providers["g"].request_rate(), None);
+        assert_eq!(config.providers["s3"].request_rate(), None);
+        assert_eq!(config.rds.request_rate(), None);
+        let config = OperatorConfig::parse(&format!(
+            "{}rds: {{requestsPerSecond: 0.5}}\n",
+            both(
+                &format!("{grid}      requestsPerSecond: 25\n"),
+                &format!("{s3}      requestsPerSecond: 2.5\n      requestBurst: 10\n")
+            )
+        ))
+        .unwrap();
+        assert_eq!(config.providers["g"].request_rate(), rate(25.0, 25));
+        assert_eq!(config.providers["s3"].request_rate(), rate(2.5, 10));
+        assert_eq!(config.rds.request_rate(), rate(0.5, 1));
+        for (yaml, message) in [
+            (
+                format!("{s3}      requestsPerSecond: 0\n"),
+                "providers.s3.s3Compatible.requestsPerSecond: must be between 0.01 and 100000 requests per second, got 0",
+            ),
+            (
+                format!("{s3}      requestsPerSecond: -5\n"),
+                "providers.s3.s3Compatible.requestsPerSecond: must be between 0.01 and 100000 requests per second, got -5",
+            ),
+            (
+                format!("{grid}      requestsPerSecond: .nan\n"),
+                "providers.g.storageGrid.requestsPerSecond: must be between",
+            ),
+            (
+                format!("{grid}      requestsPerSecond: 1e6\n"),
+                "providers.g.storageGrid.requestsPerSecond: must be between",
+            ),
+            (
+                format!("{s3}      requestsPerSecond: fast\n"),
+                "providers.s3.s3Compatible.requestsPerSecond: invalid type",
+            ),
+            (
+                "rds: {requestsPerSecond: 0}\n".to_string(),
+                "rds.requestsPerSecond: must be between",
+            ),
+            (
+                format!("{s3}      requestsPerSecond: 5\n      requestBurst: 0\n"),
+                "providers.s3.s3Compatible.requestBurst: invalid value: integer `0`",
+            ),
+            (
+                format!("{grid}      requestBurst: 5\n"),
+                "providers.g.storageGrid.requestBurst: needs requestsPerSecond",
+            ),
+            (
+                "rds: {requestBurst: 5}\n".to_string(),
+                "rds.requestBurst: needs requestsPerSecond",
+            ),
+            (
+                format!("{s3}      requestsPerSecnd: 5\n"),
+                "unknown field `requestsPerSecnd`",
+            ),
+        ] {
+            let err = OperatorConfig::parse(&yaml).unwrap_err();
+            assert!(err.contains(message), "{yaml}: {err}");
         }
     }
 

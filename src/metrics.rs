@@ -6,7 +6,9 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use crate::backends::rate::RateLimit;
 use prometheus::core::Collector;
+
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
 
 /// Classifies the outcome of a backend call for `keeper_backend_requests_total{outcome}`.
@@ -22,6 +24,7 @@ pub struct Metrics {
     reconcile_errors: IntCounterVec,
     backend_requests: IntCounterVec,
     backend_duration: HistogramVec,
+    rate_limited: HistogramVec,
     retry_delay: HistogramVec,
 }
 
@@ -74,6 +77,17 @@ impl Metrics {
             &["backend", "operation"],
         )
         .expect("valid metric");
+        let rate_limited = HistogramVec::new(
+            HistogramOpts::new(
+                "keeper_backend_rate_limited_seconds",
+                "How long backend calls waited for their provider's request rate (requestsPerSecond) before they were sent; only backends with a rate.",
+            )
+            .buckets(vec![
+                0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+            ]),
+            &["backend"],
+        )
+        .expect("valid metric");
         let retry_delay = HistogramVec::new(
             HistogramOpts::new(
                 "keeper_reconcile_retry_delay_seconds",
@@ -90,6 +104,7 @@ impl Metrics {
             reconcile_errors,
             backend_requests,
             backend_duration,
+            rate_limited,
             retry_delay,
         };
         metrics.register(metrics.reconcile_total.clone());
@@ -97,6 +112,7 @@ impl Metrics {
         metrics.register(metrics.reconcile_errors.clone());
         metrics.register(metrics.backend_requests.clone());
         metrics.register(metrics.backend_duration.clone());
+        metrics.register(metrics.rate_limited.clone());
         metrics.register(metrics.retry_delay.clone());
         metrics
     }
@@ -137,9 +153,11 @@ impl Metrics {
             .observe(delay.as_secs_f64());
     }
 
-    /// Runs one backend call, recording its duration and outcome.
+    /// Runs one backend call once `limit` lets it go, recording its duration (without that wait,
+    /// which would hide the backend's latency; it has its own histogram) and outcome.
     pub async fn backend_call<T, E, F>(
         &self,
+        limit: &RateLimit,
         backend: &str,
         operation: &str,
         call: F,
@@ -148,6 +166,11 @@ impl Metrics {
         F: Future<Output = Result<T, E>>,
         E: BackendOutcome,
     {
+        if let Some(waited) = limit.admit().await {
+            self.rate_limited
+                .with_label_values(&[backend])
+                .observe(waited.as_secs_f64());
+        }
         let started = Instant::now();
         let result = call.await;
         self.backend_duration
@@ -191,12 +214,13 @@ mod tests {
     #[tokio::test]
     async fn backend_calls_are_counted_by_outcome() {
         let metrics = Metrics::new();
+        let unlimited = RateLimit::default();
         let ok: Result<(), Failure> = metrics
-            .backend_call("rds", "describe", async { Ok(()) })
+            .backend_call(&unlimited, "rds", "describe", async { Ok(()) })
             .await;
         assert!(ok.is_ok());
         let err: Result<(), Failure> = metrics
-            .backend_call("rds", "describe", async { Err(Failure) })
+            .backend_call(&unlimited, "rds", "describe", async { Err(Failure) })
             .await;
         assert!(err.is_err());
         let text = metrics.encode();
@@ -209,6 +233,48 @@ mod tests {
         assert!(text.contains(
             r#"keeper_backend_request_duration_seconds_count{backend="rds",operation="describe"} 2"#
         ));
+        assert!(
+            !text.contains("keeper_backend_rate_limited_seconds_count"),
+            "no rate, no wait recorded: {text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_wait_for_the_rate_is_recorded_apart_from_the_call() {
+        use crate::config::RequestRate;
+        let metrics = Metrics::new();
+        // 10/s, one at a time: the second call waits about 100 ms before it starts.
+        let limit = RateLimit::new(Some(RequestRate {
+            per_second: 10.0,
+            burst: std::num::NonZeroU32::MIN,
+        }));
+        for _ in 0..2 {
+            let ok: Result<(), Failure> = metrics
+                .backend_call(&limit, "s3", "list_buckets", async { Ok(()) })
+                .await;
+            assert!(ok.is_ok());
+        }
+        let text = metrics.encode();
+        let value = |name: &str| -> f64 {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("{name} in {text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert_eq!(
+            value(r#"keeper_backend_rate_limited_seconds_count{backend="s3"}"#),
+            2.0
+        );
+        let waited = value(r#"keeper_backend_rate_limited_seconds_sum{backend="s3"}"#);
+        assert!(waited >= 0.09, "{text}");
+        let called = value(
+            r#"keeper_backend_request_duration_seconds_sum{backend="s3",operation="list_buckets"}"#,
+        );
+        assert!(
+            called < 0.05,
+            "the wait is not the backend's latency: {text}"
+        );
     }
 
     #[test]

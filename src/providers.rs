@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use crate::backends::iam::{IamSettings, IamStore};
+use crate::backends::rate::RateLimit;
 use crate::backends::rds::RdsBackend;
 use crate::backends::s3::{S3Settings, S3Store};
 use crate::backends::storagegrid;
@@ -67,6 +68,9 @@ pub struct ProviderClients {
     timeouts: BackendTimeouts,
     /// IAM clients per set of admin keys (a rotated admin key gets a new client).
     iam: Mutex<HashMap<Keys, IamStore>>,
+    /// The provider's `requestsPerSecond`: one bucket for all its clients (grid, S3 stores of
+    /// every set of keys, IAM), since they all load the same backend.
+    rate_limit: RateLimit,
 }
 
 impl ProviderClients {
@@ -117,6 +121,7 @@ impl ProviderClients {
                 Provider::S3Compatible(p) => p.force_path_style,
             },
             ca_bundle: self.ca_bundle.clone(),
+            rate_limit: self.rate_limit.clone(),
         }
     }
 
@@ -139,6 +144,7 @@ impl ProviderClients {
                         keys: admin.clone(),
                         timeouts: self.timeouts,
                         ca_bundle: self.ca_bundle.clone(),
+                        rate_limit: self.rate_limit.clone(),
                     })
                 })
                 .clone(),
@@ -265,6 +271,7 @@ impl Providers {
                 provider: name.clone(),
                 message,
             };
+            let rate_limit = RateLimit::new(provider.request_rate());
             let (grid, ca_bundle) = match provider {
                 Provider::StorageGrid(p) => {
                     refuse_plain_http(
@@ -279,6 +286,7 @@ impl Providers {
                         &p.admin_endpoint.0,
                         &p.tls,
                         &config.runtime.backend_timeouts,
+                        rate_limit.clone(),
                         metrics.clone(),
                     )
                     .map_err(|e| fail(e.to_string()))?;
@@ -305,6 +313,7 @@ impl Providers {
                     stores: Mutex::default(),
                     timeouts: config.runtime.backend_timeouts,
                     iam: Mutex::default(),
+                    rate_limit,
                 }),
             );
         }
@@ -394,6 +403,126 @@ mod tests {
         );
         let s3 = providers.get("s3").unwrap();
         assert_eq!(s3.s3_endpoint(), "https://s3.example.com");
+    }
+
+    /// A local server answering S3 `ListBuckets` (GET), IAM `ListAccessKeys` (POST) and, under
+    /// `/api/v4`, a grid sign-in and `get_account`.
+    async fn backend() -> wiremock::MockServer {
+        use wiremock::matchers::{method, path};
+        use wiremock::{Mock, ResponseTemplate};
+        let server = crate::test_support::mock_server().await;
+        let json = |data: serde_json::Value| {
+            ResponseTemplate::new(200).set_body_json(serde_json::json!({"data": data}))
+        };
+        Mock::given(method("POST"))
+            .and(path("/api/v4/authorize"))
+            .respond_with(json("token".into()).insert_header("Cache-Control", "max-age=57599"))
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/api/v4/grid/accounts/1"))
+            .respond_with(json(serde_json::json!({"id": "1", "name": "team-a"})))
+            .mount(&server)
+            .await;
+        Mock::given(method("GET"))
+            .and(path("/"))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(
+                "<ListAllMyBucketsResult><Buckets></Buckets></ListAllMyBucketsResult>",
+                "application/xml",
+            ))
+            .mount(&server)
+            .await;
+        Mock::given(method("POST"))
+            .and(path("/"))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(
+                "<ListAccessKeysResponse><ListAccessKeysResult><AccessKeyMetadata/><IsTruncated>false</IsTruncated></ListAccessKeysResult></ListAccessKeysResponse>",
+                "text/xml",
+            ))
+            .mount(&server)
+            .await;
+        server
+    }
+
+    fn keys(id: &str) -> Keys {
+        Keys {
+            access_key_id: id.into(),
+            secret_access_key: "SK".into(),
+        }
+    }
+
+    /// Provider `name` (its `entry`, with `URL` for the server's) of `server`, limited to 20
+    /// requests per second, one at a time.
+    fn paced(server: &wiremock::MockServer, name: &str, entry: &str) -> Arc<ProviderClients> {
+        let yaml = format!(
+            "providers:\n  {name}:\n{}      tls: {{allowPlainHttp: true}}\n      requestsPerSecond: 20\n      requestBurst: 1\n",
+            entry.replace("URL", &server.uri())
+        );
+        build(&config(&yaml)).unwrap().get(name).unwrap()
+    }
+
+    /// Runs `calls` at once; each must succeed.
+    async fn all<E: std::fmt::Debug>(calls: Vec<futures::future::BoxFuture<'_, Result<(), E>>>) {
+        for result in futures::future::join_all(calls).await {
+            result.unwrap();
+        }
+    }
+
+    /// Checks that `requests` requests at 20/s, one at a time, took as long as they must: the
+    /// last goes 50 ms x (requests - 1) after the first.
+    fn assert_paced(requests: u32, took: std::time::Duration) {
+        let least = std::time::Duration::from_millis(50) * (requests - 1);
+        assert!(took >= least, "{requests} requests in {took:?}");
+        assert!(took < least + std::time::Duration::from_secs(5), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn an_s3_compatible_providers_s3_and_iam_clients_share_its_request_rate() {
+        use futures::FutureExt;
+        let server = backend().await;
+        let s3 = paced(
+            &server,
+            "s3",
+            "    s3Compatible:\n      endpoint: URL\n      credentialsSecret: {name: x}\n      iam: {endpoint: URL}\n",
+        );
+        let metrics = Metrics::new();
+        let (store, iam) = (s3.s3(&keys("AK")), s3.iam(&keys("AK")).unwrap());
+        // A client that is not kept (a bucket's key check) is paced all the same.
+        let check = S3Store::new(&s3.s3_settings(&keys("bucket-key"))).unwrap();
+        let s3_calls = [&store, &check, &store, &check]
+            .map(|store| store.list_buckets(&metrics).map(|r| r.map(drop)).boxed());
+        let iam_calls = (0..3).map(|_| iam.access_keys(&metrics, "u").map(|r| r.map(drop)).boxed());
+        let started = std::time::Instant::now();
+        futures::join!(all(s3_calls.into()), all(iam_calls.collect()));
+        assert_paced(7, started.elapsed());
+        assert_eq!(server.received_requests().await.unwrap().len(), 7);
+        assert!(
+            metrics
+                .encode()
+                .contains(r#"keeper_backend_rate_limited_seconds_count{backend="iam"} 3"#)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_grids_management_and_s3_clients_share_its_request_rate() {
+        use futures::FutureExt;
+        let server = backend().await;
+        let grid = paced(
+            &server,
+            "grid",
+            "    storageGrid:\n      adminEndpoint: URL\n      adminCredentialsSecret: {name: x}\n      s3Endpoint: URL\n",
+        );
+        let metrics = Metrics::new();
+        let store = grid.s3(&keys("AK"));
+        let admin = storagegrid::Login::grid("root", "pass");
+        let client = grid.grid().unwrap();
+        let started = std::time::Instant::now();
+        // The first grid call signs in first (a request the rate does not count: one per token).
+        client.get_account(&admin, "1").await.unwrap();
+        let grid_calls =
+            (0..4).map(|_| client.get_account(&admin, "1").map(|r| r.map(drop)).boxed());
+        let s3_calls = (0..4).map(|_| store.list_buckets(&metrics).map(|r| r.map(drop)).boxed());
+        futures::join!(all(grid_calls.collect()), all(s3_calls.collect()));
+        assert_paced(9, started.elapsed());
     }
 
     #[tokio::test]

@@ -71,3 +71,11 @@ impl Drop for MotoServer {
         let _ = self.child.wait();
     }
 }
+
+/// A wiremock server on 127.0.0.1 (not every address the host has).
+pub(crate) async fn mock_server() -> wiremock::MockServer {
+    wiremock::MockServer::builder()
+        .listener(TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap())
+        .start()
+        .await
+}

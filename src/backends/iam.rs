@@ -12,6 +12,7 @@ use aws_sdk_iam::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_iam::types::Tag;
 
 use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::rate::RateLimit;
 use crate::backends::s3::https_client_trusting;
 use crate::config::BackendTimeouts;
 use crate::metrics::Metrics;
@@ -32,12 +33,15 @@ pub struct IamSettings {
     /// The provider's `tls.caBundleFile` (a Ceph RGW with a private CA serves IAM too), already
     /// checked when the provider registry was built.
     pub ca_bundle: Option<Vec<u8>>,
+    /// The provider's request rate, shared with its S3 clients.
+    pub rate_limit: RateLimit,
 }
 
 /// An IAM client bound to one endpoint and one set of (admin) credentials.
 #[derive(Clone)]
 pub struct IamStore {
     client: Client,
+    rate_limit: RateLimit,
 }
 
 /// A user's access key as IAM lists it (the secret is only ever shown at creation).
@@ -90,22 +94,6 @@ where
     }
 }
 
-/// Sends one IAM request, counted in the backend metrics and classified.
-async fn call<T, E>(
-    metrics: &Metrics,
-    operation: &'static str,
-    request: impl std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-) -> Result<T, BackendError>
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-{
-    metrics
-        .backend_call(BACKEND, operation, async {
-            request.await.map_err(|e| classify(operation, e))
-        })
-        .await
-}
-
 /// `Ok(None)` when IAM says the thing does not exist.
 fn found<T>(result: Result<T, BackendError>) -> Result<Option<T>, BackendError> {
     match result {
@@ -146,7 +134,26 @@ impl IamStore {
         }
         IamStore {
             client: Client::from_conf(config.build()),
+            rate_limit: settings.rate_limit.clone(),
         }
+    }
+
+    /// Sends one IAM request at the provider's request rate, counted in the backend metrics and
+    /// classified.
+    async fn call<T, E>(
+        &self,
+        metrics: &Metrics,
+        operation: &'static str,
+        request: impl std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+    ) -> Result<T, BackendError>
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        metrics
+            .backend_call(&self.rate_limit, BACKEND, operation, async {
+                request.await.map_err(|e| classify(operation, e))
+            })
+            .await
     }
 
     /// Creates the user under `path` with `tags`; a user of that name already there is fine.
@@ -179,7 +186,7 @@ impl IamStore {
             .path(path)
             .set_tags(Some(tags))
             .send();
-        match call(metrics, "create_user", request).await {
+        match self.call(metrics, "create_user", request).await {
             Ok(_) => Ok(true),
             // Created by an earlier attempt whose answer was lost, or by another writer.
             Err(e) if e.code == "EntityAlreadyExists" => Ok(false),
@@ -202,7 +209,7 @@ impl IamStore {
             .policy_name(name)
             .policy_document(document)
             .send();
-        call(metrics, "put_user_policy", request).await?;
+        self.call(metrics, "put_user_policy", request).await?;
         Ok(())
     }
 
@@ -213,14 +220,16 @@ impl IamStore {
         user: &str,
     ) -> Result<Vec<AccessKeyId>, BackendError> {
         let request = self.client.list_access_keys().user_name(user).send();
-        Ok(found(call(metrics, "list_access_keys", request).await)?
-            .map(|out| {
-                out.access_key_metadata()
-                    .iter()
-                    .filter_map(|k| k.access_key_id().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default())
+        Ok(
+            found(self.call(metrics, "list_access_keys", request).await)?
+                .map(|out| {
+                    out.access_key_metadata()
+                        .iter()
+                        .filter_map(|k| k.access_key_id().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        )
     }
 
     /// A new access key of the user. Sent once: the SDK resends a request whose answer was lost,
@@ -239,7 +248,7 @@ impl IamStore {
             .customize()
             .config_override(aws_sdk_iam::Config::builder().retry_config(RetryConfig::disabled()))
             .send();
-        let out = call(metrics, "create_access_key", request).await?;
+        let out = self.call(metrics, "create_access_key", request).await?;
         let key = out.access_key().ok_or_else(|| {
             BackendError::new(
                 BACKEND,
@@ -268,7 +277,7 @@ impl IamStore {
             .user_name(user)
             .access_key_id(access_key_id)
             .send();
-        found(call(metrics, "delete_access_key", request).await)?;
+        found(self.call(metrics, "delete_access_key", request).await)?;
         Ok(())
     }
 
@@ -284,19 +293,19 @@ impl IamStore {
     ) -> Result<(), BackendError> {
         self.delete_user_policy(metrics, user, policy).await?;
         let request = self.client.delete_user().user_name(user).send();
-        match found(call(metrics, "delete_user", request).await) {
+        match found(self.call(metrics, "delete_user", request).await) {
             Err(e) if e.code == "DeleteConflict" => {}
             other => return other.map(|_| ()),
         }
         let request = self.client.list_user_policies().user_name(user).send();
-        let Some(policies) = found(call(metrics, "list_user_policies", request).await)? else {
+        let Some(policies) = found(self.call(metrics, "list_user_policies", request).await)? else {
             return Ok(());
         };
         for policy in policies.policy_names() {
             self.delete_user_policy(metrics, user, policy).await?;
         }
         let request = self.client.delete_user().user_name(user).send();
-        found(call(metrics, "delete_user", request).await)?;
+        found(self.call(metrics, "delete_user", request).await)?;
         Ok(())
     }
 
@@ -313,7 +322,7 @@ impl IamStore {
             .user_name(user)
             .policy_name(policy)
             .send();
-        found(call(metrics, "delete_user_policy", request).await)?;
+        found(self.call(metrics, "delete_user_policy", request).await)?;
         Ok(())
     }
 }
@@ -333,6 +342,7 @@ mod tests {
             },
             timeouts: BackendTimeouts::default(),
             ca_bundle,
+            rate_limit: RateLimit::default(),
         })
     }
 
@@ -368,6 +378,7 @@ mod tests {
             },
             timeouts: BackendTimeouts::default(),
             ca_bundle: None,
+            rate_limit: RateLimit::default(),
         });
         let metrics = Metrics::new();
         let err = store.create_access_key(&metrics, "u").await.unwrap_err();

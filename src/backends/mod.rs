@@ -2,6 +2,7 @@
 
 pub mod error;
 pub mod iam;
+pub mod rate;
 pub mod rds;
 pub mod s3;
 pub mod storagegrid;

@@ -20,6 +20,7 @@ use aws_sdk_rds::types::Tag;
 
 use crate::api::{DatabaseEndpoint, Engine};
 use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::rate::RateLimit;
 use crate::config::{BackendTimeouts, RdsConfig};
 use crate::metrics::{BackendOutcome, Metrics};
 
@@ -148,12 +149,18 @@ const BACKEND: &str = "rds";
 #[derive(Clone)]
 pub struct RdsBackend {
     client: aws_sdk_rds::Client,
+    /// `rds.requestsPerSecond`.
+    rate_limit: RateLimit,
     metrics: Arc<Metrics>,
 }
 
 impl RdsBackend {
-    pub fn new(client: aws_sdk_rds::Client, metrics: Arc<Metrics>) -> Self {
-        RdsBackend { client, metrics }
+    pub fn new(client: aws_sdk_rds::Client, rate_limit: RateLimit, metrics: Arc<Metrics>) -> Self {
+        RdsBackend {
+            client,
+            rate_limit,
+            metrics,
+        }
     }
 
     /// A client that is never called: for tests of everything but databases.
@@ -164,7 +171,11 @@ impl RdsBackend {
             .region(Region::new("us-east-1"))
             .endpoint_url("http://127.0.0.1:9")
             .build();
-        RdsBackend::new(aws_sdk_rds::Client::from_conf(config), metrics)
+        RdsBackend::new(
+            aws_sdk_rds::Client::from_conf(config),
+            RateLimit::default(),
+            metrics,
+        )
     }
 
     /// A client for the configured region and endpoint; credentials come from the standard AWS
@@ -207,7 +218,11 @@ impl RdsBackend {
         if let Some(endpoint) = &config.endpoint {
             builder = builder.endpoint_url(endpoint.0.as_str().trim_end_matches('/'));
         }
-        RdsBackend::new(aws_sdk_rds::Client::from_conf(builder.build()), metrics)
+        RdsBackend::new(
+            aws_sdk_rds::Client::from_conf(builder.build()),
+            RateLimit::new(config.request_rate()),
+            metrics,
+        )
     }
 
     /// The region the client calls (from `rds.region`, `--rds-region` or the AWS chain).
@@ -215,14 +230,15 @@ impl RdsBackend {
         self.client.config().region().map(|r| r.to_string())
     }
 
-    /// Runs one call with its metrics and names the operation in its error.
+    /// Runs one call at `rds.requestsPerSecond` with its metrics and names the operation in its
+    /// error.
     async fn call<T>(
         &self,
         operation: &'static str,
         call: impl Future<Output = Result<T, RdsError>>,
     ) -> Result<T, BackendError> {
         self.metrics
-            .backend_call(BACKEND, operation, call)
+            .backend_call(&self.rate_limit, BACKEND, operation, call)
             .await
             .map_err(|e| e.into_backend(operation))
     }
@@ -502,15 +518,20 @@ pub(crate) mod moto {
 
     pub(crate) use crate::test_support::MotoServer;
 
-    /// A backend pointed at `server` through the endpoint override, with fixed credentials.
-    pub(crate) async fn backend(server: &MotoServer, metrics: Arc<Metrics>) -> RdsBackend {
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
+    /// Region `us-east-1` and fixed credentials, which moto (and a local mock) take.
+    pub(crate) async fn sdk_config() -> SdkConfig {
+        aws_config::defaults(aws_config::BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
             .credentials_provider(aws_sdk_rds::config::Credentials::new(
                 "testing", "testing", None, None, "moto",
             ))
             .load()
-            .await;
+            .await
+    }
+
+    /// A backend pointed at `server` through the endpoint override, with fixed credentials.
+    pub(crate) async fn backend(server: &MotoServer, metrics: Arc<Metrics>) -> RdsBackend {
+        let sdk = sdk_config().await;
         let config = RdsConfig {
             endpoint: Some(crate::config::Endpoint(
                 format!("{}/", server.url("http")).parse().unwrap(),

@@ -28,9 +28,15 @@ refused "/config/runtime/concurrency" --set config.runtime.concurrency=0
 refused "/config/runtime/controllers/bucket/concurrency" --set config.runtime.controllers.bucket.concurrency=100
 refused "/config/runtime/controllers" --set config.runtime.controllers.buckets.concurrency=8
 refused "/config/runtime/backendTimeouts/request" --set config.runtime.backendTimeouts.request=60
-# keeper reads namespaces only when a provider admits namespaces by label.
-namespaces_rule() { "$helm" template keeper "$chart" "$@" | grep -c 'resources: \[namespaces\]' || true; }
-[ "$(namespaces_rule)" = 0 ] || { echo "namespaces RBAC granted without a selector" >&2; exit 1; }
-[ "$(namespaces_rule --set-json 'config.providers.p.s3Compatible.allowedNamespaces={"selector":{"matchLabels":{"a":"b"}}}')" = 1 ] \
-  || { echo "no namespaces RBAC for allowedNamespaces.selector" >&2; exit 1; }
-echo "values.schema.json: wrong values refused, chart value sets accepted; namespaces RBAC follows allowedNamespaces.selector"
+refused "/config/providers/p/s3Compatible/requestsPerSecond" --set config.providers.p.s3Compatible.requestsPerSecond=0
+refused "/config/providers/p/storageGrid/requestsPerSecond" --set config.providers.p.storageGrid.requestsPerSecond=-5
+refused "/config/rds/requestsPerSecond" --set-string config.rds.requestsPerSecond=fast
+refused "/config/rds/requestBurst" --set config.rds.requestsPerSecond=5 --set config.rds.requestBurst=0
+refused "requestsPerSecond" --set config.rds.requestBurst=10
+# A rate renders into keeper's configuration as given (a fraction needs --set-json: --set makes it a string).
+rendered=$("$helm" template keeper "$chart" --set-json config.providers.p.s3Compatible.requestsPerSecond=2.5 \
+  --set config.rds.requestsPerSecond=20 --set config.rds.requestBurst=40)
+for line in 'requestsPerSecond: 2.5' 'requestBurst: 40' 'requestsPerSecond: 20'; do
+  grep -qF "$line" <<<"$rendered" || { echo "request rate not rendered: $line" >&2; exit 1; }
+done
+echo "values.schema.json: wrong values refused (request rates included), chart value sets accepted; namespaces RBAC follows allowedNamespaces.selector"

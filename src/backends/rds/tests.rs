@@ -20,7 +20,10 @@ fn backend(rules: &[&Rule]) -> (RdsBackend, Arc<Metrics>) {
     let client = mock_client!(aws_sdk_rds, RuleMode::Sequential, rules, |c| c
         .retry_config(RetryConfig::disabled()));
     let metrics = Arc::new(Metrics::new());
-    (RdsBackend::new(client, metrics.clone()), metrics)
+    (
+        RdsBackend::new(client, RateLimit::default(), metrics.clone()),
+        metrics,
+    )
 }
 
 fn counted(metrics: &Metrics, operation: &str, outcome: &str) -> bool {
@@ -390,4 +393,40 @@ async fn the_real_backend_against_moto() {
             .unwrap_err()
             .is_gone()
     );
+}
+
+#[tokio::test]
+async fn rds_calls_keep_to_the_configured_request_rate() {
+    use wiremock::matchers::method;
+    use wiremock::{Mock, ResponseTemplate};
+    let server = crate::test_support::mock_server().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(
+            "<DescribeDBInstancesResponse><DescribeDBInstancesResult><DBInstances/></DescribeDBInstancesResult></DescribeDBInstancesResponse>",
+            "text/xml",
+        ))
+        .mount(&server)
+        .await;
+    let sdk = moto::sdk_config().await;
+    let config = crate::config::OperatorConfig::parse(&format!(
+        "rds: {{endpoint: {}, requestsPerSecond: 20, requestBurst: 1}}\n",
+        server.uri()
+    ))
+    .unwrap();
+    let rds = RdsBackend::with_sdk_config(
+        &sdk,
+        &config.rds,
+        &BackendTimeouts::default(),
+        Arc::new(Metrics::new()),
+    );
+    let started = std::time::Instant::now();
+    let answers = futures::future::join_all((0..6).map(|_| rds.describe_db_instance("db"))).await;
+    let took = started.elapsed();
+    for answer in answers {
+        assert_eq!(answer.unwrap(), None);
+    }
+    // 6 calls at 20/s, one at a time: the last goes 250 ms after the first.
+    assert!(took >= std::time::Duration::from_millis(240), "{took:?}");
+    assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 6);
 }

@@ -2,7 +2,7 @@
 //! before it calls the bucket Ready (IAM is eventually consistent: a new key may be refused for
 //! a few seconds).
 
-use super::{BACKEND, S3Error, S3Store, classify};
+use super::{S3Error, S3Store, classify};
 use crate::metrics::Metrics;
 
 /// What the store answered to a listing signed with the keys under test.
@@ -25,24 +25,21 @@ const REFUSED_CODES: &[&str] = &[
 impl S3Store {
     /// Lists at most one object of `bucket` (`s3:ListBucket`, which a bucket's own keys have).
     pub async fn access(&self, metrics: &Metrics, bucket: &str) -> Result<Access, S3Error> {
-        metrics
-            .backend_call(BACKEND, "list_objects_v2", async {
-                match self
-                    .client
-                    .list_objects_v2()
-                    .bucket(bucket)
-                    .max_keys(1)
-                    .send()
-                    .await
-                    .map_err(|e| classify("list_objects_v2", e))
-                {
-                    Ok(_) => Ok(Access::Granted),
-                    Err(e) if REFUSED_CODES.contains(&e.code.as_str()) => {
-                        Ok(Access::Refused(e.code))
-                    }
-                    Err(e) => Err(e),
-                }
-            })
-            .await
+        self.call(metrics, "list_objects_v2", async {
+            match self
+                .client
+                .list_objects_v2()
+                .bucket(bucket)
+                .max_keys(1)
+                .send()
+                .await
+                .map_err(|e| classify("list_objects_v2", e))
+            {
+                Ok(_) => Ok(Access::Granted),
+                Err(e) if REFUSED_CODES.contains(&e.code.as_str()) => Ok(Access::Refused(e.code)),
+                Err(e) => Err(e),
+            }
+        })
+        .await
     }
 }

@@ -7,7 +7,7 @@ use aws_sdk_s3::types::{
     VersioningConfiguration,
 };
 
-use super::{BACKEND, OWNER_NAME_TAG, OWNER_NAMESPACE_TAG, OWNER_TAG, S3Error, S3Store, classify};
+use super::{OWNER_NAME_TAG, OWNER_NAMESPACE_TAG, OWNER_TAG, S3Error, S3Store, classify};
 use crate::metrics::Metrics;
 
 /// The S3Bucket that owns a bucket, as keeper marks it on the backend (tags on S3-compatible
@@ -124,16 +124,15 @@ impl S3Store {
 
     /// The bucket's tags (none for an untagged bucket), `None` when there is no such bucket.
     async fn tags(&self, metrics: &Metrics, bucket: &str) -> Result<Option<Vec<Tag>>, S3Error> {
-        metrics
-            .backend_call(BACKEND, "get_bucket_tagging", async {
-                match self.client.get_bucket_tagging().bucket(bucket).send().await {
-                    Ok(out) => Ok(Some(out.tag_set().to_vec())),
-                    Err(e) if e.code() == Some("NoSuchTagSet") => Ok(Some(Vec::new())),
-                    Err(e) if e.code() == Some("NoSuchBucket") => Ok(None),
-                    Err(e) => Err(classify("get_bucket_tagging", e)),
-                }
-            })
-            .await
+        self.call(metrics, "get_bucket_tagging", async {
+            match self.client.get_bucket_tagging().bucket(bucket).send().await {
+                Ok(out) => Ok(Some(out.tag_set().to_vec())),
+                Err(e) if e.code() == Some("NoSuchTagSet") => Ok(Some(Vec::new())),
+                Err(e) if e.code() == Some("NoSuchBucket") => Ok(None),
+                Err(e) => Err(classify("get_bucket_tagging", e)),
+            }
+        })
+        .await
     }
 
     /// Creates the bucket (object lock can only be chosen at creation).
@@ -157,21 +156,20 @@ impl S3Store {
                     .build(),
             );
         }
-        metrics
-            .backend_call(BACKEND, "create_bucket", async {
-                match request.send().await {
-                    Ok(_) => Ok(CreateOutcome::Created),
-                    Err(e)
-                        if e.as_service_error().is_some_and(|s| {
-                            s.is_bucket_already_exists() || s.is_bucket_already_owned_by_you()
-                        }) =>
-                    {
-                        Ok(CreateOutcome::AlreadyExists)
-                    }
-                    Err(e) => Err(classify("create_bucket", e)),
+        self.call(metrics, "create_bucket", async {
+            match request.send().await {
+                Ok(_) => Ok(CreateOutcome::Created),
+                Err(e)
+                    if e.as_service_error().is_some_and(|s| {
+                        s.is_bucket_already_exists() || s.is_bucket_already_owned_by_you()
+                    }) =>
+                {
+                    Ok(CreateOutcome::AlreadyExists)
                 }
-            })
-            .await
+                Err(e) => Err(classify("create_bucket", e)),
+            }
+        })
+        .await
     }
 
     /// Marks the bucket as owned by `owner` (uid, namespace and name tags), keeping other tags.
@@ -228,17 +226,16 @@ impl S3Store {
             .set_tag_set(Some(tags))
             .build()
             .expect("tag set is set");
-        metrics
-            .backend_call(BACKEND, "put_bucket_tagging", async {
-                self.client
-                    .put_bucket_tagging()
-                    .bucket(bucket)
-                    .tagging(tagging)
-                    .send()
-                    .await
-                    .map_err(|e| classify("put_bucket_tagging", e))
-            })
-            .await?;
+        self.call(metrics, "put_bucket_tagging", async {
+            self.client
+                .put_bucket_tagging()
+                .bucket(bucket)
+                .tagging(tagging)
+                .send()
+                .await
+                .map_err(|e| classify("put_bucket_tagging", e))
+        })
+        .await?;
         Ok(())
     }
 
@@ -256,19 +253,16 @@ impl S3Store {
         } else {
             BucketVersioningStatus::Suspended
         };
-        metrics
-            .backend_call(BACKEND, "put_bucket_versioning", async {
-                self.client
-                    .put_bucket_versioning()
-                    .bucket(bucket)
-                    .versioning_configuration(
-                        VersioningConfiguration::builder().status(status).build(),
-                    )
-                    .send()
-                    .await
-                    .map_err(|e| classify("put_bucket_versioning", e))
-            })
-            .await?;
+        self.call(metrics, "put_bucket_versioning", async {
+            self.client
+                .put_bucket_versioning()
+                .bucket(bucket)
+                .versioning_configuration(VersioningConfiguration::builder().status(status).build())
+                .send()
+                .await
+                .map_err(|e| classify("put_bucket_versioning", e))
+        })
+        .await?;
         Ok(())
     }
 
@@ -276,31 +270,30 @@ impl S3Store {
     /// root element differently, which the SDK refuses to decode: their `Status` element is read
     /// from the raw answer instead.
     pub async fn versioning(&self, metrics: &Metrics, bucket: &str) -> Result<Versioning, S3Error> {
-        metrics
-            .backend_call(BACKEND, "get_bucket_versioning", async {
-                match self
-                    .client
-                    .get_bucket_versioning()
-                    .bucket(bucket)
-                    .send()
-                    .await
-                {
-                    Ok(out) => Ok(match out.status() {
-                        None => Versioning::Never,
-                        Some(BucketVersioningStatus::Enabled) => Versioning::Enabled,
-                        Some(_) => Versioning::Suspended,
-                    }),
-                    Err(e) => {
-                        let answered = e
-                            .raw_response()
-                            .filter(|raw| raw.status().is_success())
-                            .and_then(|raw| raw.body().bytes())
-                            .and_then(|body| versioning_in(&String::from_utf8_lossy(body)));
-                        answered.ok_or_else(|| classify("get_bucket_versioning", e))
-                    }
+        self.call(metrics, "get_bucket_versioning", async {
+            match self
+                .client
+                .get_bucket_versioning()
+                .bucket(bucket)
+                .send()
+                .await
+            {
+                Ok(out) => Ok(match out.status() {
+                    None => Versioning::Never,
+                    Some(BucketVersioningStatus::Enabled) => Versioning::Enabled,
+                    Some(_) => Versioning::Suspended,
+                }),
+                Err(e) => {
+                    let answered = e
+                        .raw_response()
+                        .filter(|raw| raw.status().is_success())
+                        .and_then(|raw| raw.body().bytes())
+                        .and_then(|body| versioning_in(&String::from_utf8_lossy(body)));
+                    answered.ok_or_else(|| classify("get_bucket_versioning", e))
                 }
-            })
-            .await
+            }
+        })
+        .await
     }
 
     /// Deletes the (empty) bucket. A bucket already gone counts as deleted.
@@ -309,33 +302,31 @@ impl S3Store {
         metrics: &Metrics,
         bucket: &str,
     ) -> Result<DeleteOutcome, S3Error> {
-        metrics
-            .backend_call(BACKEND, "delete_bucket", async {
-                match self.client.delete_bucket().bucket(bucket).send().await {
-                    Ok(_) => Ok(DeleteOutcome::Deleted),
-                    // DeleteBucket has no modeled errors: match the wire codes.
-                    Err(e) if e.code() == Some("NoSuchBucket") => Ok(DeleteOutcome::Deleted),
-                    Err(e) if e.code() == Some("BucketNotEmpty") => Ok(DeleteOutcome::NotEmpty),
-                    Err(e) => Err(classify("delete_bucket", e)),
-                }
-            })
-            .await
+        self.call(metrics, "delete_bucket", async {
+            match self.client.delete_bucket().bucket(bucket).send().await {
+                Ok(_) => Ok(DeleteOutcome::Deleted),
+                // DeleteBucket has no modeled errors: match the wire codes.
+                Err(e) if e.code() == Some("NoSuchBucket") => Ok(DeleteOutcome::Deleted),
+                Err(e) if e.code() == Some("BucketNotEmpty") => Ok(DeleteOutcome::NotEmpty),
+                Err(e) => Err(classify("delete_bucket", e)),
+            }
+        })
+        .await
     }
 
     /// The names of the buckets the credentials can see (ListBuckets); also proves that the
     /// credentials work.
     pub async fn list_buckets(&self, metrics: &Metrics) -> Result<Vec<String>, S3Error> {
-        metrics
-            .backend_call(BACKEND, "list_buckets", async {
-                match self.client.list_buckets().send().await {
-                    Ok(out) => Ok(out
-                        .buckets()
-                        .iter()
-                        .filter_map(|b| b.name().map(str::to_string))
-                        .collect()),
-                    Err(e) => Err(classify("list_buckets", e)),
-                }
-            })
-            .await
+        self.call(metrics, "list_buckets", async {
+            match self.client.list_buckets().send().await {
+                Ok(out) => Ok(out
+                    .buckets()
+                    .iter()
+                    .filter_map(|b| b.name().map(str::to_string))
+                    .collect()),
+                Err(e) => Err(classify("list_buckets", e)),
+            }
+        })
+        .await
     }
 }

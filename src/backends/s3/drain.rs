@@ -17,8 +17,7 @@ use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 
 use super::{
-    BACKEND, ErrorClass, MAX_DELETE_BATCH, OwnerMark, Ownership, S3Error, S3Store, Versioning,
-    classify,
+    ErrorClass, MAX_DELETE_BATCH, OwnerMark, Ownership, S3Error, S3Store, Versioning, classify,
 };
 use crate::metrics::Metrics;
 
@@ -349,8 +348,8 @@ impl Target for Bucket<'_> {
         };
         let operation = listing.operation();
         let page = self
-            .metrics
-            .backend_call(BACKEND, operation, async {
+            .store
+            .call(self.metrics, operation, async {
                 match listing {
                     Listing::Objects => {
                         let out = self
@@ -469,8 +468,8 @@ impl Target for Bucket<'_> {
             .build()
             .expect("objects are set");
         let out = self
-            .metrics
-            .backend_call(BACKEND, "delete_objects", async {
+            .store
+            .call(self.metrics, "delete_objects", async {
                 self.store
                     .client
                     .delete_objects()
@@ -613,8 +612,8 @@ impl S3Store {
         owner: &OwnerMark,
         round: &mut DrainRound,
     ) -> Result<(), S3Error> {
-        let page = metrics
-            .backend_call(BACKEND, "list_multipart_uploads", async {
+        let page = self
+            .call(metrics, "list_multipart_uploads", async {
                 self.client
                     .list_multipart_uploads()
                     .bucket(bucket)
@@ -637,24 +636,23 @@ impl S3Store {
             return Ok(());
         }
         for (key, upload_id) in uploads {
-            metrics
-                .backend_call(BACKEND, "abort_multipart_upload", async {
-                    match self
-                        .client
-                        .abort_multipart_upload()
-                        .bucket(bucket)
-                        .key(&key)
-                        .upload_id(&upload_id)
-                        .send()
-                        .await
-                    {
-                        Ok(_) => Ok(()),
-                        // Completed or aborted meanwhile: gone either way.
-                        Err(e) if e.code() == Some("NoSuchUpload") => Ok(()),
-                        Err(e) => Err(classify("abort_multipart_upload", e)),
-                    }
-                })
-                .await?;
+            self.call(metrics, "abort_multipart_upload", async {
+                match self
+                    .client
+                    .abort_multipart_upload()
+                    .bucket(bucket)
+                    .key(&key)
+                    .upload_id(&upload_id)
+                    .send()
+                    .await
+                {
+                    Ok(_) => Ok(()),
+                    // Completed or aborted meanwhile: gone either way.
+                    Err(e) if e.code() == Some("NoSuchUpload") => Ok(()),
+                    Err(e) => Err(classify("abort_multipart_upload", e)),
+                }
+            })
+            .await?;
             round.aborted_uploads += 1;
         }
         Ok(())

@@ -14,8 +14,9 @@ use aws_sdk_s3::config::{
 };
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 
+use crate::backends::rate::RateLimit;
 use crate::config::BackendTimeouts;
-use crate::metrics::BackendOutcome;
+use crate::metrics::{BackendOutcome, Metrics};
 
 mod access;
 mod bucket;
@@ -52,6 +53,8 @@ pub struct S3Settings {
     pub force_path_style: bool,
     /// PEM CA certificates to trust in addition to the system roots (self-hosted stores).
     pub ca_bundle: Option<Vec<u8>>,
+    /// The provider's request rate, shared with its other clients.
+    pub rate_limit: RateLimit,
 }
 
 impl std::fmt::Debug for S3Settings {
@@ -198,6 +201,7 @@ fn pem_has_certificate(pem: &[u8]) -> bool {
 #[derive(Clone)]
 pub struct S3Store {
     client: Client,
+    rate_limit: RateLimit,
 }
 
 impl S3Store {
@@ -213,7 +217,20 @@ impl S3Store {
     ) -> Result<Self, String> {
         Ok(S3Store {
             client: Client::from_conf(Self::config(settings, timeouts)?.build()),
+            rate_limit: settings.rate_limit.clone(),
         })
+    }
+
+    /// Runs one S3 call at the provider's request rate, counted in the backend metrics.
+    async fn call<T>(
+        &self,
+        metrics: &Metrics,
+        operation: &'static str,
+        call: impl std::future::Future<Output = Result<T, S3Error>>,
+    ) -> Result<T, S3Error> {
+        metrics
+            .backend_call(&self.rate_limit, BACKEND, operation, call)
+            .await
     }
 
     /// The SDK configuration of a client for `settings`.

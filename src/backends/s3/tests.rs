@@ -90,6 +90,7 @@ impl Moto {
             secret_access_key: "testing".into(),
             force_path_style: true,
             ca_bundle: None,
+            rate_limit: crate::backends::rate::RateLimit::default(),
         }
     }
 }
@@ -491,6 +492,7 @@ async fn a_store_that_repeats_its_continuation_marker_is_an_error_not_an_endless
         secret_access_key: "SK".into(),
         force_path_style: true,
         ca_bundle: None,
+        rate_limit: crate::backends::rate::RateLimit::default(),
     })
     .unwrap();
     let metrics = Metrics::new();
@@ -777,6 +779,7 @@ async fn a_failed_batch_is_retried_by_the_next_round_without_losing_or_double_co
         });
     let store = S3Store {
         client: Client::from_conf(config.build()),
+        rate_limit: crate::backends::rate::RateLimit::default(),
     };
     let metrics = Metrics::new();
     create_owned(&setup, &metrics, "flaky", false).await;

@@ -34,6 +34,7 @@ pub use model::{
     Sensitive, Usage, User,
 };
 
+use crate::backends::rate::RateLimit;
 use crate::config::{BackendTimeouts, TlsConfig};
 use crate::metrics::{BackendOutcome, Metrics};
 
@@ -200,6 +201,8 @@ pub struct Client {
     /// `<admin endpoint>/api/v4/`.
     base: Url,
     metrics: Arc<Metrics>,
+    /// The provider's request rate, shared with its S3 clients.
+    rate_limit: RateLimit,
     tokens: Arc<Mutex<HashMap<SessionKey, Token>>>,
 }
 
@@ -208,16 +211,23 @@ impl Client {
     /// system roots plus the configured CA bundle; `insecureSkipVerify` turns verification off
     /// and says so in the log.
     pub fn new(endpoint: &Url, tls: &TlsConfig, metrics: Arc<Metrics>) -> Result<Self, BuildError> {
-        Self::with_timeouts(endpoint, tls, &BackendTimeouts::default(), metrics)
+        Self::with_timeouts(
+            endpoint,
+            tls,
+            &BackendTimeouts::default(),
+            RateLimit::default(),
+            metrics,
+        )
     }
 
-    /// As [`Client::new`], with the configured timeouts. Bucket deletes can take a while on a
-    /// real grid (the docs warn of "a few minutes"); a timeout is transient, so the caller looks
-    /// again later.
+    /// As [`Client::new`], with the configured timeouts and the provider's request rate. Bucket
+    /// deletes can take a while on a real grid (the docs warn of "a few minutes"); a timeout is
+    /// transient, so the caller looks again later.
     pub fn with_timeouts(
         endpoint: &Url,
         tls: &TlsConfig,
         timeouts: &BackendTimeouts,
+        rate_limit: RateLimit,
         metrics: Arc<Metrics>,
     ) -> Result<Self, BuildError> {
         let mut builder = reqwest::Client::builder()
@@ -256,6 +266,7 @@ impl Client {
             http,
             base,
             metrics,
+            rate_limit,
             tokens: Arc::default(),
         })
     }
@@ -270,7 +281,7 @@ impl Client {
         body: Option<&B>,
     ) -> Result<T, Error> {
         self.metrics
-            .backend_call(BACKEND, operation, async {
+            .backend_call(&self.rate_limit, BACKEND, operation, async {
                 let text = self
                     .authorized(login, operation, method, path, body)
                     .await?;
@@ -289,7 +300,7 @@ impl Client {
         body: Option<&B>,
     ) -> Result<(), Error> {
         self.metrics
-            .backend_call(BACKEND, operation, async {
+            .backend_call(&self.rate_limit, BACKEND, operation, async {
                 self.authorized(login, operation, method, path, body)
                     .await
                     .map(|_| ())

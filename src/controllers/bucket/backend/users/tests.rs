@@ -276,6 +276,7 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
         secret_access_key: keys.secret_access_key.clone(),
         force_path_style: true,
         ca_bundle: None,
+        rate_limit: crate::backends::rate::RateLimit::default(),
     };
     let iam = |keys: &Keys| {
         IamStore::new(&IamSettings {
@@ -284,6 +285,7 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
             keys: keys.clone(),
             timeouts: crate::config::BackendTimeouts::default(),
             ca_bundle: None,
+            rate_limit: crate::backends::rate::RateLimit::default(),
         })
     };
     // An admin user, created while moto still lets everything through.
