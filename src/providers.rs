@@ -90,6 +90,11 @@ impl ProviderClients {
         }
     }
 
+    /// `runtime.backendTimeouts`, for the provider's clients that are not kept here.
+    pub fn timeouts(&self) -> BackendTimeouts {
+        self.timeouts
+    }
+
     /// The management client of a StorageGRID provider.
     pub fn grid(&self) -> Option<&storagegrid::Client> {
         self.grid.as_ref()

@@ -12,6 +12,7 @@ use super::KeyCheck;
 use crate::backends::error::BackendError;
 use crate::backends::iam::IamStore;
 use crate::backends::s3::{Access, S3Settings, S3Store};
+use crate::config::BackendTimeouts;
 use crate::controllers::bucket::plan::keys as plan;
 use crate::metrics::Metrics;
 use crate::providers::Keys;
@@ -154,6 +155,8 @@ pub struct Iam {
     pub iam: IamStore,
     /// Where the provider's S3 endpoint is; a check signs with the keys under test.
     pub s3: S3Settings,
+    /// `runtime.backendTimeouts`, for the checks' clients too.
+    pub timeouts: BackendTimeouts,
     pub metrics: Arc<Metrics>,
 }
 
@@ -190,11 +193,14 @@ impl Identity for Iam {
 
     async fn access(&self, keys: &Keys, bucket: &str) -> Result<Access, BackendError> {
         // A client of its own, not cached: there are as many key sets as buckets.
-        let store = S3Store::new(&S3Settings {
-            access_key_id: keys.access_key_id.clone(),
-            secret_access_key: keys.secret_access_key.clone(),
-            ..self.s3.clone()
-        })
+        let store = S3Store::with_timeouts(
+            &S3Settings {
+                access_key_id: keys.access_key_id.clone(),
+                secret_access_key: keys.secret_access_key.clone(),
+                ..self.s3.clone()
+            },
+            &self.timeouts,
+        )
         .expect("the CA bundle was checked when the registry was built");
         Ok(store.access(&self.metrics, bucket).await?)
     }

@@ -341,6 +341,7 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
         identity: Iam {
             iam: iam(&admin),
             s3: s3(&admin),
+            timeouts: crate::config::BackendTimeouts::default(),
             metrics: metrics.clone(),
         },
         admin_key_id: admin.access_key_id.clone(),
@@ -391,4 +392,58 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
         .await
         .unwrap();
     users.delete("keeper-mine", None).await.unwrap();
+}
+
+/// A key check, a client of its own per bucket, gives up after `runtime.backendTimeouts` like
+/// every other call, not after the SDK's defaults.
+#[tokio::test]
+async fn a_key_check_on_a_stalled_store_gives_up_after_the_configured_timeout() {
+    use std::time::{Duration, Instant};
+    let server = crate::test_support::mock_server().await;
+    wiremock::Mock::given(wiremock::matchers::any())
+        .respond_with(wiremock::ResponseTemplate::new(200).set_delay(Duration::from_secs(30)))
+        .mount(&server)
+        .await;
+    let keys = Keys {
+        access_key_id: "AK".into(),
+        secret_access_key: "SK".into(),
+    };
+    let timeouts = crate::config::BackendTimeouts {
+        connect: Duration::from_secs(1),
+        request: Duration::from_millis(300),
+    };
+    let users = BucketUsers {
+        identity: Iam {
+            iam: IamStore::new(&crate::backends::iam::IamSettings {
+                endpoint: Some(server.uri()),
+                region: "us-east-1".into(),
+                keys: keys.clone(),
+                timeouts,
+                ca_bundle: None,
+                rate_limit: Default::default(),
+            }),
+            s3: S3Settings {
+                endpoint: server.uri(),
+                region: "us-east-1".into(),
+                access_key_id: keys.access_key_id.clone(),
+                secret_access_key: keys.secret_access_key.clone(),
+                force_path_style: true,
+                ca_bundle: None,
+                rate_limit: Default::default(),
+            },
+            timeouts,
+            metrics: Arc::new(Metrics::new()),
+        },
+        admin_key_id: "AK".into(),
+        tenant: "ns/team".into(),
+    };
+    let started = Instant::now();
+    let checked = users.check(BUCKET, &keys).await;
+    assert!(checked.is_err(), "{checked:?}");
+    // The SDK's own retries (3 attempts) of 300 ms each, far from the 30 s the store stalls.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
 }
