@@ -90,11 +90,6 @@ impl ProviderClients {
         }
     }
 
-    /// `runtime.backendTimeouts`, for the provider's clients that are not kept here.
-    pub fn timeouts(&self) -> BackendTimeouts {
-        self.timeouts
-    }
-
     /// The management client of a StorageGRID provider.
     pub fn grid(&self) -> Option<&storagegrid::Client> {
         self.grid.as_ref()
@@ -113,9 +108,8 @@ impl ProviderClients {
             .clone()
     }
 
-    /// How to reach the provider's S3 endpoint signing with `keys` (for a client that is not
-    /// kept, such as the check of one bucket's keys).
-    pub fn s3_settings(&self, keys: &Keys) -> S3Settings {
+    /// How to reach the provider's S3 endpoint signing with `keys`.
+    fn s3_settings(&self, keys: &Keys) -> S3Settings {
         S3Settings {
             endpoint: self.s3_endpoint(),
             region: self.region().to_string(),
@@ -492,7 +486,7 @@ mod tests {
         let metrics = Metrics::new();
         let (store, iam) = (s3.s3(&keys("AK")), s3.iam(&keys("AK")).unwrap());
         // A client that is not kept (a bucket's key check) is paced all the same.
-        let check = S3Store::new(&s3.s3_settings(&keys("bucket-key"))).unwrap();
+        let check = store.signing_with(&keys("bucket-key"));
         let s3_calls = [&store, &check, &store, &check]
             .map(|store| store.list_buckets(&metrics).map(|r| r.map(drop)).boxed());
         let iam_calls = (0..3).map(|_| iam.access_keys(&metrics, "u").map(|r| r.map(drop)).boxed());

@@ -17,6 +17,7 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use crate::backends::rate::RateLimit;
 use crate::config::BackendTimeouts;
 use crate::metrics::{BackendOutcome, Metrics};
+use crate::providers::Keys;
 
 mod access;
 mod bucket;
@@ -219,6 +220,29 @@ impl S3Store {
             client: Client::from_conf(Self::config(settings, timeouts)?.build()),
             rate_limit: settings.rate_limit.clone(),
         })
+    }
+
+    /// The same client (endpoint, timeouts, request rate, and its HTTP connections) signing with
+    /// `keys` instead: for the check of one bucket's keys, of which there are as many as buckets,
+    /// so that each check costs neither a connector of its own nor a new connection.
+    pub fn signing_with(&self, keys: &Keys) -> S3Store {
+        let credentials = Credentials::new(
+            keys.access_key_id.clone(),
+            keys.secret_access_key.clone(),
+            None,
+            None,
+            "keeper",
+        );
+        S3Store {
+            client: Client::from_conf(
+                self.client
+                    .config()
+                    .to_builder()
+                    .credentials_provider(credentials)
+                    .build(),
+            ),
+            rate_limit: self.rate_limit.clone(),
+        }
     }
 
     /// Runs one S3 call at the provider's request rate, counted in the backend metrics.

@@ -269,8 +269,7 @@ impl Connect for Connector {
                                 iam: clients
                                     .iam(&admin)
                                     .expect("a provider with `iam` has a client"),
-                                s3: clients.s3_settings(&admin),
-                                timeouts: clients.timeouts(),
+                                s3: clients.s3(&admin),
                                 metrics: metrics.clone(),
                             },
                             admin_key_id: admin.access_key_id.clone(),

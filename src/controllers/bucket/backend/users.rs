@@ -11,8 +11,7 @@ use std::sync::Arc;
 use super::KeyCheck;
 use crate::backends::error::BackendError;
 use crate::backends::iam::IamStore;
-use crate::backends::s3::{Access, S3Settings, S3Store};
-use crate::config::BackendTimeouts;
+use crate::backends::s3::{Access, S3Store};
 use crate::controllers::bucket::plan::keys as plan;
 use crate::metrics::Metrics;
 use crate::providers::Keys;
@@ -153,10 +152,8 @@ impl<I: Identity> BucketUsers<I> {
 /// [`Identity`] over the provider's IAM API, checking keys with S3 calls to the provider.
 pub struct Iam {
     pub iam: IamStore,
-    /// Where the provider's S3 endpoint is; a check signs with the keys under test.
-    pub s3: S3Settings,
-    /// `runtime.backendTimeouts`, for the checks' clients too.
-    pub timeouts: BackendTimeouts,
+    /// The provider's S3 client; a check signs with the keys under test through it.
+    pub s3: S3Store,
     pub metrics: Arc<Metrics>,
 }
 
@@ -192,16 +189,8 @@ impl Identity for Iam {
     }
 
     async fn access(&self, keys: &Keys, bucket: &str) -> Result<Access, BackendError> {
-        // A client of its own, not cached: there are as many key sets as buckets.
-        let store = S3Store::with_timeouts(
-            &S3Settings {
-                access_key_id: keys.access_key_id.clone(),
-                secret_access_key: keys.secret_access_key.clone(),
-                ..self.s3.clone()
-            },
-            &self.timeouts,
-        )
-        .expect("the CA bundle was checked when the registry was built");
+        // Not cached: there are as many key sets as buckets.
+        let store = self.s3.signing_with(keys);
         Ok(store.access(&self.metrics, bucket).await?)
     }
 }

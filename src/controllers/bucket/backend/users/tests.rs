@@ -269,7 +269,7 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
     };
     let endpoint = moto.url("http");
     let metrics = Arc::new(Metrics::new());
-    let s3 = |keys: &Keys| S3Settings {
+    let s3 = |keys: &Keys| crate::backends::s3::S3Settings {
         endpoint: endpoint.clone(),
         region: "us-east-1".into(),
         access_key_id: keys.access_key_id.clone(),
@@ -340,8 +340,7 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
     let users = BucketUsers {
         identity: Iam {
             iam: iam(&admin),
-            s3: s3(&admin),
-            timeouts: crate::config::BackendTimeouts::default(),
+            s3: S3Store::new(&s3(&admin)).unwrap(),
             metrics: metrics.clone(),
         },
         admin_key_id: admin.access_key_id.clone(),
@@ -422,16 +421,19 @@ async fn a_key_check_on_a_stalled_store_gives_up_after_the_configured_timeout() 
                 ca_bundle: None,
                 rate_limit: Default::default(),
             }),
-            s3: S3Settings {
-                endpoint: server.uri(),
-                region: "us-east-1".into(),
-                access_key_id: keys.access_key_id.clone(),
-                secret_access_key: keys.secret_access_key.clone(),
-                force_path_style: true,
-                ca_bundle: None,
-                rate_limit: Default::default(),
-            },
-            timeouts,
+            s3: S3Store::with_timeouts(
+                &crate::backends::s3::S3Settings {
+                    endpoint: server.uri(),
+                    region: "us-east-1".into(),
+                    access_key_id: "ADMIN".into(),
+                    secret_access_key: "ADMIN".into(),
+                    force_path_style: true,
+                    ca_bundle: None,
+                    rate_limit: Default::default(),
+                },
+                &timeouts,
+            )
+            .unwrap(),
             metrics: Arc::new(Metrics::new()),
         },
         admin_key_id: "AK".into(),
