@@ -93,9 +93,11 @@ MOTO_BOOTSTRAP_CALLS=3
 # every test), and prints "PID URL ACCESS_KEY_ID SECRET_ACCESS_KEY".
 start_enforcing_moto() {
   local port; port=$(free_port)
-  # Recording stays off until a scenario starts it (/moto-api/recorder/start-recording): it lets
-  # the database scenario read back the passwords keeper sent to RDS.
-  local pid; pid=$(INITIAL_NO_AUTH_ACTION_COUNT=$MOTO_BOOTSTRAP_CALLS MOTO_ENABLE_RECORDING=true \
+  # The request recorder stays off until a scenario starts it (/moto-api/recorder/start-recording):
+  # it lets the database and region scenarios read back what keeper sent to RDS. Not
+  # MOTO_ENABLE_RECORDING, which records every request from the start (every object's body
+  # included), slowing moto down and filling the disk.
+  local pid; pid=$(INITIAL_NO_AUTH_ACTION_COUNT=$MOTO_BOOTSTRAP_CALLS \
     MOTO_RECORDER_FILEPATH="$DEV/moto-recording" start moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$port")
   local url="http://127.0.0.1:$port"
   wait_for 30 curl -sf "$url/moto-api/" || die "moto did not start (see $DEV/logs/moto.log)"

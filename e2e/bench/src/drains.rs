@@ -117,6 +117,7 @@ pub async fn s3(lab: &Lab, report: &mut Report, sizes: &[usize]) -> anyhow::Resu
         let bucket = bucket_of_keeper(lab, &namespace, "s3").await?;
         put_objects(&s3, &bucket, "o", n).await;
         lab.clear_counters().await?;
+        let before = keeper.mark(&lab.http).await?;
         let took = drain_with_keeper(
             lab,
             &namespace,
@@ -124,6 +125,7 @@ pub async fn s3(lab: &Lab, report: &mut Report, sizes: &[usize]) -> anyhow::Resu
             Duration::from_secs(60 + n as u64 / 100),
         )
         .await?;
+        let after = keeper.mark(&lab.http).await?;
         let calls = lab.aws_calls().await?;
         let rate = |t: Duration| n as f64 / t.as_secs_f64();
         report.add(
@@ -142,14 +144,15 @@ pub async fn s3(lab: &Lab, report: &mut Report, sizes: &[usize]) -> anyhow::Resu
             "",
             Goal::Exactly(n.div_ceil(1000) as f64),
         );
-        let listings: Vec<String> = calls
-            .iter()
-            .filter(|(k, _)| k.contains("List"))
-            .map(|(k, v)| format!("{k} {v}"))
-            .collect();
+        let made: Vec<String> = calls.iter().map(|(k, v)| format!("{k} {v}")).collect();
         report.note(format!(
-            "{section} {n}: keeper's listings: {}",
-            listings.join(", ")
+            "{section} {n}: keeper's backend calls: {}",
+            made.join(", ")
+        ));
+        report.note(format!(
+            "{section} {n}: keeper's reconciles: {}; backend call time: {}",
+            before.means(&after, "keeper_reconcile_duration_seconds"),
+            before.means(&after, "keeper_backend_request_duration_seconds")
         ));
         drop(keeper);
         if i == 0 {
