@@ -54,6 +54,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let run = Run::now();
     let lab = Lab::from_env()?;
     let wanted = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);
     let mut report = Report::default();
@@ -67,7 +68,7 @@ async fn main() -> anyhow::Result<()> {
         let idle = Duration::from_secs(if args.smoke { 5 } else { 30 });
         let keeper = Process::start(&env)?;
         kinds::buckets(&lab, &keeper, &mut report, &sizes, idle).await?;
-        save(&args, &report, false)?;
+        save(&args, &run, &report, false)?;
     }
     if wanted("tenants") {
         let sizes = if args.smoke {
@@ -77,13 +78,13 @@ async fn main() -> anyhow::Result<()> {
         };
         let keeper = Process::start(&env)?;
         kinds::tenants(&lab, &keeper, &mut report, &sizes).await?;
-        save(&args, &report, false)?;
+        save(&args, &run, &report, false)?;
     }
     if wanted("databases") {
         let n = if args.smoke { 10 } else { args.databases };
         let keeper = Process::start(&env)?;
         kinds::databases(&lab, &keeper, &mut report, n).await?;
-        save(&args, &report, false)?;
+        save(&args, &run, &report, false)?;
     }
     if wanted("caches") {
         let sizes = if args.smoke {
@@ -92,7 +93,7 @@ async fn main() -> anyhow::Result<()> {
             args.cached.clone()
         };
         caches::run(&lab, &mut report, &sizes).await?;
-        save(&args, &report, false)?;
+        save(&args, &run, &report, false)?;
     }
     let drained = if args.smoke {
         vec![2000]
@@ -101,7 +102,7 @@ async fn main() -> anyhow::Result<()> {
     };
     if wanted("drains") || wanted("drains-s3") {
         drains::s3(&lab, &mut report, &drained).await?;
-        save(&args, &report, false)?;
+        save(&args, &run, &report, false)?;
     }
     if wanted("drains") || wanted("drains-grid") {
         drains::grid(&lab, &mut report, &drained).await?;
@@ -110,7 +111,7 @@ async fn main() -> anyhow::Result<()> {
     for note in &report.notes {
         println!("{note}");
     }
-    save(&args, &report, true)?;
+    save(&args, &run, &report, true)?;
     let failures = report.failures();
     if !args.smoke && !failures.is_empty() {
         eprintln!("{} figures miss their goal", failures.len());
@@ -118,26 +119,57 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// When the run began and what it measures, taken at its start: the binaries were built from
+/// the tree as it was then (a change made while the run goes on is not in them).
+struct Run {
+    date: String,
+    commit: String,
+}
+
+impl Run {
+    fn now() -> Run {
+        let output = |program: &str, args: &[&str]| {
+            std::process::Command::new(program)
+                .args(args)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default()
+        };
+        // The results file is this program's output, not a change to what it measures.
+        let changed = output(
+            "git",
+            &[
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+                "--",
+                ".",
+                ":(exclude)bench/results.md",
+            ],
+        );
+        let commit = output("git", &["describe", "--always"]);
+        Run {
+            date: output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]),
+            commit: if changed.is_empty() {
+                commit
+            } else {
+                format!("{commit}-dirty")
+            },
+        }
+    }
+}
+
 /// Writes `--out` after each part, so that a run stopped midway leaves what it measured.
-fn save(args: &Args, report: &Report, complete: bool) -> anyhow::Result<()> {
+fn save(args: &Args, run: &Run, report: &Report, complete: bool) -> anyhow::Result<()> {
     if let Some(out) = &args.out {
-        std::fs::write(out, results(report, complete))?;
+        std::fs::write(out, results(run, report, complete))?;
     }
     Ok(())
 }
 
 /// `bench/results.md`: when, where, what, and the table with its notes.
-fn results(report: &Report, complete: bool) -> String {
-    let date = std::process::Command::new("date")
-        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    let commit = std::process::Command::new("git")
-        .args(["describe", "--always", "--dirty"])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+fn results(run: &Run, report: &Report, complete: bool) -> String {
+    let Run { date, commit } = run;
     let partial = if complete {
         ""
     } else {
