@@ -4,6 +4,7 @@
 //! [`Metrics::backend_call`], so no controller records them by hand.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use crate::backends::rate::RateLimit;
@@ -155,16 +156,35 @@ impl Metrics {
 
     /// Runs one backend call once `limit` lets it go, recording its duration (without that wait,
     /// which would hide the backend's latency; it has its own histogram) and outcome.
-    pub async fn backend_call<T, E, F>(
+    ///
+    /// The call goes on the heap at once: an SDK call's future takes kilobytes, and carried by
+    /// value through every async layer above it (each holds it again in a debug build) it
+    /// overflowed the 2 MiB stack of a runtime worker.
+    pub fn backend_call<'a, T, E, F>(
+        &'a self,
+        limit: &'a RateLimit,
+        backend: &'a str,
+        operation: &'a str,
+        call: F,
+    ) -> impl Future<Output = Result<T, E>> + 'a
+    where
+        T: 'a,
+        E: BackendOutcome + 'a,
+        F: Future<Output = Result<T, E>> + 'a,
+    {
+        self.measured(limit, backend, operation, Box::pin(call))
+    }
+
+    async fn measured<T, E, F>(
         &self,
         limit: &RateLimit,
         backend: &str,
         operation: &str,
-        call: F,
+        call: Pin<Box<F>>,
     ) -> Result<T, E>
     where
-        F: Future<Output = Result<T, E>>,
         E: BackendOutcome,
+        F: Future<Output = Result<T, E>>,
     {
         if let Some(waited) = limit.admit().await {
             self.rate_limited
@@ -209,6 +229,28 @@ mod tests {
         fn outcome(&self) -> &'static str {
             "transient"
         }
+    }
+
+    /// A backend call's future is boxed as the call begins: whatever its size, what the awaiting
+    /// reconcile carries stays small (an SDK call carried by value through the layers above it
+    /// overflowed a runtime worker's stack in a debug build).
+    #[tokio::test]
+    async fn a_backend_calls_future_is_small_whatever_the_call() {
+        let metrics = Metrics::new();
+        let limit = RateLimit::default();
+        let call = async {
+            let big = [7u8; 64 * 1024];
+            tokio::task::yield_now().await;
+            Ok::<u8, Failure>(std::hint::black_box(&big)[0])
+        };
+        assert!(std::mem::size_of_val(&call) >= 64 * 1024);
+        let measured = metrics.backend_call(&limit, "b", "op", call);
+        assert!(
+            std::mem::size_of_val(&measured) < 1024,
+            "{} bytes",
+            std::mem::size_of_val(&measured)
+        );
+        assert_eq!(measured.await.ok(), Some(7));
     }
 
     #[tokio::test]

@@ -139,21 +139,20 @@ impl IamStore {
     }
 
     /// Sends one IAM request at the provider's request rate, counted in the backend metrics and
-    /// classified.
-    async fn call<T, E>(
-        &self,
-        metrics: &Metrics,
+    /// classified. Not an async fn: it hands the request on at once, to be boxed (see
+    /// [`Metrics::backend_call`]).
+    fn call<'a, T: 'a, E>(
+        &'a self,
+        metrics: &'a Metrics,
         operation: &'static str,
-        request: impl std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
-    ) -> Result<T, BackendError>
+        request: impl std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>> + 'a,
+    ) -> impl std::future::Future<Output = Result<T, BackendError>> + 'a
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        metrics
-            .backend_call(&self.rate_limit, BACKEND, operation, async {
-                request.await.map_err(|e| classify(operation, e))
-            })
-            .await
+        metrics.backend_call(&self.rate_limit, BACKEND, operation, async move {
+            request.await.map_err(|e| classify(operation, e))
+        })
     }
 
     /// Creates the user under `path` with `tags`; a user of that name already there is fine.

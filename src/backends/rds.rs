@@ -231,16 +231,18 @@ impl RdsBackend {
     }
 
     /// Runs one call at `rds.requestsPerSecond` with its metrics and names the operation in its
-    /// error.
-    async fn call<T>(
-        &self,
+    /// error. Not an async fn: it hands the call on at once, to be boxed (see
+    /// [`Metrics::backend_call`]).
+    fn call<'a, T: 'a>(
+        &'a self,
         operation: &'static str,
-        call: impl Future<Output = Result<T, RdsError>>,
-    ) -> Result<T, BackendError> {
-        self.metrics
-            .backend_call(&self.rate_limit, BACKEND, operation, call)
-            .await
-            .map_err(|e| e.into_backend(operation))
+        call: impl Future<Output = Result<T, RdsError>> + 'a,
+    ) -> impl Future<Output = Result<T, BackendError>> + 'a {
+        futures::FutureExt::map(
+            self.metrics
+                .backend_call(&self.rate_limit, BACKEND, operation, call),
+            move |result| result.map_err(|e| e.into_backend(operation)),
+        )
     }
 
     /// The instance, or `None` when RDS reports `DBInstanceNotFound`.

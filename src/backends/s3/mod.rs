@@ -245,16 +245,15 @@ impl S3Store {
         }
     }
 
-    /// Runs one S3 call at the provider's request rate, counted in the backend metrics.
-    async fn call<T>(
-        &self,
-        metrics: &Metrics,
+    /// Runs one S3 call at the provider's request rate, counted in the backend metrics. Not an
+    /// async fn: it hands the call on at once, to be boxed (see [`Metrics::backend_call`]).
+    fn call<'a, T: 'a>(
+        &'a self,
+        metrics: &'a Metrics,
         operation: &'static str,
-        call: impl std::future::Future<Output = Result<T, S3Error>>,
-    ) -> Result<T, S3Error> {
-        metrics
-            .backend_call(&self.rate_limit, BACKEND, operation, call)
-            .await
+        call: impl std::future::Future<Output = Result<T, S3Error>> + 'a,
+    ) -> impl std::future::Future<Output = Result<T, S3Error>> + 'a {
+        metrics.backend_call(&self.rate_limit, BACKEND, operation, call)
     }
 
     /// The SDK configuration of a client for `settings`.
