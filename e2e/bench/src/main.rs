@@ -67,8 +67,8 @@ async fn main() -> anyhow::Result<()> {
         };
         let idle = Duration::from_secs(if args.smoke { 5 } else { 30 });
         let keeper = Process::start(&env)?;
-        kinds::buckets(&lab, &keeper, &mut report, &sizes, idle).await?;
-        save(&args, &run, &report, false)?;
+        let done = kinds::buckets(&lab, &keeper, &mut report, &sizes, idle).await;
+        part_done(&args, &run, &mut report, "buckets", done)?;
     }
     if wanted("tenants") {
         let sizes = if args.smoke {
@@ -77,14 +77,14 @@ async fn main() -> anyhow::Result<()> {
             args.tenants.clone()
         };
         let keeper = Process::start(&env)?;
-        kinds::tenants(&lab, &keeper, &mut report, &sizes).await?;
-        save(&args, &run, &report, false)?;
+        let done = kinds::tenants(&lab, &keeper, &mut report, &sizes).await;
+        part_done(&args, &run, &mut report, "tenants", done)?;
     }
     if wanted("databases") {
         let n = if args.smoke { 10 } else { args.databases };
         let keeper = Process::start(&env)?;
-        kinds::databases(&lab, &keeper, &mut report, n).await?;
-        save(&args, &run, &report, false)?;
+        let done = kinds::databases(&lab, &keeper, &mut report, n).await;
+        part_done(&args, &run, &mut report, "databases", done)?;
     }
     if wanted("caches") {
         let sizes = if args.smoke {
@@ -92,8 +92,8 @@ async fn main() -> anyhow::Result<()> {
         } else {
             args.cached.clone()
         };
-        caches::run(&lab, &mut report, &sizes).await?;
-        save(&args, &run, &report, false)?;
+        let done = caches::run(&lab, &mut report, &sizes).await;
+        part_done(&args, &run, &mut report, "caches", done)?;
     }
     let drained = if args.smoke {
         vec![2000]
@@ -101,11 +101,12 @@ async fn main() -> anyhow::Result<()> {
         args.drained.clone()
     };
     if wanted("drains") || wanted("drains-s3") {
-        drains::s3(&lab, &mut report, &drained).await?;
-        save(&args, &run, &report, false)?;
+        let done = drains::s3(&lab, &mut report, &drained).await;
+        part_done(&args, &run, &mut report, "drains-s3", done)?;
     }
     if wanted("drains") || wanted("drains-grid") {
-        drains::grid(&lab, &mut report, &drained).await?;
+        let done = drains::grid(&lab, &mut report, &drained).await;
+        part_done(&args, &run, &mut report, "drains-grid", done)?;
     }
     println!("\n{}", report.table());
     for note in &report.notes {
@@ -159,7 +160,23 @@ impl Run {
     }
 }
 
-/// Writes `--out` after each part, so that a run stopped midway leaves what it measured.
+/// After each part: `--out` is written, so that a run stopped midway leaves what it measured. A
+/// part that failed keeps the figures it measured before, and the results say why it stopped.
+fn part_done(
+    args: &Args,
+    run: &Run,
+    report: &mut Report,
+    part: &str,
+    done: anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    if let Err(e) = &done {
+        report.note(format!("part {part} stopped: {e:#}"));
+    }
+    save(args, run, report, false)?;
+    done
+}
+
+/// Writes `--out`.
 fn save(args: &Args, run: &Run, report: &Report, complete: bool) -> anyhow::Result<()> {
     if let Some(out) = &args.out {
         std::fs::write(out, results(run, report, complete))?;
