@@ -198,6 +198,11 @@ fn pem_has_certificate(pem: &[u8]) -> bool {
     String::from_utf8_lossy(pem).contains("-----BEGIN CERTIFICATE-----")
 }
 
+/// Fixed keys, as every S3 client of keeper signs with.
+fn static_credentials(access_key_id: &str, secret_access_key: &str) -> Credentials {
+    Credentials::new(access_key_id, secret_access_key, None, None, "keeper")
+}
+
 /// An S3 client bound to one endpoint and one set of credentials.
 #[derive(Clone)]
 pub struct S3Store {
@@ -206,7 +211,9 @@ pub struct S3Store {
 }
 
 impl S3Store {
-    /// A client for `settings`; fails only on an unusable CA bundle.
+    /// A client for `settings` with the default timeouts (tests; keeper's own clients take the
+    /// configured ones); fails only on an unusable CA bundle.
+    #[cfg(test)]
     pub fn new(settings: &S3Settings) -> Result<Self, String> {
         Self::with_timeouts(settings, &BackendTimeouts::default())
     }
@@ -226,19 +233,15 @@ impl S3Store {
     /// `keys` instead: for the check of one bucket's keys, of which there are as many as buckets,
     /// so that each check costs neither a connector of its own nor a new connection.
     pub fn signing_with(&self, keys: &Keys) -> S3Store {
-        let credentials = Credentials::new(
-            keys.access_key_id.clone(),
-            keys.secret_access_key.clone(),
-            None,
-            None,
-            "keeper",
-        );
         S3Store {
             client: Client::from_conf(
                 self.client
                     .config()
                     .to_builder()
-                    .credentials_provider(credentials)
+                    .credentials_provider(static_credentials(
+                        &keys.access_key_id,
+                        &keys.secret_access_key,
+                    ))
                     .build(),
             ),
             rate_limit: self.rate_limit.clone(),
@@ -261,17 +264,13 @@ impl S3Store {
         settings: &S3Settings,
         timeouts: &BackendTimeouts,
     ) -> Result<aws_sdk_s3::config::Builder, String> {
-        let credentials = Credentials::new(
-            settings.access_key_id.clone(),
-            settings.secret_access_key.clone(),
-            None,
-            None,
-            "keeper",
-        );
         let mut config = aws_sdk_s3::Config::builder()
             .behavior_version(BehaviorVersion::latest())
             .region(Region::new(settings.region.clone()))
-            .credentials_provider(credentials)
+            .credentials_provider(static_credentials(
+                &settings.access_key_id,
+                &settings.secret_access_key,
+            ))
             .endpoint_url(settings.endpoint.clone())
             .force_path_style(settings.force_path_style)
             // S3-compatible stores reject or ignore the newer default CRC checksums.
