@@ -6,6 +6,7 @@
 //! flight. The pipeline ([`run_round`]) is generic over [`Target`] so that its ordering and
 //! bounds are tested without a store.
 
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::pin::pin;
 use std::time::Duration;
@@ -216,21 +217,136 @@ where
     }
 }
 
+/// How long the entries a count listed are kept for the drain that count starts: its first round
+/// follows within seconds, and the entries of a drain that never started must not stay.
+const COUNTED_TTL: Duration = Duration::from_secs(300);
+/// Memory the kept entries of one store may take, across its buckets (a key is up to 1 KiB): a
+/// count beyond it keeps what fits, and the drain lists the rest.
+const COUNTED_BYTES: usize = 16 << 20;
+
+/// The entries counts listed for the drains they start, by bucket; shared by a store's clones.
+#[derive(Default)]
+pub(super) struct CountedEntries {
+    buckets: HashMap<String, Counted>,
+    bytes: usize,
+}
+
+struct Counted {
+    listing: Listing,
+    entries: VecDeque<Entry>,
+    bytes: usize,
+    at: Instant,
+}
+
+/// What an entry takes in memory, about.
+fn entry_bytes(entry: &Entry) -> usize {
+    std::mem::size_of::<Entry>() + entry.key.len() + entry.version.as_ref().map_or(0, String::len)
+}
+
+impl CountedEntries {
+    /// Keeps `entries` of `bucket`, listed with `listing`, in place of what was kept for it;
+    /// as many as fit in [`COUNTED_BYTES`] with what other buckets keep.
+    fn keep(&mut self, bucket: &str, listing: Listing, entries: VecDeque<Entry>, now: Instant) {
+        self.forget(bucket);
+        let expired: Vec<String> = self
+            .buckets
+            .iter()
+            .filter(|(_, kept)| now.duration_since(kept.at) >= COUNTED_TTL)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in expired {
+            self.forget(&name);
+        }
+        let mut bytes = 0;
+        let room = COUNTED_BYTES.saturating_sub(self.bytes);
+        let fits = entries
+            .iter()
+            .take_while(|entry| {
+                bytes += entry_bytes(entry);
+                bytes <= room
+            })
+            .count();
+        let mut entries = entries;
+        entries.truncate(fits);
+        if entries.is_empty() {
+            return;
+        }
+        let bytes = entries.iter().map(entry_bytes).sum();
+        self.bytes += bytes;
+        self.buckets.insert(
+            bucket.to_string(),
+            Counted {
+                listing,
+                entries,
+                bytes,
+                at: now,
+            },
+        );
+    }
+
+    /// Takes what is kept for `bucket`, if it was listed with `listing` (a bucket whose
+    /// versioning changed since its count has versions the count did not see) and lately.
+    fn take(&mut self, bucket: &str, listing: Listing, now: Instant) -> VecDeque<Entry> {
+        match self.buckets.remove(bucket) {
+            Some(kept) => {
+                self.bytes -= kept.bytes;
+                if kept.listing == listing && now.duration_since(kept.at) < COUNTED_TTL {
+                    kept.entries
+                } else {
+                    VecDeque::new()
+                }
+            }
+            None => VecDeque::new(),
+        }
+    }
+
+    fn forget(&mut self, bucket: &str) {
+        if let Some(kept) = self.buckets.remove(bucket) {
+            self.bytes -= kept.bytes;
+        }
+    }
+}
+
+/// Where a pass over the bucket takes its next page from.
+enum Source {
+    /// The entries the count that started the drain listed.
+    Counted,
+    /// A listing, from this cursor on.
+    Listing(Cursor),
+}
+
+/// Up to `n` of the counted entries, as a page.
+fn counted_page(counted: &mut VecDeque<Entry>, n: usize) -> Page {
+    Page {
+        entries: counted.drain(..n.min(counted.len())).collect(),
+        bytes: 0,
+        next: None,
+    }
+}
+
 /// One round of a client-side drain: passes over the bucket, each listing it from the start,
 /// until a listing from the start finds nothing, the budget is spent (checked before each
 /// listing: the page in hand is deleted whole), a pass deletes nothing (every key failed), or
 /// something stops the drain (object lock, ownership, a failed call).
+///
+/// The first pass deletes the `counted` entries, if any, without listing: the count that started
+/// the drain listed them a moment ago, and listing every object twice would cost the drain as
+/// much again as its deletes on a store whose listings are slow. What the round leaves of them
+/// stays in `counted` for the next round. Only a listing finds the bucket empty: an entry deleted
+/// meanwhile costs nothing, an object written meanwhile is found by the pass that follows.
 ///
 /// Within a pass the next page is listed before the current one is deleted, while earlier
 /// batches are still in flight: a listing continued from a marker whose entry is already gone
 /// ends early on some stores. At most `pace.in_flight` batches run at once, each started only
 /// after the ownership check and no sooner than `pace.max_per_second` allows. Every batch is
 /// full but the last of a pass, so a bucket of N entries takes ⌈N/1000⌉ `DeleteObjects` calls.
-/// Nothing is remembered between rounds: a restart lists the bucket from the start again.
+/// Nothing but the counted entries is kept between rounds, and those in memory only: a restart
+/// lists the bucket from the start again.
 pub(super) async fn run_round<T: Target>(
     target: &T,
     mut listing: Listing,
     pace: &DrainPace,
+    counted: &mut VecDeque<Entry>,
 ) -> DrainRound {
     let began = Instant::now();
     let mut round = DrainRound::default();
@@ -240,11 +356,16 @@ pub(super) async fn run_round<T: Target>(
     let spent = |requested: u64| requested > 0 && began.elapsed() >= pace.budget;
     loop {
         let deleted_before = round.deleted;
-        let mut page = match target.list(listing, &Cursor::Start, pace.page()).await {
-            Ok(page) => page,
-            Err(e) => {
-                round.error = Some(e);
-                return round;
+        let from_count = !counted.is_empty();
+        let mut page = if from_count {
+            counted_page(counted, pace.page())
+        } else {
+            match target.list(listing, &Cursor::Start, pace.page()).await {
+                Ok(page) => page,
+                Err(e) => {
+                    round.error = Some(e);
+                    return round;
+                }
             }
         };
         if page.entries.is_empty() {
@@ -267,10 +388,15 @@ pub(super) async fn run_round<T: Target>(
             // Once the time is up no further page is listed, and the page in hand is deleted
             // whole: a listing can cost more than the deletes of its page, and a round that
             // stopped mid-page would list it again.
-            let cursor = page.next.take();
-            out_of_budget = cursor.is_some() && spent(requested);
-            let next = match cursor.filter(|_| !out_of_budget) {
-                Some(cursor) => {
+            let source = if from_count {
+                (!counted.is_empty()).then_some(Source::Counted)
+            } else {
+                page.next.take().map(Source::Listing)
+            };
+            out_of_budget = source.is_some() && spent(requested);
+            let next = match source.filter(|_| !out_of_budget) {
+                Some(Source::Counted) => Some(counted_page(counted, pace.page())),
+                Some(Source::Listing(cursor)) => {
                     match alongside(
                         target.list(listing, &cursor, pace.page()),
                         &mut running,
@@ -516,7 +642,38 @@ impl S3Store {
         bucket: &str,
         max_entries: i64,
     ) -> Result<Option<Usage>, S3Error> {
+        self.count(metrics, bucket, max_entries, false).await
+    }
+
+    /// As [`S3Store::usage`], for a drain about to start: the entries listed are kept (in memory,
+    /// for a few minutes, within [`COUNTED_BYTES`]) for the drain's first rounds, which then
+    /// delete them without listing the bucket again.
+    pub async fn count_for_drain(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+        max_entries: i64,
+    ) -> Result<Option<Usage>, S3Error> {
+        self.count(metrics, bucket, max_entries, true).await
+    }
+
+    /// Drops the entries kept for a drain of `bucket` (it ended, or was canceled).
+    pub fn forget_counted(&self, bucket: &str) {
+        self.counted
+            .lock()
+            .expect("counted entries lock")
+            .forget(bucket);
+    }
+
+    async fn count(
+        &self,
+        metrics: &Metrics,
+        bucket: &str,
+        max_entries: i64,
+        for_drain: bool,
+    ) -> Result<Option<Usage>, S3Error> {
         let Some(versioning) = self.versioning_if_exists(metrics, bucket).await? else {
+            self.forget_counted(bucket);
             return Ok(None);
         };
         let listing = Listing::for_versioning(versioning);
@@ -528,6 +685,10 @@ impl S3Store {
         };
         let mut usage = Usage::default();
         let mut cursor = Cursor::Start;
+        // What a drain may delete without listing again, within the memory it may take.
+        let mut listed = VecDeque::new();
+        let mut listed_bytes = 0;
+        let mut keep = for_drain;
         loop {
             // Ask for what is left to count: S3 gives 1,000 a page, some stores give more.
             let wanted = usize::try_from(max_entries - usage.objects)
@@ -535,20 +696,36 @@ impl S3Store {
                 .max(MAX_DELETE_BATCH);
             let page = match target.list(listing, &cursor, wanted).await {
                 Ok(page) => page,
-                Err(e) if e.code == "NoSuchBucket" => return Ok(None),
+                Err(e) if e.code == "NoSuchBucket" => {
+                    self.forget_counted(bucket);
+                    return Ok(None);
+                }
                 Err(e) => return Err(e),
             };
             usage.objects += page.entries.len() as i64;
             usage.bytes += page.bytes;
-            let Some(next) = page.next else {
-                usage.complete = true;
-                return Ok(Some(usage));
-            };
-            if usage.objects >= max_entries {
-                return Ok(Some(usage));
+            if keep {
+                listed_bytes += page.entries.iter().map(entry_bytes).sum::<usize>();
+                // The entries beyond the bound are listed again by the drain.
+                keep = listed_bytes <= COUNTED_BYTES;
+                listed.extend(page.entries);
             }
-            cursor = next;
+            usage.complete = page.next.is_none();
+            match page.next {
+                Some(next) if usage.objects < max_entries => cursor = next,
+                _ => break,
+            }
         }
+        // In place of an earlier count's, even when nothing is listed.
+        if for_drain {
+            self.counted.lock().expect("counted entries lock").keep(
+                bucket,
+                listing,
+                listed,
+                Instant::now(),
+            );
+        }
+        Ok(Some(usage))
     }
 
     /// Why the bucket is not `owner`'s, or `None` when its mark names `owner`. Checked right
@@ -592,7 +769,21 @@ impl S3Store {
             name: bucket,
             owner: Some(owner),
         };
-        let mut round = run_round(&target, listing, pace).await;
+        let mut counted = self.counted.lock().expect("counted entries lock").take(
+            bucket,
+            listing,
+            Instant::now(),
+        );
+        let mut round = run_round(&target, listing, pace, &mut counted).await;
+        // What is left of the count is for the next round, unless the drain must stop.
+        if round.blocked.is_none() && round.not_ours.is_none() {
+            self.counted.lock().expect("counted entries lock").keep(
+                bucket,
+                listing,
+                counted,
+                Instant::now(),
+            );
+        }
         if round.empty {
             self.abort_uploads(metrics, bucket, owner, &mut round)
                 .await?;

@@ -6,6 +6,8 @@
 //! calls are grouped by concern: `bucket` (ownership, creation, tagging, versioning, deletion,
 //! listing) and `drain` (usage and the client-side drain).
 
+use std::sync::{Arc, Mutex};
+
 use aws_sdk_s3::Client;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
@@ -208,6 +210,8 @@ fn static_credentials(access_key_id: &str, secret_access_key: &str) -> Credentia
 pub struct S3Store {
     client: Client,
     rate_limit: RateLimit,
+    /// What counts listed for the drains they start (see [`S3Store::count_for_drain`]).
+    counted: Arc<Mutex<drain::CountedEntries>>,
 }
 
 impl S3Store {
@@ -226,6 +230,7 @@ impl S3Store {
         Ok(S3Store {
             client: Client::from_conf(Self::config(settings, timeouts)?.build()),
             rate_limit: settings.rate_limit.clone(),
+            counted: Arc::default(),
         })
     }
 
@@ -245,6 +250,8 @@ impl S3Store {
                     .build(),
             ),
             rate_limit: self.rate_limit.clone(),
+            // Keys of one bucket never drain it.
+            counted: Arc::default(),
         }
     }
 

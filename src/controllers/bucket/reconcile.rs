@@ -16,7 +16,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use super::backend::{
-    BucketBackend, Connect, DesiredBucket, Ensured, KeyCheck, Observed, Owner, Wait,
+    BucketBackend, Connect, DesiredBucket, Ensured, KeyCheck, Observed, Owner, Purpose, Wait,
 };
 use super::plan::drain::{self, DrainSettings, DrainStep};
 use super::plan::keys::{self as key_plan, FirstLook, KEYS_NOT_YET_VALID, KeySource, Publication};
@@ -159,12 +159,13 @@ async fn observe<B: BucketBackend>(
     backend: &B,
     view: &View<'_>,
     fresh: bool,
+    purpose: Purpose,
     out: &mut Report,
 ) -> Result<Option<Observed>, Error> {
     if !fresh && let Some(cached) = view.cached {
         return Ok(Some(cached));
     }
-    let observed = backend.observe(&view.desired.name).await?;
+    let observed = backend.observe(&view.desired.name, purpose).await?;
     out.observed = observed.map_or(Cache::Forget, Cache::Store);
     Ok(observed)
 }
@@ -218,7 +219,13 @@ async fn run_drain<B: BucketBackend>(
     } else {
         ours
     };
-    let Some(mut observed) = observe(backend, view, fresh, out).await? else {
+    // The count that starts a drain: a client-side drain's first rounds delete what it listed.
+    let purpose = if wants && !ours {
+        Purpose::StartDrain
+    } else {
+        Purpose::Usage
+    };
+    let Some(mut observed) = observe(backend, view, fresh, purpose, out).await? else {
         out.status.drain_status = None;
         out.status.phase = Some(BucketPhase::Pending);
         let message =

@@ -680,7 +680,11 @@ async fn client_side_drains_count_their_deletes_instead_of_listing_at_polls() {
     let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
     let mut cached = cache_of(&out, None);
     write_back(&mut obj, &out);
-    fake.take_calls();
+    // The count that starts the drain says so: the backend keeps what it listed for the rounds.
+    assert_eq!(
+        fake.take_calls(),
+        ["observe to start a drain", "owner", "start_drain"]
+    );
     // The first round reports its deletions at once (estimated, without listing).
     let out = apply_bucket(&fake, &view(&obj, at(1), cached))
         .await

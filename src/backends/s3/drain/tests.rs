@@ -205,7 +205,7 @@ async fn n_entries_take_ceil_n_over_1000_deletes_whatever_the_page_size() {
             page_cap,
             ..Fake::with_objects(n)
         };
-        let round = run_round(&fake, Listing::Objects, &pace(4)).await;
+        let round = run_round(&fake, Listing::Objects, &pace(4), &mut VecDeque::new()).await;
         assert!(round.empty, "{round:?}");
         assert_eq!(round.deleted, n as u64);
         assert_eq!(
@@ -228,7 +228,7 @@ async fn n_entries_take_ceil_n_over_1000_deletes_whatever_the_page_size() {
 async fn the_next_page_is_listed_before_the_current_one_is_deleted_while_deletes_overlap() {
     // S3 pages of 1,000; deletes three times slower than listings.
     let fake = Fake::with_objects(10_000);
-    let round = run_round(&fake, Listing::Objects, &pace(4)).await;
+    let round = run_round(&fake, Listing::Objects, &pace(4), &mut VecDeque::new()).await;
     assert_eq!((round.deleted, fake.deletes()), (10_000, 10));
     let events = fake.events();
     // Each page's last entry is listed (the next page's marker used) before that page's batch
@@ -261,7 +261,7 @@ async fn the_next_page_is_listed_before_the_current_one_is_deleted_while_deletes
     assert!(fake.most_in_flight() <= 4);
 
     let one = Fake::with_objects(3000);
-    run_round(&one, Listing::Objects, &pace(1)).await;
+    run_round(&one, Listing::Objects, &pace(1), &mut VecDeque::new()).await;
     assert_eq!(one.most_in_flight(), 1);
 }
 
@@ -274,7 +274,7 @@ async fn an_empty_list_objects_v2_is_confirmed_by_list_object_versions() {
         .lock()
         .unwrap()
         .extend((0..700).map(|i| (format!("v{i:04}"), Some("v1".to_string()))));
-    let round = run_round(&fake, Listing::Objects, &pace(4)).await;
+    let round = run_round(&fake, Listing::Objects, &pace(4), &mut VecDeque::new()).await;
     assert!(round.empty, "{round:?}");
     assert_eq!(round.deleted, 2200);
     assert_eq!(fake.left(), 0);
@@ -306,7 +306,7 @@ async fn a_failed_delete_stops_the_round_and_counts_only_what_was_deleted() {
         failing_delete: Some(2),
         ..Fake::with_objects(5000)
     };
-    let first = run_round(&fake, Listing::Objects, &pace(4)).await;
+    let first = run_round(&fake, Listing::Objects, &pace(4), &mut VecDeque::new()).await;
     assert_eq!(
         first.error.as_ref().map(|e| e.code.as_str()),
         Some("InternalError")
@@ -316,7 +316,7 @@ async fn a_failed_delete_stops_the_round_and_counts_only_what_was_deleted() {
     assert_eq!(first.deleted as usize, 5000 - fake.left());
     assert!(fake.left() >= 1000);
     // The next round lists again and deletes the rest, the failed batch included.
-    let second = run_round(&fake, Listing::Objects, &pace(4)).await;
+    let second = run_round(&fake, Listing::Objects, &pace(4), &mut VecDeque::new()).await;
     assert!(second.empty && second.error.is_none());
     assert_eq!(first.deleted + second.deleted, 5000);
 }
@@ -327,7 +327,7 @@ async fn losing_ownership_stops_before_the_next_batch() {
         owned_for: 2,
         ..Fake::with_objects(5000)
     };
-    let round = run_round(&fake, Listing::Objects, &pace(4)).await;
+    let round = run_round(&fake, Listing::Objects, &pace(4), &mut VecDeque::new()).await;
     assert_eq!(round.not_ours.as_deref(), Some("re-tagged"));
     assert_eq!(fake.deletes(), 2);
     assert_eq!(round.deleted, 2000);
@@ -343,7 +343,7 @@ async fn the_rate_cap_and_the_budget_hold_with_deletes_in_flight() {
         in_flight: 1,
     };
     let started = Instant::now();
-    let round = run_round(&fake, Listing::Objects, &capped).await;
+    let round = run_round(&fake, Listing::Objects, &capped, &mut VecDeque::new()).await;
     // Pages and batches of 100, started at 0, 1 and 2 s: the time is up when the third page is in
     // hand, which is deleted whole, and no fourth page is listed.
     assert_eq!(fake.deletes(), 3);
@@ -357,8 +357,123 @@ async fn the_rate_cap_and_the_budget_hold_with_deletes_in_flight() {
         .count();
     assert_eq!(listings, 3);
     // The next round resumes from the bucket as it is.
-    let rest = run_round(&fake, Listing::Objects, &pace(4)).await;
+    let rest = run_round(&fake, Listing::Objects, &pace(4), &mut VecDeque::new()).await;
     assert!(rest.empty);
     assert_eq!(round.deleted + rest.deleted, 500);
     assert_eq!(fake.deletes(), 4);
+}
+
+/// Every entry the fake bucket holds, as a count lists them.
+fn count(fake: &Fake) -> VecDeque<Entry> {
+    fake.entries
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(key, version)| Entry {
+            key: key.clone(),
+            version: version.clone(),
+        })
+        .collect()
+}
+
+fn listings(fake: &Fake) -> usize {
+    fake.events()
+        .iter()
+        .filter(|e| matches!(e, Event::ListStarted(_)))
+        .count()
+}
+
+#[tokio::test]
+async fn counted_entries_are_deleted_without_listing_and_only_a_listing_finds_the_bucket_empty() {
+    let fake = Fake::with_objects(3000);
+    let mut counted = count(&fake);
+    // Written after the count.
+    fake.entries
+        .lock()
+        .unwrap()
+        .extend((0..10).map(|i| (format!("z{i}"), None)));
+    let round = run_round(&fake, Listing::Objects, &pace(4), &mut counted).await;
+    assert!(round.empty, "{round:?}");
+    assert_eq!(round.deleted, 3010);
+    assert!(counted.is_empty());
+    assert_eq!(fake.left(), 0);
+    // The counted entries in three full batches before any listing, then the late ten in one.
+    let events = fake.events();
+    let first_listing = events
+        .iter()
+        .position(|e| matches!(e, Event::ListStarted(_)))
+        .unwrap();
+    let deletes_before = events[..first_listing]
+        .iter()
+        .filter(|e| matches!(e, Event::DeleteStarted(..)))
+        .count();
+    assert_eq!(deletes_before, 3, "{events:?}");
+    assert_eq!(fake.deletes(), 4);
+    // The pass after the counted one: the ten, then empty with both calls.
+    assert_eq!(listings(&fake), 3, "{events:?}");
+}
+
+#[tokio::test]
+async fn what_a_spent_budget_leaves_of_the_count_is_kept_for_the_next_round() {
+    let fake = Fake::with_objects(5000);
+    let mut counted = count(&fake);
+    let capped = DrainPace {
+        budget: Duration::from_millis(500),
+        max_per_second: 100,
+        in_flight: 1,
+    };
+    let round = run_round(&fake, Listing::Objects, &capped, &mut counted).await;
+    // As with listings: batches at 0, 1 and 2 s, the page in hand deleted whole.
+    assert_eq!(round.deleted, 300);
+    assert!(!round.empty);
+    assert_eq!(listings(&fake), 0);
+    assert_eq!(counted.len(), 4700);
+    assert_eq!(counted.front().unwrap().key, "k000300");
+    let rest = run_round(&fake, Listing::Objects, &pace(4), &mut counted).await;
+    assert!(rest.empty, "{rest:?}");
+    assert_eq!(round.deleted + rest.deleted, 5000);
+    // 300 in three batches of 100, 4,700 in five of at most 1,000.
+    assert_eq!(fake.deletes(), 8);
+}
+
+fn entries(prefix: &str, n: usize) -> VecDeque<Entry> {
+    (0..n)
+        .map(|i| Entry {
+            key: format!("{prefix}{i:06}"),
+            version: None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn counts_are_kept_for_their_listing_a_few_minutes_within_a_memory_bound() {
+    let now = Instant::now();
+    let mut kept = CountedEntries::default();
+    kept.keep("a", Listing::Objects, entries("a", 10), now);
+    // Versioning turned on since the count: the versions were not counted.
+    assert!(kept.take("a", Listing::Versions, now).is_empty());
+    assert!(kept.take("a", Listing::Objects, now).is_empty(), "taken");
+    kept.keep("a", Listing::Objects, entries("a", 10), now);
+    assert_eq!(kept.take("a", Listing::Objects, now).len(), 10);
+    // Too old.
+    kept.keep("b", Listing::Objects, entries("b", 10), now);
+    assert!(
+        kept.take("b", Listing::Objects, now + COUNTED_TTL)
+            .is_empty()
+    );
+    assert_eq!(kept.bytes, 0);
+    // A count beyond the bound keeps what fits; another bucket's then keeps nothing, unless the
+    // first expired.
+    let per_entry = entry_bytes(&entries("c", 1)[0]);
+    let fit = COUNTED_BYTES / per_entry;
+    kept.keep("c", Listing::Objects, entries("c", fit + 100), now);
+    assert_eq!(kept.buckets["c"].entries.len(), fit);
+    kept.keep("d", Listing::Objects, entries("d", 10), now);
+    assert!(!kept.buckets.contains_key("d"));
+    kept.keep("d", Listing::Objects, entries("d", 10), now + COUNTED_TTL);
+    assert!(!kept.buckets.contains_key("c"));
+    assert_eq!(kept.buckets["d"].entries.len(), 10);
+    kept.forget("d");
+    assert_eq!(kept.bytes, 0);
+    assert!(kept.buckets.is_empty());
 }

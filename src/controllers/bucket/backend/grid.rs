@@ -1,6 +1,8 @@
 //! A tenant on StorageGRID, through the grid's management API.
 
-use super::{BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner};
+use super::{
+    BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner, Purpose,
+};
 use crate::api::DrainMode;
 use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
@@ -309,7 +311,12 @@ impl BucketBackend for StorageGrid {
         Ok(Ensured::found(Owner::Us))
     }
 
-    async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
+    // The grid counts (its usage API) and deletes by itself: every observation is the same.
+    async fn observe(
+        &self,
+        bucket: &str,
+        _purpose: Purpose,
+    ) -> Result<Option<Observed>, BackendError> {
         let Some(container) = self.container(bucket).await? else {
             return Ok(None);
         };

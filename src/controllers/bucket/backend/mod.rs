@@ -99,6 +99,16 @@ pub struct Observed {
     pub backend_draining: bool,
 }
 
+/// Why a bucket is observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// Its usage, for status.
+    Usage,
+    /// The count that starts a drain: a backend that deletes the objects itself may keep what it
+    /// listed for the drain's first rounds.
+    StartDrain,
+}
+
 /// What one round of a client-side drain did.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct DrainProgress {
@@ -142,6 +152,7 @@ pub trait BucketBackend: Send + Sync {
     fn observe(
         &self,
         bucket: &str,
+        purpose: Purpose,
     ) -> impl Future<Output = Result<Option<Observed>, BackendError>> + Send;
 
     /// Tells the backend to start deleting every object (server-side drains).
@@ -358,8 +369,12 @@ impl BucketBackend for AnyBackend {
         either!(self, b => b.ensure(desired).await)
     }
 
-    async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
-        either!(self, b => b.observe(bucket).await)
+    async fn observe(
+        &self,
+        bucket: &str,
+        purpose: Purpose,
+    ) -> Result<Option<Observed>, BackendError> {
+        either!(self, b => b.observe(bucket, purpose).await)
     }
 
     async fn start_drain(&self, bucket: &str) -> Result<(), BackendError> {

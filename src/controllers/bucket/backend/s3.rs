@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::users::{BucketUsers, Iam};
-use super::{BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner};
+use super::{
+    BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner, Purpose,
+};
 use crate::api::DrainMode;
 use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::{self, CreateOutcome, DeleteOutcome, DrainPace, S3Store};
@@ -158,24 +160,35 @@ impl BucketBackend for S3Compatible {
         })
     }
 
-    async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
-        Ok(self
-            .store
-            .usage(&self.metrics, bucket, USAGE_LISTING_BOUND)
-            .await?
-            .map(|u| Observed {
-                objects: u.objects,
-                bytes: u.bytes,
-                backend_draining: false,
-            }))
+    async fn observe(
+        &self,
+        bucket: &str,
+        purpose: Purpose,
+    ) -> Result<Option<Observed>, BackendError> {
+        let (store, metrics) = (&self.store, &self.metrics);
+        let usage = match purpose {
+            Purpose::Usage => store.usage(metrics, bucket, USAGE_LISTING_BOUND).await,
+            Purpose::StartDrain => {
+                store
+                    .count_for_drain(metrics, bucket, USAGE_LISTING_BOUND)
+                    .await
+            }
+        };
+        Ok(usage?.map(|u| Observed {
+            objects: u.objects,
+            bytes: u.bytes,
+            backend_draining: false,
+        }))
     }
 
-    // keeper itself deletes the objects: there is no backend drain to start or stop.
+    // keeper itself deletes the objects: there is no backend drain to start or stop, only the
+    // entries kept from the count to drop when the drain ends.
     async fn start_drain(&self, _bucket: &str) -> Result<(), BackendError> {
         Ok(())
     }
 
-    async fn stop_drain(&self, _bucket: &str) -> Result<(), BackendError> {
+    async fn stop_drain(&self, bucket: &str) -> Result<(), BackendError> {
+        self.store.forget_counted(bucket);
         Ok(())
     }
 

@@ -9,7 +9,8 @@ use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::s3::DeleteOutcome;
 use crate::controllers::bucket::Error;
 use crate::controllers::bucket::backend::{
-    BucketBackend, Connect, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner, Wait,
+    BucketBackend, Connect, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner,
+    Purpose, Wait,
 };
 use crate::controllers::bucket::plan::keys::KeySource;
 use crate::metrics::Metrics;
@@ -186,8 +187,15 @@ macro_rules! fake_backend {
                 })
             }
 
-            async fn observe(&self, bucket: &str) -> Result<Option<Observed>, BackendError> {
-                self.call("observe")?;
+            async fn observe(
+                &self,
+                bucket: &str,
+                purpose: Purpose,
+            ) -> Result<Option<Observed>, BackendError> {
+                self.call(match purpose {
+                    Purpose::Usage => "observe",
+                    Purpose::StartDrain => "observe to start a drain",
+                })?;
                 let mut buckets = self.buckets.lock().unwrap();
                 Ok(buckets.get_mut(bucket).map(|b| {
                     if b.draining {

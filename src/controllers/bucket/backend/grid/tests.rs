@@ -357,14 +357,14 @@ async fn observe_reads_the_drain_flag_and_the_usage_of_the_bucket() {
     )
     .await;
     assert_eq!(
-        grid.observe("ns-b").await.unwrap(),
+        grid.observe("ns-b", Purpose::Usage).await.unwrap(),
         Some(Observed {
             objects: 700,
             bytes: 7000,
             backend_draining: true
         })
     );
-    assert_eq!(grid.observe("gone").await.unwrap(), None);
+    assert_eq!(grid.observe("gone", Purpose::Usage).await.unwrap(), None);
 }
 
 #[tokio::test]
