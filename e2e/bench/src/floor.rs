@@ -224,10 +224,20 @@ impl<'a> Grid<'a> {
                 )
                 .await?;
             if usage["data"]["objectCount"].as_i64() == Some(0) {
-                return Ok(());
+                break;
             }
             tokio::time::sleep(poll).await;
         }
+        // As keeper does at the end: the grid would go on looking for objects to delete (and
+        // keep the bucket read-only) until told to stop.
+        self.ok(
+            root,
+            reqwest::Method::POST,
+            &path,
+            Some(json!({"deleteObjects": false})),
+        )
+        .await?;
+        Ok(())
     }
 }
 

@@ -119,8 +119,47 @@ impl Backend {
         Ok(())
     }
 
+    /// Whether versioning was never turned on: ListObjectsV2 then sees everything the bucket
+    /// holds, at a fraction of moto's cost for ListObjectVersions (which deep-copies every version
+    /// of the bucket at each call: draining 100,000 objects with it took moto past 20 GB).
+    async fn never_versioned(&self, name: &str) -> Result<bool, BackendError> {
+        Ok(self.get_versioning(name).await? == (false, false))
+    }
+
+    /// One ListObjectsV2 page of a never-versioned bucket: its keys and sizes, and where the
+    /// listing goes on.
+    async fn list_objects(
+        &self,
+        name: &str,
+        max: usize,
+        token: Option<String>,
+    ) -> Result<(Vec<(String, u64)>, Option<String>), BackendError> {
+        let out = self
+            .client
+            .list_objects_v2()
+            .bucket(name)
+            .max_keys(max.clamp(1, 1000) as i32)
+            .set_continuation_token(token)
+            .send()
+            .await?;
+        let objects = out
+            .contents()
+            .iter()
+            .filter_map(|o| Some((o.key()?.to_owned(), o.size().unwrap_or(0).max(0) as u64)))
+            .collect();
+        let next = if out.is_truncated() == Some(true) {
+            out.next_continuation_token().map(str::to_owned)
+        } else {
+            None
+        };
+        Ok((objects, next))
+    }
+
     /// True when the bucket holds no object version and no delete marker.
     pub async fn is_empty(&self, name: &str) -> Result<bool, BackendError> {
+        if self.never_versioned(name).await? {
+            return Ok(self.list_objects(name, 1, None).await?.0.is_empty());
+        }
         let out = self
             .client
             .list_object_versions()
@@ -134,6 +173,18 @@ impl Backend {
     /// Counts every object version and its bytes by listing the bucket.
     pub async fn usage(&self, name: &str) -> Result<BucketUsage, BackendError> {
         let mut usage = BucketUsage::default();
+        if self.never_versioned(name).await? {
+            let mut token = None;
+            loop {
+                let (objects, next) = self.list_objects(name, 1000, token).await?;
+                usage.object_count += objects.len() as u64;
+                usage.data_bytes += objects.iter().map(|(_, size)| size).sum::<u64>();
+                match next {
+                    Some(next) => token = Some(next),
+                    None => return Ok(usage),
+                }
+            }
+        }
         let mut key_marker: Option<String> = None;
         let mut version_marker: Option<String> = None;
         loop {
@@ -169,28 +220,33 @@ impl Backend {
     /// Deletes up to `max` object versions / delete markers, always listing from the start
     /// (moto may end a listing early when deleting while paginating). Returns how many went.
     pub async fn delete_batch(&self, name: &str, max: usize) -> Result<usize, BackendError> {
-        let out = self
-            .client
-            .list_object_versions()
-            .bucket(name)
-            .max_keys(max.clamp(1, 1000) as i32)
-            .send()
-            .await?;
+        let listed: Vec<(String, Option<String>)> = if self.never_versioned(name).await? {
+            let (objects, _) = self.list_objects(name, max, None).await?;
+            objects.into_iter().map(|(key, _)| (key, None)).collect()
+        } else {
+            let out = self
+                .client
+                .list_object_versions()
+                .bucket(name)
+                .max_keys(max.clamp(1, 1000) as i32)
+                .send()
+                .await?;
+            out.versions()
+                .iter()
+                .map(|v| (v.key(), v.version_id()))
+                .chain(
+                    out.delete_markers()
+                        .iter()
+                        .map(|m| (m.key(), m.version_id())),
+                )
+                .filter_map(|(key, version)| Some((key?.to_owned(), version.map(str::to_owned))))
+                .collect()
+        };
         let mut ids = Vec::new();
-        for (key, version) in out
-            .versions()
-            .iter()
-            .map(|v| (v.key(), v.version_id()))
-            .chain(
-                out.delete_markers()
-                    .iter()
-                    .map(|m| (m.key(), m.version_id())),
-            )
-        {
-            let Some(key) = key else { continue };
+        for (key, version) in listed {
             let id = ObjectIdentifier::builder()
                 .key(key)
-                .set_version_id(version.map(str::to_owned))
+                .set_version_id(version)
                 .build()
                 .map_err(|e| BackendError {
                     status: None,

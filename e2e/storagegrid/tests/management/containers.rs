@@ -345,6 +345,8 @@ async fn drain_stop_leaves_remaining_objects() {
     let key = s.key(&t, "current-user").await;
     let s3 = s.s3(&key);
     s.put_objects(&s3, "half", 30, 1).await;
+    // A bucket never versioned is counted from its objects.
+    assert_eq!(s.bucket_usage(&t, "half").await, (30, 30));
     s.post(
         "/org/containers/half/delete-objects",
         &t,
