@@ -58,6 +58,19 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let mut terminate =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    // Stopped by hand: dropping the run drops the keeper processes it started, which stops them
+    // (a signal's default action would leave them running).
+    tokio::select! {
+        done = measure(args) => done,
+        _ = terminate.recv() => anyhow::bail!("stopped by SIGTERM"),
+        _ = tokio::signal::ctrl_c() => anyhow::bail!("stopped by SIGINT"),
+    }
+}
+
+/// Runs the parts `args` asks for and writes the results.
+async fn measure(args: Args) -> anyhow::Result<()> {
     let run = Run::now();
     let lab = Lab::from_env()?;
     let wanted = |s: &str| args.only.is_empty() || args.only.iter().any(|o| o == s);

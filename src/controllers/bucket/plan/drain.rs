@@ -216,12 +216,32 @@ pub fn poll(
         "{objects} of {} objects remain",
         current.initial_object_count
     ));
-    next.next_poll_interval = Some(format_duration(next_poll_interval(
-        settings,
-        current.mode,
-        elapsed(current.started_at.as_ref(), now),
-    )));
+    let ran = elapsed(current.started_at.as_ref(), now);
+    let mut interval = next_poll_interval(settings, current.mode, ran);
+    if current.mode == Some(DrainMode::ServerSide)
+        && let Some(end) = expected_end(current.initial_object_count, objects, ran)
+    {
+        // Never sooner than an eighth of the time run so far: a backend whose counts lag (the
+        // grid's usage can be minutes behind) must not be polled every few seconds meanwhile.
+        let soonest = settings.first_poll.max(ran / 8).min(interval);
+        interval = end.clamp(soonest, interval);
+    }
+    next.next_poll_interval = Some(format_duration(interval));
     (next, notes)
+}
+
+/// When a server-side drain that has run for `ran` and brought `initial` objects down to `left`
+/// ends at its mean pace so far, a little late rather than early (a poll just before the end
+/// costs another); `None` before any progress.
+fn expected_end(initial: i64, left: i64, ran: Duration) -> Option<Duration> {
+    let deleted = initial - left;
+    if deleted <= 0 || left <= 0 || ran.is_zero() {
+        return None;
+    }
+    let per_object = ran.as_secs_f64() / deleted as f64;
+    Some(Duration::from_secs_f64(
+        (per_object * left as f64 * 1.1).min(FIRST_PHASE.as_secs_f64()),
+    ))
 }
 
 /// Whether a poll is due: the recorded interval has passed since the last check.
@@ -487,6 +507,29 @@ mod tests {
         let (again, notes) = poll(&next, 400, &s, at(360));
         assert!(notes.is_empty());
         assert_eq!(again.last_progress_at, Some(Time(at(180))));
+    }
+
+    #[test]
+    fn a_server_side_drain_is_polled_when_its_pace_says_it_ends() {
+        let s = defaults();
+        let (start, _) = initiate(100_000, 0, DrainMode::ServerSide, &s, at(0));
+        // Half done after 60 s: the backoff says 30 s, the pace says the end comes in 66 s.
+        let (half, _) = poll(&start, 50_000, &s, at(60));
+        assert_eq!(half.next_poll_interval.as_deref(), Some("30s"));
+        // Nine tenths after 90 s: 11 s left at that pace, sooner than the backoff's 45 s.
+        let (most, _) = poll(&half, 10_000, &s, at(90));
+        assert_eq!(most.next_poll_interval.as_deref(), Some("11s"));
+        // Nearly done after 100 s: not sooner than an eighth of the time run (12.5 s, recorded in
+        // whole seconds), as counts that lag behind would otherwise be polled every few seconds.
+        let (nearly, _) = poll(&most, 100, &s, at(100));
+        assert_eq!(nearly.next_poll_interval.as_deref(), Some("12s"));
+        // No progress yet, or a client-side drain: the backoff alone.
+        let (still, _) = poll(&start, 100_000, &s, at(60));
+        assert_eq!(still.next_poll_interval.as_deref(), Some("30s"));
+        let (client, _) = initiate(100_000, 0, DrainMode::ClientSide, &s, at(0));
+        let (client, _) = poll(&client, 10_000, &s, at(90));
+        assert_eq!(client.next_poll_interval.as_deref(), Some("3m0s"));
+        assert_eq!(expected_end(10, 0, Duration::from_secs(5)), None);
     }
 
     #[test]
