@@ -58,8 +58,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let mut terminate =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     // Stopped by hand: dropping the run drops the keeper processes it started, which stops them
     // (a signal's default action would leave them running).
     tokio::select! {
