@@ -54,6 +54,10 @@ pub struct BucketUsage {
     pub data_bytes: u64,
 }
 
+/// Keys per ListObjectsV2 page when counting usage: moto answers pages above S3's 1,000 and sorts
+/// the whole bucket for each page, so one large page costs it about what one small one does.
+const USAGE_PAGE: usize = 100_000;
+
 #[derive(Clone)]
 pub struct Backend {
     client: Client,
@@ -138,7 +142,7 @@ impl Backend {
             .client
             .list_objects_v2()
             .bucket(name)
-            .max_keys(max.clamp(1, 1000) as i32)
+            .max_keys(max.clamp(1, USAGE_PAGE) as i32)
             .set_continuation_token(token)
             .send()
             .await?;
@@ -176,7 +180,7 @@ impl Backend {
         if self.never_versioned(name).await? {
             let mut token = None;
             loop {
-                let (objects, next) = self.list_objects(name, 1000, token).await?;
+                let (objects, next) = self.list_objects(name, USAGE_PAGE, token).await?;
                 usage.object_count += objects.len() as u64;
                 usage.data_bytes += objects.iter().map(|(_, size)| size).sum::<u64>();
                 match next {
