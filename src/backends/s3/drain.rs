@@ -257,21 +257,20 @@ impl CountedEntries {
         for name in expired {
             self.forget(&name);
         }
-        let mut bytes = 0;
         let room = COUNTED_BYTES.saturating_sub(self.bytes);
-        let fits = entries
-            .iter()
-            .take_while(|entry| {
-                bytes += entry_bytes(entry);
-                bytes <= room
-            })
-            .count();
+        let (mut fits, mut bytes) = (0, 0);
+        for entry in &entries {
+            let size = entry_bytes(entry);
+            if bytes + size > room {
+                break;
+            }
+            (fits, bytes) = (fits + 1, bytes + size);
+        }
         let mut entries = entries;
         entries.truncate(fits);
         if entries.is_empty() {
             return;
         }
-        let bytes = entries.iter().map(entry_bytes).sum();
         self.bytes += bytes;
         self.buckets.insert(
             bucket.to_string(),
