@@ -407,7 +407,7 @@ mod tests {
     /// A local server answering S3 `ListBuckets` (GET), IAM `ListAccessKeys` (POST) and, under
     /// `/api/v4`, a grid sign-in and `get_account`.
     async fn backend() -> wiremock::MockServer {
-        use wiremock::matchers::{method, path};
+        use wiremock::matchers::{method, path, query_param};
         use wiremock::{Mock, ResponseTemplate};
         let server = crate::test_support::mock_server().await;
         let json = |data: serde_json::Value| {
@@ -427,6 +427,15 @@ mod tests {
             .and(path("/"))
             .respond_with(ResponseTemplate::new(200).set_body_raw(
                 "<ListAllMyBucketsResult><Buckets></Buckets></ListAllMyBucketsResult>",
+                "application/xml",
+            ))
+            .mount(&server)
+            .await;
+        // A bucket's key check lists a bucket.
+        Mock::given(method("GET"))
+            .and(query_param("list-type", "2"))
+            .respond_with(ResponseTemplate::new(200).set_body_raw(
+                "<ListBucketResult><Name>b</Name><KeyCount>0</KeyCount><IsTruncated>false</IsTruncated></ListBucketResult>",
                 "application/xml",
             ))
             .mount(&server)
@@ -485,10 +494,20 @@ mod tests {
         );
         let metrics = Metrics::new();
         let (store, iam) = (s3.s3(&keys("AK")), s3.iam(&keys("AK")).unwrap());
-        // A client that is not kept (a bucket's key check) is paced all the same.
-        let check = store.signing_with(&keys("bucket-key"));
-        let s3_calls = [&store, &check, &store, &check]
-            .map(|store| store.list_buckets(&metrics).map(|r| r.map(drop)).boxed());
+        // A check of a bucket's keys (signed with them, not the provider's) is paced all the same.
+        let bucket_keys = keys("bucket-key");
+        let check = || {
+            store
+                .access(&metrics, &bucket_keys, "b")
+                .map(|r| r.map(drop))
+        };
+        let list = || store.list_buckets(&metrics).map(|r| r.map(drop));
+        let s3_calls = [
+            list().boxed(),
+            check().boxed(),
+            list().boxed(),
+            check().boxed(),
+        ];
         let iam_calls = (0..3).map(|_| iam.access_keys(&metrics, "u").map(|r| r.map(drop)).boxed());
         let started = std::time::Instant::now();
         futures::join!(all(s3_calls.into()), all(iam_calls.collect()));

@@ -19,7 +19,6 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use crate::backends::rate::RateLimit;
 use crate::config::BackendTimeouts;
 use crate::metrics::{BackendOutcome, Metrics};
-use crate::providers::Keys;
 
 mod access;
 mod bucket;
@@ -232,27 +231,6 @@ impl S3Store {
             rate_limit: settings.rate_limit.clone(),
             counted: Arc::default(),
         })
-    }
-
-    /// The same client (endpoint, timeouts, request rate, and its HTTP connections) signing with
-    /// `keys` instead: for the check of one bucket's keys, of which there are as many as buckets,
-    /// so that each check costs neither a connector of its own nor a new connection.
-    pub fn signing_with(&self, keys: &Keys) -> S3Store {
-        S3Store {
-            client: Client::from_conf(
-                self.client
-                    .config()
-                    .to_builder()
-                    .credentials_provider(static_credentials(
-                        &keys.access_key_id,
-                        &keys.secret_access_key,
-                    ))
-                    .build(),
-            ),
-            rate_limit: self.rate_limit.clone(),
-            // Keys of one bucket never drain it.
-            counted: Arc::default(),
-        }
     }
 
     /// Runs one S3 call at the provider's request rate, counted in the backend metrics. Not an

@@ -189,9 +189,7 @@ impl Identity for Iam {
     }
 
     async fn access(&self, keys: &Keys, bucket: &str) -> Result<Access, BackendError> {
-        // Not cached: there are as many key sets as buckets.
-        let store = self.s3.signing_with(keys);
-        Ok(store.access(&self.metrics, bucket).await?)
+        Ok(self.s3.access(&self.metrics, keys, bucket).await?)
     }
 }
 

@@ -330,9 +330,11 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
         access_key_id: "made-up".into(),
         secret_access_key: "made-up".into(),
     };
-    let anyone = S3Store::new(&s3(&made_up)).unwrap();
     assert_eq!(
-        anyone.access(&metrics, "keeper-mine").await.unwrap(),
+        store
+            .access(&metrics, &made_up, "keeper-mine")
+            .await
+            .unwrap(),
         Access::Refused("InvalidAccessKeyId".into()),
         "moto must enforce IAM, or nothing below proves anything"
     );
