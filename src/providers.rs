@@ -404,8 +404,8 @@ mod tests {
         assert_eq!(s3.s3_endpoint(), "https://s3.example.com");
     }
 
-    /// A local server answering S3 `ListBuckets` (GET), IAM `ListAccessKeys` (POST) and, under
-    /// `/api/v4`, a grid sign-in and `get_account`.
+    /// A local server answering S3 `ListBuckets` and `ListObjectsV2` (GET), IAM `ListAccessKeys`
+    /// (POST) and, under `/api/v4`, a grid sign-in and `get_account`.
     async fn backend() -> wiremock::MockServer {
         use wiremock::matchers::{method, path, query_param};
         use wiremock::{Mock, ResponseTemplate};
