@@ -4,15 +4,19 @@
     e2e/rbac-usage.py RENDERED_RBAC_YAML AUDIT_LOG [ALLOWLIST]
 
 RENDERED_RBAC_YAML is what e2e/stack.sh applied (`helm template` of charts/keeper: the
-ServiceAccount, ClusterRole, Role and their bindings); AUDIT_LOG is the API emulator's
---audit-log-path (one JSON object per request: verb, apiGroup, resource, subresource, namespace,
-name, user, code). Every (verb, group, resource[/subresource]) a rule grants keeper's
-ServiceAccount must have been used by a request of that ServiceAccount (in the Role's namespace for
-a Role), unless ALLOWLIST (default e2e/rbac-allowlist.txt) names it with the code path that needs
-it; and no request of keeper's may have been denied by RBAC (a 403 the log marks
-`"authorization": "forbid"`; other 403s, such as creating in a terminating namespace, are answers
-kube gives whatever the rules). Prints both lists; exits 1 when a grant is unused and not
-allowlisted, or keeper was denied anything.
+ServiceAccount, ClusterRole, Role and their bindings); AUDIT_LOG is kube-apiserver's
+--audit-log-path (audit.k8s.io/v1 Events, one JSON object per line, level Metadata: verb, user,
+impersonatedUser, objectRef with apiGroup, resource, subresource, namespace and name,
+responseStatus.code, and the authorizer's decision in annotations). Every (verb, group,
+resource[/subresource]) a rule grants keeper's ServiceAccount must have been used by a request of
+that ServiceAccount (in the Role's namespace for a Role), unless ALLOWLIST (default
+e2e/rbac-allowlist.txt) names it with the code path that needs it: a grant checked only at
+admission, such as `update` on `*/finalizers` for OwnerReferencesPermissionEnforcement, never shows
+as a request. No request of keeper's may have been denied by the authorizer (a 403 whose
+`authorization.k8s.io/decision` annotation is `forbid`; other 403s, such as creating in a
+terminating namespace or an admission plugin's refusal, are answers kube gives whatever the rules).
+Prints both lists; exits 1 when a grant is unused and not allowlisted, or keeper was denied
+anything.
 """
 import json
 import os
@@ -73,14 +77,17 @@ def main():
     denied = {}
     with open(sys.argv[2]) as log:
         for line in log:
-            r = json.loads(line)
-            if r.get("user") != user:
+            event = json.loads(line)
+            served_as = event.get("impersonatedUser") or event.get("user") or {}
+            ref = event.get("objectRef")
+            if served_as.get("username") != user or not ref:
                 continue
-            resource = r["resource"] + (f"/{r['subresource']}" if r.get("subresource") else "")
-            key = (r["verb"], r["apiGroup"], resource, r.get("namespace", ""), r.get("name", ""))
-            if r.get("authorization") == "forbid":
+            resource = ref.get("resource", "") + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            key = (event["verb"], ref.get("apiGroup", ""), resource, ref.get("namespace", ""), ref.get("name", ""))
+            decision = (event.get("annotations") or {}).get("authorization.k8s.io/decision")
+            if decision == "forbid":
                 denied[label(*key[:4])] = denied.get(label(*key[:4]), 0) + 1
-            elif r["code"] != 401:
+            elif decision == "allow":
                 used.add(key)
     unused, excused = [], []
     for verb, group, resource, ns, names in grants:

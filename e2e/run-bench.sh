@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: builds keeper, the emulators and the benchmark in release mode, starts a private
-# local control plane in .keeper-dev/bench (beside any demo or e2e stack), runs keeper-bench
-# against it and stops it again, whatever happens.
+# local control plane (the Kubernetes control plane built from e2e/kube and the backend emulators)
+# in .keeper-dev/bench (beside any demo or e2e stack), runs keeper-bench against it and stops it
+# again, whatever happens.
 #
 #   e2e/run-bench.sh [ARGS...]   no subcommands; ARGS go to keeper-bench (e.g. --smoke,
 #                                --only buckets,drains; `keeper-bench --help` lists them)
@@ -15,8 +16,8 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
-(cd "$ROOT" && cargo build --release --quiet -p keeper -p keeper-e2e-apiserver -p keeper-e2e-storagegrid \
-  -p keeper-e2e-awsproxy -p keeper-e2e-bench)
+(cd "$ROOT" && cargo build --release --quiet -p keeper -p keeper-e2e-storagegrid -p keeper-e2e-awsproxy \
+  -p keeper-e2e-bench)
 export KEEPER_BIN_DIR="$CARGO_TARGET_DIR/release"
 export KEEPER_DEV_DIR="$ROOT/.keeper-dev/bench"
 export KEEPER_RDS_PHASE=0s KEEPER_DRAIN_RATE=20000

@@ -7,8 +7,8 @@
 # Without KEEPER_E2E_KUBECONFIG: starts a private local control plane in .keeper-dev/e2e (beside
 # any `make demo` stack) with `e2e/stack.sh up` and `config`, runs the scenarios against it, and
 # stops it again (`e2e/stack.sh down`), whatever happens. keeper runs there as ServiceAccount
-# keeper-system/keeper under the chart's RBAC, which the API emulator enforces; after a whole-suite
-# run (no ARGS) e2e/rbac-usage.py checks from the emulator's audit log that every granted verb was
+# keeper-system/keeper under the chart's RBAC, which kube-apiserver enforces; after a whole-suite
+# run (no ARGS) e2e/rbac-usage.py checks from kube-apiserver's audit log that every granted verb was
 # used by keeper and nothing keeper asked for was denied (the chart's RBAC is minimal and sufficient).
 # With KEEPER_E2E_KUBECONFIG (and KEEPER_E2E_CONFIG): builds keeper, applies crds/ to that cluster
 # and runs the scenarios against it instead.

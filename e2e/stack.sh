@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# The local control plane: a Kubernetes API emulator, a StorageGRID emulator (with a moto of its own),
-# a moto server (S3, IAM and RDS; it enforces IAM, see start_enforcing_moto) behind keeper-e2e-awsproxy
-# (AWS-shaped fault injection, off by default, and RDS instances that take time: creating, backing-up,
-# modifying and deleting phases) and Prometheus, started as plain processes on free 127.0.0.1 ports.
-# keeper and the scenarios reach S3, IAM and RDS through the proxy (KEEPER_S3_ENDPOINT,
-# KEEPER_RDS_ENDPOINT); KEEPER_MOTO_URL is moto itself.
+# The local control plane: a real Kubernetes control plane (etcd, kube-apiserver and
+# kube-controller-manager, built from the Go modules pinned in e2e/kube by e2e/kube/build.sh), a
+# StorageGRID emulator (with a moto of its own), a moto server (S3, IAM and RDS; it enforces IAM, see
+# start_enforcing_moto) behind keeper-e2e-awsproxy (AWS-shaped fault injection, off by default, and
+# RDS instances that take time: creating, backing-up, modifying and deleting phases) and Prometheus,
+# started as plain processes on free 127.0.0.1 ports. keeper and the scenarios reach S3, IAM and RDS
+# through the proxy (KEEPER_S3_ENDPOINT, KEEPER_RDS_ENDPOINT); KEEPER_MOTO_URL is moto itself.
 #
 #   e2e/stack.sh deps        install everything the stack needs: deps-moto, plus Debian's prometheus,
-#                            curl and openssl (apt-get when root); checks that kubectl is installed
+#                            curl and openssl (apt-get when root), and the control plane (Go builds
+#                            it once into ~/.cache/keeper/k8s; see e2e/kube/build.sh)
 #   e2e/stack.sh deps-moto   install only moto[server] into a Python venv (~/.cache/keeper/venv):
 #                            all that the unit tests and the emulators' suites need (`make unit`)
 #   e2e/stack.sh apt-install PKG...
 #                            install the Debian packages named (apt-get when root; else say how)
 #   e2e/stack.sh moto-path   print the path of that venv's moto_server (for KEEPER_MOTO_SERVER)
 #   e2e/stack.sh helm-path   print the path of helm, fetched once into ~/.cache/keeper/helm
+#   e2e/stack.sh kube-path   print the directory holding the control plane's binaries and kubectl
+#                            (built once; KEEPER_K8S picks the Kubernetes minor, default the newest)
 #   e2e/stack.sh webhook-cert DIR
 #                            write a throwaway CA and a serving certificate for 127.0.0.1 into DIR
 #                            (ca.crt, tls.crt, tls.key)
@@ -29,19 +33,29 @@
 #   e2e/stack.sh demo        up + keeper + the samples in config/samples, then wait until they are Ready
 #   e2e/stack.sh down        stop everything this script started, by PID
 #
-# The API emulator authenticates and enforces RBAC: KUBECONFIG (kubectl, the tests) is an admin
-# (system:masters); keeper runs with KEEPER_KUBECONFIG, the token of ServiceAccount
-# keeper-system/keeper bound by the chart's rendered RBAC. Every API request is logged with its
-# user to .keeper-dev/audit.log (JSON lines; e2e/rbac-usage.py compares keeper's with its rules).
+# kube-apiserver runs as a hardened cluster's does: TLS with a CA of the stack's own, RBAC and Node
+# authorization, anonymous requests refused, bearer tokens (a static one for the administrator,
+# ServiceAccount JWTs signed with the stack's service-account key), the admission plugins such a
+# cluster runs (OwnerReferencesPermissionEnforcement, NodeRestriction and the defaults:
+# NamespaceLifecycle, ValidatingAdmissionWebhook, ValidatingAdmissionPolicy, ResourceQuota, ...) and
+# an audit log of every request (user, verb, resource, subresource, namespace, name, code and the
+# authorization decision; .keeper-dev/audit.log). kube-controller-manager runs the namespace,
+# garbage-collector, serviceaccount and resourcequota controllers, each with its own ServiceAccount.
+# KUBECONFIG (kubectl, the tests) is an administrator (system:masters); keeper runs with
+# KEEPER_KUBECONFIG, a token of ServiceAccount keeper-system/keeper bound by the chart's rendered
+# RBAC. No kubelet runs: there are no pods, so keeper runs as a process and its webhook is
+# registered by URL.
 #
-# Everything lives in .keeper-dev/ (git-ignored): env, kubeconfig, pids, logs, generated configs.
+# Everything lives in .keeper-dev/ (git-ignored): env, kubeconfig, pids, logs, etcd's data,
+# certificates, generated configs.
 # Environment: KEEPER_DEV_DIR (instead of .keeper-dev), KEEPER_VENV (instead of
-# ~/.cache/keeper/venv), KEEPER_DRAIN_RATE (the StorageGRID emulator's deletes per second, default
+# ~/.cache/keeper/venv), KEEPER_K8S (the Kubernetes minor to run, e.g. 1.33; default the newest
+# pinned in e2e/kube), KEEPER_DRAIN_RATE (the StorageGRID emulator's deletes per second, default
 # 200), KEEPER_RDS_PHASE (how long each RDS phase lasts behind the proxy, default 2s; 0s for moto's
 # instant instances), CARGO_TARGET_DIR (where the binaries are built, default target/), KEEPER_BIN_DIR
-# (a directory holding prebuilt keeper, keeper-e2e-apiserver, keeper-e2e-storagegrid and
-# keeper-e2e-awsproxy: used instead of building, so that several checkouts sharing one
-# CARGO_TARGET_DIR each test their own binaries; a missing keeper-e2e-awsproxy is built).
+# (a directory holding prebuilt keeper, keeper-e2e-storagegrid and keeper-e2e-awsproxy: used instead
+# of building, so that several checkouts sharing one CARGO_TARGET_DIR each test their own binaries;
+# a missing keeper-e2e-awsproxy is built).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -143,15 +157,22 @@ cmd_deps_moto() {
   fi
 }
 
-# Everything the stack needs: moto, and Prometheus, curl and openssl from Debian.
+# Everything the stack needs: moto, Prometheus, curl and openssl from Debian, and the control plane
+# (etcd, kube-apiserver, kube-controller-manager and kubectl built from Go modules).
 cmd_deps() {
-  command -v kubectl >/dev/null || die "kubectl is required (see README: Prerequisites)"
   cmd_deps_moto
   local missing=()
   command -v prometheus >/dev/null || missing+=(prometheus)
   command -v curl >/dev/null || missing+=(curl)
   command -v openssl >/dev/null || missing+=(openssl)
   cmd_apt_install "${missing[@]}"
+  cmd_kube_path >/dev/null
+}
+
+# The directory holding etcd, kube-apiserver, kube-controller-manager and kubectl of the Kubernetes
+# release in use (KEEPER_K8S, default the newest pinned), built once by e2e/kube/build.sh.
+cmd_kube_path() {
+  "$ROOT/e2e/kube/build.sh" bin-dir "${KEEPER_K8S:-}"
 }
 
 # Installs Debian packages (apt-get, when root), or says which to install.
@@ -199,7 +220,7 @@ build() {
     return 0
   fi
   log "building keeper and the emulators"
-  (cd "$ROOT" && cargo build --quiet -p keeper -p keeper-e2e-apiserver -p keeper-e2e-storagegrid -p keeper-e2e-awsproxy)
+  (cd "$ROOT" && cargo build --quiet -p keeper -p keeper-e2e-storagegrid -p keeper-e2e-awsproxy)
 }
 
 # The proxy's binary: from KEEPER_BIN_DIR when it holds one (older copies of the binaries did not),
@@ -214,6 +235,129 @@ awsproxy_bin() {
   echo "$bin/keeper-e2e-awsproxy"
 }
 
+# A CA of the stack's own, kube-apiserver's serving certificate (127.0.0.1, localhost and the
+# in-cluster names), the service-account signing key pair and the static token file: the
+# administrator (system:masters) and kube-controller-manager. Written once per stack into
+# $DEV/pki.
+write_pki() {
+  local pki="$DEV/pki"
+  rm -rf "$pki"
+  mkdir -p "$pki"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=keeper-dev-cluster-ca" \
+    -keyout "$pki/ca.key" -out "$pki/ca.crt" >/dev/null 2>&1
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+    -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr" >/dev/null 2>&1
+  printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local" \
+    "extendedKeyUsage=serverAuth" >"$pki/apiserver.ext"
+  openssl x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+    -days 365 -extfile "$pki/apiserver.ext" -out "$pki/apiserver.crt" >/dev/null 2>&1
+  openssl genrsa -out "$pki/sa.key" 2048 >/dev/null 2>&1
+  openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" >/dev/null 2>&1
+  rm -f "$pki/apiserver.csr" "$pki/apiserver.ext" "$pki/ca.srl"
+  {
+    echo "$(openssl rand -hex 24),keeper-dev,keeper-dev,system:masters"
+    echo "$(openssl rand -hex 24),system:kube-controller-manager,system:kube-controller-manager,"
+  } >"$pki/tokens.csv"
+  chmod 600 "$pki"/*.key "$pki/tokens.csv"
+}
+
+# A kubeconfig for SERVER with TOKEN (the stack's CA trusted), written to FILE.
+write_kubeconfig() {
+  local file=$1 server=$2 token=$3
+  cat >"$file" <<YAML
+apiVersion: v1
+kind: Config
+clusters:
+  - name: keeper-dev
+    cluster:
+      server: $server
+      certificate-authority-data: $(base64 -w0 <"$DEV/pki/ca.crt")
+users:
+  - name: keeper-dev
+    user:
+      token: $token
+contexts:
+  - name: keeper-dev
+    context: {cluster: keeper-dev, user: keeper-dev, namespace: default}
+current-context: keeper-dev
+YAML
+  chmod 600 "$file"
+}
+
+# Every request's user, verb, resource, subresource, namespace, name, user agent, code and
+# authorization decision (level Metadata: no bodies); the API server's own loopback requests and
+# health probes are left out.
+write_audit_policy() {
+  cat >"$DEV/audit-policy.yaml" <<YAML
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+  - level: None
+    users: ["system:apiserver"]
+  - level: None
+    nonResourceURLs: ["/healthz*", "/livez*", "/readyz*"]
+  - level: Metadata
+YAML
+}
+
+# Starts etcd, kube-apiserver and kube-controller-manager on free 127.0.0.1 ports; sets KUBE_BIN,
+# ETCD_PID, APISERVER, APISERVER_PID and KCM_PID, writes $DEV/kubeconfig (the administrator).
+start_control_plane() {
+  KUBE_BIN=$(cmd_kube_path)
+  write_pki
+  write_audit_policy
+  local etcd_port etcd_peer_port api_port kcm_port
+  etcd_port=$(free_port); etcd_peer_port=$(free_port); api_port=$(free_port); kcm_port=$(free_port)
+  rm -rf "$DEV/etcd"
+  # No fsync: the stack's data lives as long as the stack (a test cluster's trade, as kind's).
+  ETCD_PID=$(start etcd "$KUBE_BIN/etcd" --name keeper-dev --data-dir "$DEV/etcd" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$etcd_peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$etcd_peer_port" \
+    --initial-cluster "keeper-dev=http://127.0.0.1:$etcd_peer_port" --unsafe-no-fsync \
+    --listen-metrics-urls "" --log-level warn)
+  wait_for 30 curl -sf "http://127.0.0.1:$etcd_port/health" || die "etcd did not start (see $DEV/logs/etcd.log)"
+
+  APISERVER="https://127.0.0.1:$api_port"
+  local pki="$DEV/pki"
+  APISERVER_PID=$(start apiserver "$KUBE_BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --cert-dir "$DEV/apiserver-certs" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+    --client-ca-file "$pki/ca.crt" --token-auth-file "$pki/tokens.csv" --anonymous-auth=false \
+    --authorization-mode Node,RBAC \
+    --enable-admission-plugins NodeRestriction,OwnerReferencesPermissionEnforcement \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 --endpoint-reconciler-type none \
+    --audit-policy-file "$DEV/audit-policy.yaml" --audit-log-path "$DEV/audit.log" --audit-log-format json \
+    --audit-log-mode blocking --audit-log-maxsize 0 \
+    --profiling=false --v 0)
+  local admin_token kcm_token
+  admin_token=$(awk -F, '$2 == "keeper-dev" {print $1}' "$pki/tokens.csv")
+  kcm_token=$(awk -F, '$2 == "system:kube-controller-manager" {print $1}' "$pki/tokens.csv")
+  write_kubeconfig "$DEV/kubeconfig" "$APISERVER" "$admin_token"
+  write_kubeconfig "$DEV/kcm-kubeconfig" "$APISERVER" "$kcm_token"
+  wait_for 90 curl -sf --cacert "$pki/ca.crt" -H "Authorization: Bearer $admin_token" "$APISERVER/readyz" \
+    || die "kube-apiserver did not become ready (see $DEV/logs/apiserver.log)"
+
+  # Each controller with a ServiceAccount of its own (kube-system/namespace-controller, ...), as
+  # kubeadm runs them; no leader election (one instance).
+  KCM_PID=$(start controller-manager "$KUBE_BIN/kube-controller-manager" \
+    --kubeconfig "$DEV/kcm-kubeconfig" --authentication-kubeconfig "$DEV/kcm-kubeconfig" \
+    --authorization-kubeconfig "$DEV/kcm-kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$kcm_port" --cert-dir "$DEV/kcm-certs" \
+    --leader-elect=false --use-service-account-credentials \
+    --controllers namespace-controller,garbage-collector-controller,serviceaccount-controller,resourcequota-controller \
+    --v 0)
+  wait_for 60 curl -skf "https://127.0.0.1:$kcm_port/healthz" \
+    || die "kube-controller-manager did not become healthy (see $DEV/logs/controller-manager.log)"
+  # Namespaces get their default ServiceAccount from the serviceaccount controller: its arrival
+  # in `default` says the controllers run.
+  wait_for 60 env KUBECONFIG="$DEV/kubeconfig" "$KUBE_BIN/kubectl" get serviceaccount default -n default \
+    || die "kube-controller-manager's controllers did not start (see $DEV/logs/controller-manager.log)"
+}
+
 cmd_up() {
   if [ -f "$DEV/env" ] && pid_alive "$(recorded_pid apiserver)"; then
     log "the stack is already up (source .keeper-dev/env)"
@@ -225,6 +369,9 @@ cmd_up() {
   mkdir -p "$DEV"
   rm -f "$DEV"/*.ready "$DEV/audit.log"
   local bin="${KEEPER_BIN_DIR:-$CARGO_TARGET_DIR/debug}"
+  log "starting etcd, kube-apiserver and kube-controller-manager"
+  start_control_plane
+  export PATH="$KUBE_BIN:$PATH"
 
   local moto_pid moto admin_key admin_secret
   read -r moto_pid moto admin_key admin_secret < <(start_enforcing_moto)
@@ -243,11 +390,6 @@ cmd_up() {
   local grid_moto_pid; grid_moto_pid=$(start grid-moto "$VENV/bin/moto_server" -H 127.0.0.1 -p "$grid_moto_port")
   local grid_moto="http://127.0.0.1:$grid_moto_port"
   wait_for 30 curl -sf "$grid_moto/moto-api/" || die "moto did not start (see $DEV/logs/grid-moto.log)"
-
-  local api_pid; api_pid=$(start apiserver "$bin/keeper-e2e-apiserver" --listen 127.0.0.1:0 \
-    --kubeconfig "$DEV/kubeconfig" --ready-file "$DEV/apiserver.ready" --audit-log-path "$DEV/audit.log")
-  wait_for 30 test -s "$DEV/apiserver.ready" || die "the API emulator did not start (see $DEV/logs/apiserver.log)"
-  local apiserver; apiserver=$(cat "$DEV/apiserver.ready")
 
   local admin_password; admin_password=$(openssl rand -hex 16)
   local sg_pid; sg_pid=$(start storagegrid "$bin/keeper-e2e-storagegrid" --listen 127.0.0.1:0 --s3-listen 127.0.0.1:0 \
@@ -280,11 +422,18 @@ YAML
 
   cat >"$DEV/env" <<ENV
 # Generated by e2e/stack.sh; source it to use the local control plane.
+# kubectl of the control plane's release first (the machine's may be too old for it).
+export PATH="$KUBE_BIN:\$PATH"
 export KUBECONFIG="$DEV/kubeconfig"
 # keeper's own identity: ServiceAccount keeper-system/keeper under the chart's RBAC.
 export KEEPER_KUBECONFIG="$DEV/keeper-kubeconfig"
 export KEEPER_AUDIT_LOG="$DEV/audit.log"
-export KEEPER_APISERVER_URL="$apiserver"
+export KEEPER_APISERVER_URL="$APISERVER"
+export KEEPER_KUBE_BIN="$KUBE_BIN"
+# The stack's CA and kube-apiserver's serving certificate (the API fault proxy serves it too).
+export KEEPER_CLUSTER_CA="$DEV/pki/ca.crt"
+export KEEPER_APISERVER_CERT="$DEV/pki/apiserver.crt"
+export KEEPER_APISERVER_KEY="$DEV/pki/apiserver.key"
 # S3, IAM and RDS go through the AWS proxy in front of moto (fault injection, RDS phases).
 export KEEPER_S3_ENDPOINT="$aws"
 export KEEPER_RDS_ENDPOINT="$aws"
@@ -305,7 +454,9 @@ export KEEPER_DEV_DIR="$DEV"
 export KEEPER_MOTO_PID=$moto_pid
 export KEEPER_AWS_PROXY_PID=$proxy_pid
 export KEEPER_GRID_MOTO_PID=$grid_moto_pid
-export KEEPER_APISERVER_PID=$api_pid
+export KEEPER_APISERVER_PID=$APISERVER_PID
+export KEEPER_ETCD_PID=$ETCD_PID
+export KEEPER_CONTROLLER_MANAGER_PID=$KCM_PID
 export KEEPER_STORAGEGRID_PID=$sg_pid
 export KEEPER_PROMETHEUS_PID=$prom_pid
 ENV
@@ -315,8 +466,9 @@ ENV
 # keeper's RBAC exactly as the chart renders it (ServiceAccount, ClusterRole, Role and bindings,
 # values e2e/stack-rbac-values.yaml, release keeper-local so that the chart scenario can still
 # install a release named keeper), and a kubeconfig with a token of that ServiceAccount
-# (TokenRequest, as `kubectl create token` asks any cluster) for keeper: the API emulator enforces
-# the rules, so whatever keeper needs and the chart lacks fails in the e2e suite.
+# (TokenRequest, as `kubectl create token` asks any cluster; a year, so that it outlives any run)
+# for keeper: kube-apiserver enforces the rules, so whatever keeper needs and the chart lacks fails
+# in the e2e suite.
 install_keeper_rbac() {
   local helm; helm=$(cmd_helm_path)
   export KUBECONFIG="$DEV/kubeconfig"
@@ -458,7 +610,7 @@ cmd_down() {
     for _ in $(seq 50); do pid_alive "$pid" || break; sleep 0.1; done
     if pid_alive "$pid"; then kill -KILL "$pid" 2>/dev/null || true; fi
   done
-  rm -rf "$DEV/pids" "$DEV/env" "$DEV"/*.ready "$DEV/prometheus-data" "$DEV/moto-recording"
+  rm -rf "$DEV/pids" "$DEV/env" "$DEV"/*.ready "$DEV/prometheus-data" "$DEV/moto-recording" "$DEV/etcd"
   log "the stack is down"
 }
 
@@ -468,6 +620,7 @@ case "${1:-}" in
   apt-install) shift; cmd_apt_install "$@" ;;
   moto-path) echo "$VENV/bin/moto_server" ;;
   helm-path) cmd_helm_path ;;
+  kube-path) cmd_kube_path ;;
   webhook-cert) cmd_webhook_cert "${2:?directory}" ;;
   webhook-configuration) webhook_configuration "${2:?name}" "${3:?url}" "${4:?ca file}" ;;
   up) cmd_up ;;
@@ -475,5 +628,5 @@ case "${1:-}" in
   keeper) cmd_keeper ;;
   demo) cmd_demo ;;
   down) cmd_down ;;
-  *) echo "usage: $0 deps|deps-moto|moto-path|helm-path|webhook-cert DIR|webhook-configuration NAME URL CA|up|config|keeper|demo|down" >&2; exit 2 ;;
+  *) echo "usage: $0 deps|deps-moto|moto-path|helm-path|kube-path|webhook-cert DIR|webhook-configuration NAME URL CA|up|config|keeper|demo|down" >&2; exit 2 ;;
 esac

@@ -1,16 +1,16 @@
-//! The local control plane as the benchmark sees it: the API emulator (lists, creates and its
-//! request log), the AWS proxy and the StorageGRID emulator (their call counters), and keeper as
-//! a process (CPU time, resident memory, reconcile counter).
+//! The local control plane as the benchmark sees it: kube-apiserver (lists, creates, and its
+//! audit log for keeper's requests), the AWS proxy and the StorageGRID emulator (their call
+//! counters), and keeper as a process (CPU time, resident memory, reconcile counter).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use keeper_e2e_scenarios::{Env, Keeper};
+use keeper_e2e_scenarios::{AuditLog, AuditMark, Env, Keeper};
 use serde_json::Value;
 
-/// keeper's identity in the local stack: the request log attributes its requests to it.
+/// keeper's identity in the local stack: the audit log attributes its requests to it.
 pub const KEEPER_USER: &str = "system:serviceaccount:keeper-system:keeper";
 pub const GROUP_VERSION: &str = "keeper.dev/v1alpha1";
 
@@ -24,6 +24,9 @@ pub struct Lab {
     pub grid_admin: (String, String),
     token: String,
     pub http: reqwest::Client,
+    audit: AuditLog,
+    /// Where the current measurement began in the audit log.
+    since: std::sync::Mutex<AuditMark>,
 }
 
 fn var(name: &str) -> anyhow::Result<String> {
@@ -40,6 +43,14 @@ impl Lab {
             .as_str()
             .context("the admin kubeconfig has no token")?
             .to_string();
+        let audit = AuditLog::of(&env)?;
+        let since = std::sync::Mutex::new(audit.mark()?);
+        let ca = reqwest::Certificate::from_pem(&std::fs::read(
+            &env.apiserver_tls
+                .as_ref()
+                .context("the local control plane's CA")?
+                .ca,
+        )?)?;
         Ok(Lab {
             env,
             dev,
@@ -54,7 +65,10 @@ impl Lab {
             token,
             http: reqwest::Client::builder()
                 .pool_max_idle_per_host(64)
+                .add_root_certificate(ca)
                 .build()?,
+            audit,
+            since,
         })
     }
 
@@ -222,32 +236,27 @@ impl Lab {
         }
     }
 
-    /// keeper's API requests since the log was last cleared.
+    /// keeper's API requests since the counters were last cleared. kube writes a request to
+    /// the audit log once it has answered it: wait a moment after the last one.
     pub async fn keeper_requests(&self) -> anyhow::Result<Requests> {
-        let log = self
-            .json(self.http.get(format!("{}/debug/requests", self.api)))
-            .await?;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let since = *self.since.lock().unwrap();
         let mut counts = BTreeMap::new();
-        for entry in log["requests"].as_array().into_iter().flatten() {
-            if entry["user"] != KEEPER_USER {
+        for request in self.audit.since(since)? {
+            if request.user != KEEPER_USER {
                 continue;
             }
-            let resource = match entry["subresource"].as_str() {
-                Some(sub) if !sub.is_empty() => {
-                    format!("{}/{sub}", entry["resource"].as_str().unwrap_or_default())
-                }
-                _ => entry["resource"].as_str().unwrap_or_default().to_string(),
-            };
-            let verb = entry["verb"].as_str().unwrap_or_default().to_string();
-            *counts.entry((verb, resource)).or_default() += 1;
+            *counts
+                .entry((request.verb.clone(), request.full_resource()))
+                .or_default() += 1;
         }
         Ok(Requests(counts))
     }
 
+    /// Starts counting keeper's API requests afresh.
     pub async fn clear_requests(&self) -> anyhow::Result<()> {
-        self.json(self.http.delete(format!("{}/debug/requests", self.api)))
-            .await
-            .map(drop)
+        *self.since.lock().unwrap() = self.audit.mark()?;
+        Ok(())
     }
 
     /// AWS calls (S3, IAM, RDS) through the proxy since they were last cleared, as
@@ -299,7 +308,9 @@ impl Lab {
     pub fn cpu_use(&self, keeper: &Process) -> CpuUse {
         let mut out = vec![("keeper".to_string(), keeper.cpu_seconds().unwrap_or(0.0))];
         for (name, var) in [
-            ("API emulator", "KEEPER_APISERVER_PID"),
+            ("kube-apiserver", "KEEPER_APISERVER_PID"),
+            ("etcd", "KEEPER_ETCD_PID"),
+            ("kube-controller-manager", "KEEPER_CONTROLLER_MANAGER_PID"),
             ("moto", "KEEPER_MOTO_PID"),
             ("AWS proxy", "KEEPER_AWS_PROXY_PID"),
             ("StorageGRID emulator", "KEEPER_STORAGEGRID_PID"),

@@ -1,5 +1,5 @@
 //! keeper's figures for many objects of one kind: apply N to Ready, stay idle, delete them all;
-//! with the API requests keeper made for them (from the emulator's request log), the backend
+//! with the API requests keeper made for them (from kube-apiserver's audit log), the backend
 //! calls (from the AWS proxy's and the StorageGRID emulator's counters) and its CPU time.
 
 use std::collections::BTreeMap;

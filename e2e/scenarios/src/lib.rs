@@ -11,6 +11,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+pub use keeper_e2e_apiproxy::{ApiProxy, Settings as ApiFaults};
 use serde_json::Value;
 
 /// What a scenario needs to know about its environment.
@@ -19,7 +20,7 @@ pub struct Env {
     /// An administrator's kubeconfig: kubectl, as the user driving keeper.
     pub kubeconfig: PathBuf,
     /// keeper's own identity: in the local stack the token of ServiceAccount keeper-system/keeper
-    /// under the chart's RBAC (the API emulator enforces it); on a real cluster
+    /// under the chart's RBAC (kube-apiserver enforces it); on another cluster
     /// `KEEPER_E2E_KEEPER_KUBECONFIG`, or the admin's kubeconfig without it.
     pub keeper_kubeconfig: PathBuf,
     pub keeper_bin: PathBuf,
@@ -29,8 +30,11 @@ pub struct Env {
     pub keeper_env: Vec<(String, String)>,
     /// The namespace keeper reads provider Secrets from.
     pub operator_namespace: String,
-    /// Set when running against the local control plane (the API emulator's request log).
+    /// Set when running against the local control plane: kube-apiserver's URL.
     pub apiserver_url: Option<String>,
+    /// Local control plane only: the files an API fault proxy needs to stand in for
+    /// kube-apiserver (its CA, its serving certificate and key).
+    pub apiserver_tls: Option<ApiServerTls>,
     pub storagegrid_url: Option<String>,
     pub s3_endpoint: Option<String>,
     pub rds_endpoint: Option<String>,
@@ -38,10 +42,18 @@ pub struct Env {
     /// what an operator does beside keeper; `None`: the standard AWS chain.
     pub admin_keys: Option<(String, String)>,
     /// Local control plane only: the AWS proxy in front of moto (fault injection), moto itself,
-    /// and the API emulator's audit log (every API request with its user, never truncated).
+    /// and kube-apiserver's audit log (every API request with its user, never rotated).
     pub aws_proxy_url: Option<String>,
     pub moto_url: Option<String>,
     pub audit_log: Option<PathBuf>,
+}
+
+/// kube-apiserver's CA, serving certificate and key (PEM files of the local stack).
+#[derive(Clone, Debug)]
+pub struct ApiServerTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 fn var(name: &str) -> anyhow::Result<String> {
@@ -63,6 +75,7 @@ impl Env {
                 operator_namespace: std::env::var("KEEPER_E2E_OPERATOR_NAMESPACE")
                     .unwrap_or_else(|_| "keeper-system".into()),
                 apiserver_url: None,
+                apiserver_tls: None,
                 storagegrid_url: None,
                 s3_endpoint: std::env::var("KEEPER_S3_ENDPOINT").ok(),
                 rds_endpoint: std::env::var("KEEPER_RDS_ENDPOINT").ok(),
@@ -93,6 +106,11 @@ impl Env {
             .collect(),
             operator_namespace: "keeper-system".into(),
             apiserver_url: Some(var("KEEPER_APISERVER_URL")?),
+            apiserver_tls: Some(ApiServerTls {
+                ca: var("KEEPER_CLUSTER_CA")?.into(),
+                cert: var("KEEPER_APISERVER_CERT")?.into(),
+                key: var("KEEPER_APISERVER_KEY")?.into(),
+            }),
             storagegrid_url: Some(var("KEEPER_STORAGEGRID_ENDPOINT")?),
             s3_endpoint: Some(var("KEEPER_S3_ENDPOINT")?),
             rds_endpoint: Some(var("KEEPER_RDS_ENDPOINT")?),
@@ -199,9 +217,37 @@ impl Env {
         Ok(Some(serde_json::from_slice(&out.stdout)?))
     }
 
+    /// An API fault proxy in front of kube-apiserver (local control plane only), for keeper
+    /// processes started with [`Keeper::start_through`]: faults go to their requests only.
+    pub fn api_proxy(&self) -> anyhow::Result<ApiProxy> {
+        let url = self
+            .apiserver_url
+            .clone()
+            .context("an API fault proxy needs the local control plane")?;
+        let tls = self
+            .apiserver_tls
+            .clone()
+            .context("an API fault proxy needs the local control plane")?;
+        ApiProxy::start(keeper_e2e_apiproxy::Config {
+            upstream: url,
+            upstream_ca: tls.ca,
+            cert: tls.cert,
+            key: tls.key,
+        })
+    }
+
     /// Creates a fresh namespace for one scenario; it is deleted when the guard drops.
+    ///
+    /// Names are unique per call, not only per process: a namespace deleted by an earlier
+    /// scenario of the same test binary may still be terminating (kube's namespace controller
+    /// empties it first), and kube refuses to create one of that name meanwhile.
     pub fn namespace(&self, prefix: &str) -> anyhow::Result<Namespace> {
-        let name = format!("{prefix}-{}", std::process::id() % 100000);
+        static CREATED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let name = format!(
+            "{prefix}-{}-{}",
+            std::process::id() % 100000,
+            CREATED.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
         self.kubectl(&["create", "namespace", &name])?;
         Ok(Namespace {
             env: self.clone(),
@@ -291,18 +337,46 @@ pub struct Keeper {
     pub metrics_url: String,
     pub log: PathBuf,
     _webhook: Option<Webhook>,
+    /// The kubeconfig pointing at an API fault proxy, removed when keeper ends.
+    proxied_kubeconfig: Option<PathBuf>,
+}
+
+/// How a keeper process is started.
+#[derive(Default)]
+struct Launch<'a> {
+    webhook: bool,
+    lease: Option<&'a str>,
+    through: Option<&'a ApiProxy>,
 }
 
 impl Keeper {
     /// Starts keeper (leader election off: one process) and waits until /readyz answers 200.
     pub fn start(env: &Env) -> anyhow::Result<Keeper> {
-        Self::launch(env, false, None)
+        Self::launch(env, Launch::default())
     }
 
     /// Starts keeper taking part in leader election on Lease `lease` (as a replica of a
     /// Deployment would) and waits until /readyz answers 200 (a standby is ready too).
     pub fn start_elected(env: &Env, lease: &str) -> anyhow::Result<Keeper> {
-        Self::launch(env, false, Some(lease))
+        Self::launch(
+            env,
+            Launch {
+                lease: Some(lease),
+                ..Launch::default()
+            },
+        )
+    }
+
+    /// Starts keeper (leader election off) with its API requests going through `proxy`, whose
+    /// fault rules then apply to this keeper's requests only.
+    pub fn start_through(env: &Env, proxy: &ApiProxy) -> anyhow::Result<Keeper> {
+        Self::launch(
+            env,
+            Launch {
+                through: Some(proxy),
+                ..Launch::default()
+            },
+        )
     }
 
     /// Starts keeper with its admission webhook registered (local control plane only: a real
@@ -312,14 +386,32 @@ impl Keeper {
             env.apiserver_url.is_some(),
             "the webhook scenario needs the local control plane"
         );
-        Self::launch(env, true, None)
+        Self::launch(
+            env,
+            Launch {
+                webhook: true,
+                ..Launch::default()
+            },
+        )
     }
 
-    fn launch(env: &Env, with_webhook: bool, lease: Option<&str>) -> anyhow::Result<Keeper> {
+    fn launch(env: &Env, how: Launch) -> anyhow::Result<Keeper> {
         let port = free_port()?;
         let log =
             std::env::temp_dir().join(format!("keeper-e2e-{}-{port}.log", std::process::id()));
         let file = std::fs::File::create(&log)?;
+        let proxied_kubeconfig = match how.through {
+            Some(proxy) => {
+                let path = std::env::temp_dir().join(format!(
+                    "keeper-e2e-{}-{port}.kubeconfig",
+                    std::process::id()
+                ));
+                proxy.kubeconfig(&env.keeper_kubeconfig, &path)?;
+                Some(path)
+            }
+            None => None,
+        };
+        let lease = how.lease;
         let mut command = Command::new(&env.keeper_bin);
         command
             .args([
@@ -333,11 +425,16 @@ impl Keeper {
             .arg(&env.keeper_config)
             .arg(format!("--leader-election={}", lease.is_some()))
             .args(lease.map(|l| format!("--leader-election-lease={l}")))
-            .env("KUBECONFIG", &env.keeper_kubeconfig)
+            .env(
+                "KUBECONFIG",
+                proxied_kubeconfig
+                    .as_ref()
+                    .unwrap_or(&env.keeper_kubeconfig),
+            )
             .envs(env.keeper_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(file.try_clone()?)
             .stderr(file);
-        let webhook = if with_webhook {
+        let webhook = if how.webhook {
             let webhook_port = free_port()?;
             let webhook = Webhook::register(env, webhook_port)?;
             command
@@ -355,6 +452,7 @@ impl Keeper {
             metrics_url: format!("http://127.0.0.1:{port}"),
             log,
             _webhook: webhook,
+            proxied_kubeconfig,
         };
         let ready = format!("{}/readyz", keeper.metrics_url);
         wait_until(Duration::from_secs(60), "keeper to become ready", || {
@@ -403,6 +501,9 @@ impl Drop for Keeper {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(path) = &self.proxied_kubeconfig {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
@@ -637,6 +738,138 @@ pub fn moto_recorded_calls(
         }
     }
     Ok(calls)
+}
+
+/// One API request as kube-apiserver's audit log records it (level Metadata).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApiRequest {
+    pub verb: String,
+    /// API group, `""` for core.
+    pub group: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+    /// The user the request was served as (the impersonated one, when impersonated).
+    pub user: String,
+    pub user_agent: String,
+    pub code: u16,
+    /// Refused by authorization (RBAC): `authorization.k8s.io/decision` is `forbid`.
+    pub denied: bool,
+}
+
+impl ApiRequest {
+    /// `resource` or `resource/subresource`, as RBAC names it.
+    pub fn full_resource(&self) -> String {
+        if self.subresource.is_empty() {
+            self.resource.clone()
+        } else {
+            format!("{}/{}", self.resource, self.subresource)
+        }
+    }
+}
+
+/// kube-apiserver's audit log (`--audit-log-path`, JSON lines) on the local control plane: every
+/// API request of every user, never rotated, so a scenario marks where it starts and reads what
+/// came after.
+#[derive(Clone, Debug)]
+pub struct AuditLog {
+    path: PathBuf,
+}
+
+/// A place in the audit log.
+#[derive(Clone, Copy, Debug)]
+pub struct AuditMark(u64);
+
+impl AuditLog {
+    pub fn new(path: impl Into<PathBuf>) -> AuditLog {
+        AuditLog { path: path.into() }
+    }
+
+    /// The local control plane's audit log; fails elsewhere.
+    pub fn of(env: &Env) -> anyhow::Result<AuditLog> {
+        env.audit_log
+            .clone()
+            .map(AuditLog::new)
+            .context("kube-apiserver's audit log: the local control plane only")
+    }
+
+    /// The end of the log now: requests made from here on come after it.
+    pub fn mark(&self) -> anyhow::Result<AuditMark> {
+        Ok(AuditMark(
+            std::fs::metadata(&self.path)
+                .with_context(|| format!("audit log {}", self.path.display()))?
+                .len(),
+        ))
+    }
+
+    /// The requests logged between two marks (`to`: `None` for the end of the log), once each:
+    /// kube logs a watch when it starts and again when it ends (one audit ID), and this keeps
+    /// the last. kube writes an event once the request is answered, so a request answered just
+    /// before `to` was taken may be missing.
+    pub fn requests(
+        &self,
+        from: AuditMark,
+        to: Option<AuditMark>,
+    ) -> anyhow::Result<Vec<ApiRequest>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = std::fs::File::open(&self.path)
+            .with_context(|| format!("audit log {}", self.path.display()))?;
+        file.seek(SeekFrom::Start(from.0))?;
+        let mut text = String::new();
+        match to {
+            Some(to) => file
+                .take(to.0.saturating_sub(from.0))
+                .read_to_string(&mut text)?,
+            None => file.read_to_string(&mut text)?,
+        };
+        let mut order = Vec::new();
+        let mut by_id: std::collections::HashMap<String, ApiRequest> = Default::default();
+        // A line cut by the end of a window does not parse: it belongs to the next window.
+        for event in text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        {
+            let Some(request) = parse_audit_event(&event) else {
+                continue;
+            };
+            let id = event["auditID"].as_str().unwrap_or_default().to_string();
+            if by_id.insert(id.clone(), request).is_none() {
+                order.push(id);
+            }
+        }
+        Ok(order
+            .into_iter()
+            .filter_map(|id| by_id.remove(&id))
+            .collect())
+    }
+
+    /// Every request logged since `from`.
+    pub fn since(&self, from: AuditMark) -> anyhow::Result<Vec<ApiRequest>> {
+        self.requests(from, None)
+    }
+}
+
+/// An audit event's request, `None` for requests that name no resource (discovery, /version).
+fn parse_audit_event(event: &Value) -> Option<ApiRequest> {
+    let object = event.get("objectRef")?;
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let user = event
+        .get("impersonatedUser")
+        .filter(|u| !u.is_null())
+        .unwrap_or(&event["user"]);
+    Some(ApiRequest {
+        verb: text(&event["verb"]),
+        group: text(&object["apiGroup"]),
+        resource: text(&object["resource"]),
+        subresource: text(&object["subresource"]),
+        namespace: text(&object["namespace"]),
+        name: text(&object["name"]),
+        user: text(&user["username"]),
+        user_agent: text(&event["userAgent"]),
+        code: event["responseStatus"]["code"].as_u64().unwrap_or(0) as u16,
+        denied: event["annotations"]["authorization.k8s.io/decision"] == "forbid",
+    })
 }
 
 /// Polls `resource` until `check` holds and returns it; on timeout, panics showing the object

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use keeper_e2e_scenarios::{
-    Env, Keeper, client_for, condition, condition_is, jitter, put_objects, secret_data,
-    tenant_wide_credentials, wait_for, wait_until,
+    ApiRequest, AuditLog, Env, Keeper, client_for, condition, condition_is, jitter, put_objects,
+    secret_data, tenant_wide_credentials, wait_for, wait_until,
 };
 use serde_json::Value;
 
@@ -471,8 +471,8 @@ async fn foreign_bucket(provider: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn steady_state_makes_no_writes_and_no_backend_calls_beyond_usage() {
     let env = Env::from_env().unwrap();
-    let Some(apiserver) = env.apiserver_url.clone() else {
-        eprintln!("skipped: the request log is a feature of the local API emulator");
+    let Ok(audit) = AuditLog::of(&env) else {
+        eprintln!("skipped: keeper's requests are read from the local kube-apiserver's audit log");
         return;
     };
     let ns = env.namespace("e2e-steady").unwrap();
@@ -496,33 +496,20 @@ async fn steady_state_makes_no_writes_and_no_backend_calls_beyond_usage() {
     let grid = env
         .storagegrid_url
         .clone()
-        .expect("the StorageGRID emulator runs beside the API emulator");
-    for log in [&apiserver, &grid] {
-        client
-            .delete(format!("{log}/debug/requests"))
-            .send()
-            .await
-            .unwrap();
-    }
-    std::thread::sleep(Duration::from_secs(15));
-    let log: Value = client
-        .get(format!("{apiserver}/debug/requests"))
+        .expect("the StorageGRID emulator runs in the local control plane");
+    client
+        .delete(format!("{grid}/debug/requests"))
         .send()
         .await
-        .unwrap()
-        .json()
-        .await
         .unwrap();
-    let writes: Vec<&Value> = log["requests"]
-        .as_array()
+    let from = audit.mark().unwrap();
+    std::thread::sleep(Duration::from_secs(15));
+    let writes: Vec<ApiRequest> = audit
+        .since(from)
         .unwrap()
-        .iter()
-        .filter(|r| {
-            r["userAgent"]
-                .as_str()
-                .is_some_and(|a| a.starts_with("keeper/"))
-        })
-        .filter(|r| !matches!(r["verb"].as_str(), Some("get" | "list" | "watch")))
+        .into_iter()
+        .filter(|r| r.user_agent.starts_with("keeper/"))
+        .filter(|r| !matches!(r.verb.as_str(), "get" | "list" | "watch"))
         .collect();
     assert!(
         writes.is_empty(),

@@ -323,7 +323,7 @@ async fn fault_chaos_converges_with_backoff_and_no_hot_loop() {
     // On before keeper starts, so that its watches are cut too (a watch is cut only if it
     // started while the rule was there).
     let mut faults = Faults::inject(&env).unwrap();
-    let keeper = Keeper::start(&env).expect("keeper starts");
+    let keeper = Keeper::start_through(&env, faults.api()).expect("keeper starts");
     // The scenario's own S3, IAM and RDS requests go to moto itself: the faults are keeper's.
     let checks = env.past_the_aws_proxy().unwrap();
     let sampler = Sampler::start(&env, &keeper.metrics_url).unwrap();

@@ -5,11 +5,12 @@
 use std::process::Command;
 use std::time::Duration;
 
-use keeper_e2e_scenarios::{Env, Keeper, http_get, wait_until};
+use keeper_e2e_scenarios::{AuditLog, Env, Keeper, http_get, wait_until};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn keeper_serves_metrics_and_health_and_stops_cleanly_on_sigterm() {
     let env = Env::from_env().unwrap();
+    let from = AuditLog::of(&env).ok().map(|audit| audit.mark().unwrap());
     let keeper = Keeper::start(&env).unwrap();
 
     let health = reqwest::get(format!("{}/healthz", keeper.metrics_url))
@@ -42,23 +43,17 @@ async fn keeper_serves_metrics_and_health_and_stops_cleanly_on_sigterm() {
         assert!(text.contains(name), "{name} missing from /metrics:\n{text}");
     }
 
-    if let Some(apiserver) = &env.apiserver_url {
-        let log: serde_json::Value = reqwest::get(format!("{apiserver}/debug/requests"))
-            .await
+    if let Ok(audit) = AuditLog::of(&env) {
+        let agents: Vec<String> = audit
+            .since(from.expect("marked with the audit log"))
             .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let agents: Vec<&str> = log["requests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|r| r["resource"] == "s3tenants")
-            .filter_map(|r| r["userAgent"].as_str())
+            .into_iter()
+            .filter(|r| r.resource == "s3tenants")
+            .map(|r| r.user_agent)
             .collect();
         let expected = format!("keeper/{}", env!("CARGO_PKG_VERSION"));
         assert!(
-            agents.iter().any(|a| *a == expected),
+            agents.contains(&expected),
             "no request with user agent {expected}: {agents:?}"
         );
     }

@@ -4,8 +4,8 @@
 //! deletionProtection) keeps the namespace Terminating while the object says which command
 //! unblocks it; and `kubectl delete -f` of one manifest completes whatever the order.
 //!
-//! keeper runs with its admission webhook registered, and the API emulator's namespace
-//! controller deletes through admission, as kube-controller-manager's does.
+//! keeper runs with its admission webhook registered, and kube-controller-manager's namespace
+//! controller empties the namespace with deletes that go through admission.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -1,18 +1,17 @@
 //! The faults part of `make chaos`: errors, throttling and cut watches injected into keeper's
-//! requests only, and the request rates keeper kept meanwhile. The API emulator's rules match
-//! keeper's user (the scenario's kubectl is an administrator); StorageGRID's match its management
-//! API, which only keeper calls (the scenario reads `/debug/state` and writes objects through the
-//! S3 listener); the AWS proxy's match S3, IAM and RDS, which the scenario reaches at moto itself
-//! ([`Env::past_the_aws_proxy`]).
+//! requests only, and the request rates keeper kept meanwhile. The API's faults come from an API
+//! fault proxy that only keeper's connections go through (the scenario's kubectl talks to
+//! kube-apiserver itself); StorageGRID's match its management API, which only keeper calls (the
+//! scenario reads `/debug/state` and writes objects through the S3 listener); the AWS proxy's match
+//! S3, IAM and RDS, which the scenario reaches at moto itself ([`Env::past_the_aws_proxy`]).
 
 use std::collections::BTreeMap;
-use std::io::{Read, Seek, SeekFrom};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use keeper_e2e_scenarios::{Env, debug_call, http_get};
+use keeper_e2e_scenarios::{ApiFaults, ApiProxy, AuditLog, AuditMark, Env, debug_call, http_get};
 use serde_json::{Value, json};
 
 /// The same faults for the same request sequence.
@@ -33,10 +32,9 @@ pub fn keeper_user(env: &Env) -> String {
     format!("system:serviceaccount:{}:keeper", env.operator_namespace)
 }
 
-/// The debug endpoints of the three emulators.
+/// The debug endpoints of the two backend emulators.
 #[derive(Clone)]
 struct Endpoints {
-    api: String,
     grid: String,
     proxy: String,
 }
@@ -45,16 +43,17 @@ impl Endpoints {
     fn of(env: &Env) -> anyhow::Result<Endpoints> {
         let local = "fault injection needs the local control plane";
         Ok(Endpoints {
-            api: env.apiserver_url.clone().context(local)?,
             grid: env.storagegrid_url.clone().context(local)?,
             proxy: env.aws_proxy_url.clone().context(local)?,
         })
     }
 }
 
-/// Faults on for keeper's requests until [`Faults::off`] (or until dropped).
+/// Faults on for keeper's requests until [`Faults::off`] (or until dropped). The API's faults
+/// reach the keeper started through [`Faults::api`].
 pub struct Faults {
     at: Endpoints,
+    api: ApiProxy,
     on: bool,
 }
 
@@ -74,16 +73,15 @@ pub struct Injected {
 impl Faults {
     pub fn inject(env: &Env) -> anyhow::Result<Faults> {
         let at = Endpoints::of(env)?;
-        let user = keeper_user(env);
-        debug_call(
-            "PUT",
-            format!("{}/debug/faults", at.api),
-            Some(json!({"seed": SEED, "rules": [
-                {"user": user, "verbs": ["watch"], "closeWatchAfterSeconds": WATCH_CUT_AFTER_SECONDS},
-                {"user": user, "verbs": ["update", "patch", "delete"], "share": API_SHARE, "codes": [409, 500]},
-                {"user": user, "share": API_SHARE, "codes": [500]},
-            ]})),
-        )?;
+        let api = env.api_proxy()?;
+        api.set_faults(
+            ApiFaults::from_json(json!({"seed": SEED, "rules": [
+                {"verbs": ["watch"], "closeWatchAfterSeconds": WATCH_CUT_AFTER_SECONDS},
+                {"verbs": ["update", "patch", "delete"], "share": API_SHARE, "codes": [409, 500]},
+                {"share": API_SHARE, "codes": [500]},
+            ]}))
+            .map_err(anyhow::Error::msg)?,
+        );
         // Half and half 503 and 429 (throttling): a request the first rule spares meets the second.
         let half = BACKEND_SHARE / 2.0;
         debug_call(
@@ -106,22 +104,21 @@ impl Faults {
             format!("{}/_awsproxy/faults", at.proxy),
             Some(json!({"seed": SEED, "rules": rules})),
         )?;
-        Ok(Faults { at, on: true })
+        Ok(Faults { at, api, on: true })
+    }
+
+    /// The API fault proxy: the keeper started through it gets the API's faults.
+    pub fn api(&self) -> &ApiProxy {
+        &self.api
     }
 
     /// What was injected so far.
     pub fn injected(&self) -> anyhow::Result<Injected> {
-        let api = debug_call("GET", format!("{}/debug/faults", self.at.api), None)?;
         let mut injected = Injected::default();
-        for counters in api["counters"].as_array().into_iter().flatten() {
-            injected.api_requests += counters["matched"].as_u64().unwrap_or(0);
-            injected.watches_cut += counters["watchesLimited"].as_u64().unwrap_or(0);
-            injected.api_refused += counters["answered"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .filter_map(|(_, n)| n.as_u64())
-                .sum::<u64>();
+        for counters in self.api.counters() {
+            injected.api_requests += counters.matched;
+            injected.watches_cut += counters.watches_limited;
+            injected.api_refused += counters.answered.values().sum::<u64>();
         }
         let grid = debug_call("GET", format!("{}/debug/faults", self.at.grid), None)?;
         injected.grid_refused = grid["faults"]
@@ -153,7 +150,7 @@ impl Faults {
     /// Turns every fault off.
     pub fn off(&mut self) -> anyhow::Result<()> {
         self.on = false;
-        debug_call("DELETE", format!("{}/debug/faults", self.at.api), None)?;
+        self.api.clear_faults();
         debug_call("DELETE", format!("{}/debug/faults", self.at.grid), None)?;
         debug_call(
             "DELETE",
@@ -176,8 +173,8 @@ impl Drop for Faults {
 #[derive(Clone, Debug)]
 struct Sample {
     at: Instant,
-    /// Bytes of the API's audit log (keeper's requests are counted from it afterwards).
-    audit_log: u64,
+    /// Where kube-apiserver's audit log was (keeper's requests are counted from it afterwards).
+    audit_log: AuditMark,
     /// keeper's StorageGRID calls, from its own metrics (the emulator keeps no counter).
     grid: f64,
     /// keeper's requests per AWS service, from the proxy's rule counters.
@@ -207,10 +204,7 @@ pub struct Rates {
 impl Sampler {
     pub fn start(env: &Env, metrics_url: &str) -> anyhow::Result<Sampler> {
         let at = Endpoints::of(env)?;
-        let audit_log = env
-            .audit_log
-            .clone()
-            .context("the API's audit log: the local control plane only")?;
+        let audit_log = AuditLog::of(env)?;
         let metrics = format!("{metrics_url}/metrics");
         let take = move || -> anyhow::Result<Sample> {
             let proxy = debug_call("GET", format!("{}/_awsproxy/faults", at.proxy), None)?;
@@ -222,7 +216,7 @@ impl Sampler {
             let (_, text) = http_get(&metrics).context("keeper's metrics")?;
             Ok(Sample {
                 at: Instant::now(),
-                audit_log: std::fs::metadata(&audit_log)?.len(),
+                audit_log: audit_log.mark()?,
                 grid: metric_sum(
                     &text,
                     "keeper_backend_requests_total",
@@ -266,37 +260,26 @@ impl Sampler {
         let samples = self.samples.lock().unwrap().clone();
         anyhow::ensure!(samples.len() >= 2, "too few samples: {}", samples.len());
         let user = keeper_user(&self.env);
-        let audit_log = self.env.audit_log.clone().expect("checked at start");
-        let mut file = std::fs::File::open(&audit_log)?;
+        let audit_log = AuditLog::of(&self.env)?;
         let mut rates = Rates::default();
         let mut api_windows = Vec::new();
         for pair in samples.windows(2) {
             let (from, to) = (&pair[0], &pair[1]);
-            file.seek(SeekFrom::Start(from.audit_log))?;
-            let mut window = String::new();
-            (&file)
-                .take(to.audit_log - from.audit_log)
-                .read_to_string(&mut window)?;
             let mut total = 0;
             let mut per_object: BTreeMap<String, u64> = BTreeMap::new();
-            for line in window.lines() {
-                // A line cut by a window's edge does not parse: one request at most is missed.
-                let Ok(entry) = serde_json::from_str::<Value>(line) else {
-                    continue;
-                };
-                if entry["user"] != user.as_str() {
+            for request in audit_log.requests(from.audit_log, Some(to.audit_log))? {
+                if request.user != user {
                     continue;
                 }
                 total += 1;
-                if let (Some(ns), Some(name)) =
-                    (entry["namespace"].as_str(), entry["name"].as_str())
-                    && entry["resource"] != "events"
-                    && !name.is_empty()
+                if !request.namespace.is_empty()
+                    && !request.name.is_empty()
+                    && request.resource != "events"
                 {
                     *per_object
                         .entry(format!(
-                            "{}/{ns}/{name}",
-                            entry["resource"].as_str().unwrap_or("")
+                            "{}/{}/{}",
+                            request.resource, request.namespace, request.name
                         ))
                         .or_default() += 1;
                 }
