@@ -10,7 +10,7 @@ mod backend;
 mod plan;
 mod reconcile;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -111,6 +111,12 @@ pub struct S3BucketReconciler<C: Connect = Connector> {
     connector: C,
     /// Last observation per bucket uid, so that usage is listed on a timer, not every reconcile.
     usage: Mutex<HashMap<String, (Instant, Observed)>>,
+    /// Buckets (by uid) whose user's access keys this process has listed since it started. A
+    /// bucket whose last reconcile ended Ready is taken as settled, its user not listed again,
+    /// only once this process has looked: a keeper that starts cannot know whether another
+    /// writer (a second keeper without leader election, a leader that lost its lease) was killed
+    /// between creating a key and publishing it, leaving a key nobody holds.
+    keys_listed: Mutex<HashSet<String>>,
     objects_deleted: IntCounter,
 }
 
@@ -119,8 +125,25 @@ impl<C: Connect> S3BucketReconciler<C> {
         S3BucketReconciler {
             connector,
             usage: Mutex::default(),
+            keys_listed: Mutex::default(),
             objects_deleted,
         }
+    }
+
+    /// Whether this process has listed the keys of the user of bucket `uid` since it started.
+    fn has_listed_keys(&self, uid: &str) -> bool {
+        self.keys_listed
+            .lock()
+            .expect("listed keys lock")
+            .contains(uid)
+    }
+
+    /// Records that this process has listed the keys of the user of bucket `uid`.
+    fn listed_keys(&self, uid: &str) {
+        self.keys_listed
+            .lock()
+            .expect("listed keys lock")
+            .insert(uid.to_string());
     }
 
     fn cached(&self, uid: &str) -> Option<Observed> {
@@ -131,11 +154,16 @@ impl<C: Connect> S3BucketReconciler<C> {
             .map(|(_, observed)| *observed)
     }
 
-    /// Keeps what the outcome does not carry: the usage observation and the drain counter.
+    /// Keeps what the outcome does not carry: the usage observation and the drain counter; a
+    /// bucket let go is forgotten.
     fn settle(&self, obj: &S3Bucket, report: &Report) {
         self.objects_deleted.inc_by(report.deleted);
         let uid = obj.uid().unwrap_or_default();
         let cache = if report.next == runtime::Next::Release {
+            self.keys_listed
+                .lock()
+                .expect("listed keys lock")
+                .remove(&uid);
             Cache::Forget
         } else {
             report.observed

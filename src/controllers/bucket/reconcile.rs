@@ -1057,12 +1057,15 @@ async fn settle_keys<B: BucketBackend, C: Connect>(
         .users_key(published.as_ref())
         .map(|k| k.access_key_id.clone());
     // The last reconcile ended Ready: the published key was checked then, and nothing was left
-    // on the user's keys by an interrupted issuance.
+    // on the user's keys by an interrupted issuance of this process. Another writer's may have
+    // left one: this process lists the user's keys once before it trusts that.
+    let uid = view.obj.uid().unwrap_or_default();
     let settled = view
         .obj
         .status
         .as_ref()
-        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY));
+        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY))
+        && cx.reconciler.has_listed_keys(&uid);
     let kept = |keys: Keys| Settled {
         keys,
         issued: false,
@@ -1084,6 +1087,7 @@ async fn settle_keys<B: BucketBackend, C: Connect>(
         FirstLook::Inventory { limit } => limit,
     };
     let listed = backend.user_keys(bucket, users_key.as_deref()).await?;
+    cx.reconciler.listed_keys(&uid);
     let steps = key_plan::key_steps(&listed, users_key.as_deref(), replace, limit);
     if !steps.sweep.is_empty() {
         secret.claim(cx, view.now).await?;

@@ -112,8 +112,10 @@ pub enum FirstLook {
 
 /// `published`: the keys the Secret carries; `replace`: new keys are wanted (a rotation, or the
 /// published keys are lost); `settled`: the last reconcile ended with the bucket Ready, so the
-/// published key was checked and nothing else was left on the user. Otherwise the user's keys
-/// are looked at: what an interrupted issuance left behind goes then.
+/// published key was checked and nothing else was left on the user, and this process has listed
+/// the user's keys since it started (another writer killed between creating a key and publishing
+/// it leaves one that only a listing finds). Otherwise the user's keys are looked at: what an
+/// interrupted issuance left behind goes then.
 pub fn first_look(
     source: &KeySource,
     published: Option<&Keys>,

@@ -55,14 +55,20 @@ pub(super) fn context(fake: Fake, tenant_phase: TenantPhase) -> (Arc<FakeKube>, 
         .lock()
         .unwrap()
         .push(Arc::new(tenant(tenant_phase)));
-    let shared = testing::shared(kube.clone(), OperatorConfig::parse(CONFIG).unwrap());
     let fake = Arc::new(fake);
+    let cx = started(&kube, &fake);
+    (kube, fake, cx)
+}
+
+/// The context of a keeper process that starts over `kube` and `fake`: what a process keeps in
+/// memory starts empty, what the API and the backend hold stays.
+pub(super) fn started(kube: &Arc<FakeKube>, fake: &Arc<Fake>) -> Cx {
+    let shared = testing::shared(kube.clone(), OperatorConfig::parse(CONFIG).unwrap());
     let counter = IntCounter::new("test_deleted", "test").unwrap();
-    let cx = Arc::new(Context::new(
+    Arc::new(Context::new(
         shared,
         S3BucketReconciler::new(fake.clone(), counter),
-    ));
-    (kube, fake, cx)
+    ))
 }
 
 /// A bucket past the finalizer step.

@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 
 use super::fake::Fake;
-use super::flow::{Cx, context, finalized, status_patches};
+use super::flow::{Cx, context, finalized, started, status_patches};
 use crate::api::{DrainMode, S3Bucket, S3BucketStatus, TenantPhase};
 use crate::controllers::bucket::ROTATE_ANNOTATION;
 use crate::runtime::Error;
@@ -221,6 +221,30 @@ async fn a_key_left_by_an_interrupted_issuance_goes_before_the_bucket_is_ready_a
     });
     testing::reconcile(&cx, unsettled).await.unwrap();
     assert_eq!(the_one_published_key(&kube, &fake), "AK1");
+}
+
+#[tokio::test]
+async fn a_keeper_that_starts_lists_a_settled_buckets_keys_once_and_sweeps_another_writers_leftover()
+ {
+    // Keeper A published AK1 and the bucket is Ready. Keeper B (no leader election) created a key
+    // for the same bucket and was killed before its publication was refused: nobody holds it,
+    // and A, which listed the user before B's key existed, takes the bucket as settled.
+    let (kube, fake, a) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    testing::reconcile(&a, finalized()).await.unwrap();
+    fake.user_keys.lock().unwrap().push("B-LEFT".into());
+    fake.take_calls();
+    testing::reconcile(&a, stored(&kube)).await.unwrap();
+    assert!(!fake.take_calls().contains(&"user_keys".to_string()));
+    // B starts again: its first look at the settled bucket lists the user's keys, and the key
+    // the Secret does not carry goes (after a claim of the Secret), the published one stays.
+    let b = started(&kube, &fake);
+    testing::reconcile(&b, stored(&kube)).await.unwrap();
+    assert!(fake.take_calls().contains(&"user_keys".to_string()));
+    assert_eq!(the_one_published_key(&kube, &fake), "AK1");
+    assert!(ready(&stored(&kube)));
+    // Once is enough: B's next look makes no call on the user.
+    testing::reconcile(&b, stored(&kube)).await.unwrap();
+    assert!(!fake.take_calls().contains(&"user_keys".to_string()));
 }
 
 #[tokio::test]
