@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 CARGO ?= cargo
 NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build crds fmt fmt-check clippy chart unit e2e chaos bench bench-smoke test deps deps-moto dev-up dev-down demo image image-test
+.PHONY: all build crds fmt fmt-check clippy chart unit e2e e2e-compat chaos bench bench-smoke test deps deps-moto kube dev-up dev-down demo image image-test
 
 all: build
 
@@ -34,10 +34,15 @@ else
 	KEEPER_MOTO_SERVER=$$(e2e/stack.sh moto-path) $(CARGO) test --workspace --exclude keeper-e2e-scenarios --no-fail-fast
 endif
 
-## e2e: the end-to-end scenarios with kubectl against the local control plane
-## (or against the cluster in KEEPER_E2E_KUBECONFIG; see README)
+## e2e: the end-to-end scenarios with kubectl against the local control plane, Kubernetes 1.37
+## (KEEPER_K8S picks another pinned release; KEEPER_E2E_KUBECONFIG a cluster of your own: see README)
 e2e: deps
 	e2e/run-e2e.sh
+
+## e2e-compat: the same scenarios on the oldest Kubernetes keeper supports (1.33; its control plane
+## is built once, 10-20 minutes cold); not part of `make test`
+e2e-compat:
+	KEEPER_K8S=1.33 $(MAKE) e2e
 
 ## chaos: the long chaos run, three scenarios: crash (200 objects of every kind a round created,
 ## filled, drained and deleted while keeper is SIGKILLed every 2-10 s, at least 50 times), two
@@ -85,8 +90,15 @@ image-test: image
 test: fmt-check clippy chart unit image-test e2e
 
 ## deps: install what the local stack needs (moto in a Python venv, Debian's prometheus, curl, openssl)
+## and build its Kubernetes control plane from Go modules once (see kube)
 deps:
 	e2e/stack.sh deps
+
+## kube: build etcd, kube-apiserver, kube-controller-manager and kubectl of the pinned release
+## (KEEPER_K8S, default the newest in e2e/kube) into ~/.cache/keeper/k8s/<version>/ and print where;
+## 10-20 minutes and ~700 MB of Go modules the first time, seconds after that
+kube:
+	e2e/kube/build.sh bin-dir $(KEEPER_K8S)
 
 ## deps-moto: install only moto (in a Python venv): what `make unit` needs
 deps-moto:
