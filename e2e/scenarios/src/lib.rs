@@ -158,11 +158,12 @@ impl Env {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// `kubectl apply -f -` with the given manifest.
-    pub fn apply(&self, namespace: &str, manifest: &str) -> anyhow::Result<String> {
+    /// Runs kubectl with `input` on its standard input (`-f -`), and returns its output,
+    /// whatever its exit code.
+    pub fn kubectl_input(&self, args: &[&str], input: &str) -> anyhow::Result<Output> {
         use std::io::Write;
         let mut child = Command::new("kubectl")
-            .args(["apply", "-n", namespace, "-f", "-"])
+            .args(args)
             .env("KUBECONFIG", &self.kubeconfig)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -173,8 +174,13 @@ impl Env {
             .stdin
             .take()
             .expect("piped")
-            .write_all(manifest.as_bytes())?;
-        let out = child.wait_with_output()?;
+            .write_all(input.as_bytes())?;
+        Ok(child.wait_with_output()?)
+    }
+
+    /// `kubectl apply -f -` with the given manifest.
+    pub fn apply(&self, namespace: &str, manifest: &str) -> anyhow::Result<String> {
+        let out = self.kubectl_input(&["apply", "-n", namespace, "-f", "-"], manifest)?;
         if !out.status.success() {
             bail!(
                 "kubectl apply failed: {}",

@@ -7,8 +7,6 @@
 //! not panic.
 
 use std::collections::BTreeSet;
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use keeper_e2e_scenarios::{Env, Keeper, accounts_of, condition, wait_for};
@@ -536,21 +534,9 @@ fn kubectl_error(env: &Env, args: &[&str]) -> Option<String> {
 /// `apply`: apply copies the object into its last-applied annotation, whose 256 KiB limit would
 /// refuse a 1 MiB value before the field's own rule is reached.
 fn create_error(env: &Env, namespace: &str, manifest: &str) -> Option<String> {
-    let mut child = Command::new("kubectl")
-        .args(["create", "-n", namespace, "-f", "-"])
-        .env("KUBECONFIG", &env.kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    let out = env
+        .kubectl_input(&["create", "-n", namespace, "-f", "-"], manifest)
         .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .expect("piped")
-        .write_all(manifest.as_bytes())
-        .expect("kubectl reads the manifest");
-    let out = child.wait_with_output().expect("kubectl ends");
     (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
 }
 

@@ -26,7 +26,7 @@ fn ready(env: &Env, ns: &str, resource: &str) -> Value {
     })
 }
 
-/// A Secret that names `owner` (kind, name, uid) as its controller, as `user`.
+/// A Secret that names `owner` (kind, name, uid) as its controller, blocking its deletion or not.
 fn owned_secret(name: &str, owner: &Value, block: bool) -> String {
     format!(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: {name}\n  ownerReferences:\n  - apiVersion: keeper.dev/v1alpha1\n    kind: {}\n    name: {}\n    uid: {}\n    controller: true\n    blockOwnerDeletion: {block}\nstringData:\n  a: b\n",
@@ -38,22 +38,9 @@ fn owned_secret(name: &str, owner: &Value, block: bool) -> String {
 
 /// `kubectl create -f -` of `manifest` as `user`; the output and whether it succeeded.
 fn create_as(env: &Env, ns: &str, user: &str, manifest: &str) -> (bool, String) {
-    use std::io::Write;
-    let mut child = std::process::Command::new("kubectl")
-        .args(["create", "-n", ns, "--as", user, "-f", "-"])
-        .env("KUBECONFIG", &env.kubeconfig)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
+    let out = env
+        .kubectl_input(&["create", "-n", ns, "--as", user, "-f", "-"], manifest)
         .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifest.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
     (
         out.status.success(),
         format!(

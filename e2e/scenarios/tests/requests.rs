@@ -3,8 +3,6 @@
 //! with the same value never drains the bucket again; a new value does. Driven with kubectl as a
 //! user (or the tool) would, on provider `s3` (moto, client-side drains).
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use keeper_e2e_scenarios::{
@@ -14,29 +12,20 @@ use serde_json::Value;
 
 /// `kubectl apply --server-side --field-manager=gitops -f -`, as a GitOps tool applies.
 fn gitops_apply(env: &Env, ns: &str, manifest: &str) {
-    let mut child = Command::new("kubectl")
-        .args([
-            "apply",
-            "--server-side",
-            "--field-manager=gitops",
-            "-n",
-            ns,
-            "-f",
-            "-",
-        ])
-        .env("KUBECONFIG", &env.kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    let out = env
+        .kubectl_input(
+            &[
+                "apply",
+                "--server-side",
+                "--field-manager=gitops",
+                "-n",
+                ns,
+                "-f",
+                "-",
+            ],
+            manifest,
+        )
         .expect("kubectl runs");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(manifest.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
         "kubectl apply --server-side failed: {}",
