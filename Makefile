@@ -40,7 +40,7 @@ e2e: deps
 	e2e/run-e2e.sh
 
 ## e2e-compat: the same scenarios on the oldest Kubernetes keeper supports (1.33; its control plane
-## is built once, 10-20 minutes cold); not part of `make test`
+## is built once, 6-10 minutes cold); not part of `make test`
 e2e-compat:
 	KEEPER_K8S=1.33 $(MAKE) e2e
 
@@ -96,7 +96,7 @@ deps:
 
 ## kube: build etcd, kube-apiserver, kube-controller-manager and kubectl of the pinned release
 ## (KEEPER_K8S, default the newest in e2e/kube) into ~/.cache/keeper/k8s/<version>/ and print where;
-## 10-20 minutes and ~700 MB of Go modules the first time, seconds after that
+## 6-10 minutes and ~900 MB of Go modules the first time, seconds after that
 kube:
 	e2e/kube/build.sh bin-dir $(KEEPER_K8S)
 
