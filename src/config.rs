@@ -5,17 +5,28 @@
 //! fails at start with a message that names the field, instead of surfacing later as a
 //! confusing reconcile error.
 
-use crate::controllers::ControllerKind;
 use std::collections::BTreeMap;
 use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde::{Deserialize, Deserializer};
 
 use crate::api::DatabaseSize;
 use crate::api::names::{format_duration, parse_duration};
+use crate::namespaces::AllowedNamespaces;
+
+/// A controller that `keeper run --controllers` can switch on or off, and that
+/// `runtime.<kind>` configures.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ControllerKind {
+    /// S3Tenant: tenant accounts and their credentials.
+    Tenant,
+    /// S3Bucket: buckets, drains and bucket credentials.
+    Bucket,
+    /// CloudDatabase: RDS instances and connection Secrets.
+    Database,
+}
 
 /// Why the configuration could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -207,18 +218,6 @@ impl Provider {
             Provider::S3Compatible(p) => p.allowed_namespaces.as_ref(),
         }
     }
-}
-
-/// Which namespaces may use a provider: those listed in `names`, and those whose labels match
-/// `selector` (a Kubernetes label selector). A provider without `allowedNamespaces` serves every
-/// namespace. Decided in [`crate::namespaces`].
-#[derive(Deserialize, Debug, Clone, Default, PartialEq)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct AllowedNamespaces {
-    #[serde(default)]
-    pub names: Vec<String>,
-    #[serde(default)]
-    pub selector: Option<LabelSelector>,
 }
 
 #[derive(Deserialize, Debug, Clone, PartialEq)]

@@ -5,9 +5,11 @@
 
 pub mod api;
 pub mod backends;
+pub mod cluster;
 pub mod config;
 pub mod controllers;
 pub mod crdgen;
+pub mod error;
 pub mod leader;
 pub mod manager;
 pub mod metrics;

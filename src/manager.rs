@@ -9,14 +9,14 @@ use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
 use crate::backends::rds::RdsBackend;
+use crate::cluster::KubeApi;
+use crate::cluster::informer::Informers;
+use crate::config::ControllerKind;
 use crate::config::{Endpoint, OperatorConfig};
-use crate::controllers::ControllerKind;
 use crate::leader::{self, Leadership};
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::runtime::Shared;
-use crate::runtime::cluster::KubeApi;
-use crate::runtime::informer::Informers;
 use crate::server::{self, Readiness, ServerState};
 use crate::telemetry::LogFormat;
 use crate::webhook;
@@ -228,7 +228,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     for kind in controllers {
         let (shared, readiness, shutdown) = (shared.clone(), readiness.clone(), shutdown.clone());
-        tasks.spawn(async move { kind.run(shared, readiness, shutdown).await });
+        tasks
+            .spawn(async move { crate::controllers::run(kind, shared, readiness, shutdown).await });
     }
 
     tokio::select! {

@@ -1,22 +1,13 @@
 //! The one Prometheus registry of the process and the metrics every controller shares.
 //!
 //! Reconcile metrics are recorded by the shared controller runtime, backend metrics by
-//! [`Metrics::backend_call`], so no controller records them by hand.
+//! `backends::call::measured`, so no controller records them by hand.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use crate::backends::rate::RateLimit;
 use prometheus::core::Collector;
 
 use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
-
-/// Classifies the outcome of a backend call for `keeper_backend_requests_total{outcome}`.
-pub trait BackendOutcome {
-    /// A short, low-cardinality label such as `not_found`, `conflict`, `transient` or `permanent`.
-    fn outcome(&self) -> &'static str;
-}
 
 pub struct Metrics {
     registry: Registry,
@@ -154,56 +145,22 @@ impl Metrics {
             .observe(delay.as_secs_f64());
     }
 
-    /// Runs one backend call once `limit` lets it go, recording its duration (without that wait,
-    /// which would hide the backend's latency; it has its own histogram) and outcome.
-    ///
-    /// The call goes on the heap at once: an SDK call's future takes kilobytes, and carried by
-    /// value through every async layer above it (each holds it again in a debug build) it
-    /// overflowed the 2 MiB stack of a runtime worker.
-    pub fn backend_call<'a, T, E, F>(
-        &'a self,
-        limit: &'a RateLimit,
-        backend: &'a str,
-        operation: &'a str,
-        call: F,
-    ) -> impl Future<Output = Result<T, E>> + 'a
-    where
-        T: 'a,
-        E: BackendOutcome + 'a,
-        F: Future<Output = Result<T, E>> + 'a,
-    {
-        self.measured(limit, backend, operation, Box::pin(call))
+    /// Records how long a backend call waited for its provider's request rate.
+    pub fn rate_waited(&self, backend: &str, waited: Duration) {
+        self.rate_limited
+            .with_label_values(&[backend])
+            .observe(waited.as_secs_f64());
     }
 
-    async fn measured<T, E, F>(
-        &self,
-        limit: &RateLimit,
-        backend: &str,
-        operation: &str,
-        call: Pin<Box<F>>,
-    ) -> Result<T, E>
-    where
-        E: BackendOutcome,
-        F: Future<Output = Result<T, E>>,
-    {
-        if let Some(waited) = limit.admit().await {
-            self.rate_limited
-                .with_label_values(&[backend])
-                .observe(waited.as_secs_f64());
-        }
-        let started = Instant::now();
-        let result = call.await;
+    /// Records one backend call: how long it took (without its wait for the rate) and its
+    /// outcome (`success`, or the error's class).
+    pub fn backend_called(&self, backend: &str, operation: &str, outcome: &str, took: Duration) {
         self.backend_duration
             .with_label_values(&[backend, operation])
-            .observe(started.elapsed().as_secs_f64());
-        let outcome = match &result {
-            Ok(_) => "success",
-            Err(e) => e.outcome(),
-        };
+            .observe(took.as_secs_f64());
         self.backend_requests
             .with_label_values(&[backend, operation, outcome])
             .inc();
-        result
     }
 
     /// The text exposition format served on `/metrics`.
@@ -223,101 +180,6 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Failure;
-    impl BackendOutcome for Failure {
-        fn outcome(&self) -> &'static str {
-            "transient"
-        }
-    }
-
-    /// A backend call's future is boxed as the call begins: whatever its size, what the awaiting
-    /// reconcile carries stays small (an SDK call carried by value through the layers above it
-    /// overflowed a runtime worker's stack in a debug build).
-    #[tokio::test]
-    async fn a_backend_calls_future_is_small_whatever_the_call() {
-        let metrics = Metrics::new();
-        let limit = RateLimit::default();
-        let call = async {
-            let big = [7u8; 64 * 1024];
-            tokio::task::yield_now().await;
-            Ok::<u8, Failure>(std::hint::black_box(&big)[0])
-        };
-        assert!(std::mem::size_of_val(&call) >= 64 * 1024);
-        let measured = metrics.backend_call(&limit, "b", "op", call);
-        assert!(
-            std::mem::size_of_val(&measured) < 1024,
-            "{} bytes",
-            std::mem::size_of_val(&measured)
-        );
-        assert_eq!(measured.await.ok(), Some(7));
-    }
-
-    #[tokio::test]
-    async fn backend_calls_are_counted_by_outcome() {
-        let metrics = Metrics::new();
-        let unlimited = RateLimit::default();
-        let ok: Result<(), Failure> = metrics
-            .backend_call(&unlimited, "rds", "describe", async { Ok(()) })
-            .await;
-        assert!(ok.is_ok());
-        let err: Result<(), Failure> = metrics
-            .backend_call(&unlimited, "rds", "describe", async { Err(Failure) })
-            .await;
-        assert!(err.is_err());
-        let text = metrics.encode();
-        assert!(text.contains(
-            r#"keeper_backend_requests_total{backend="rds",operation="describe",outcome="success"} 1"#
-        ), "{text}");
-        assert!(text.contains(
-            r#"keeper_backend_requests_total{backend="rds",operation="describe",outcome="transient"} 1"#
-        ), "{text}");
-        assert!(text.contains(
-            r#"keeper_backend_request_duration_seconds_count{backend="rds",operation="describe"} 2"#
-        ));
-        assert!(
-            !text.contains("keeper_backend_rate_limited_seconds_count"),
-            "no rate, no wait recorded: {text}"
-        );
-    }
-
-    #[tokio::test]
-    async fn the_wait_for_the_rate_is_recorded_apart_from_the_call() {
-        use crate::config::RequestRate;
-        let metrics = Metrics::new();
-        // 10/s, one at a time: the second call waits about 100 ms before it starts.
-        let limit = RateLimit::new(Some(RequestRate {
-            per_second: 10.0,
-            burst: std::num::NonZeroU32::MIN,
-        }));
-        for _ in 0..2 {
-            let ok: Result<(), Failure> = metrics
-                .backend_call(&limit, "s3", "list_buckets", async { Ok(()) })
-                .await;
-            assert!(ok.is_ok());
-        }
-        let text = metrics.encode();
-        let value = |name: &str| -> f64 {
-            let line = text
-                .lines()
-                .find(|l| l.starts_with(name))
-                .unwrap_or_else(|| panic!("{name} in {text}"));
-            line.rsplit(' ').next().unwrap().parse().unwrap()
-        };
-        assert_eq!(
-            value(r#"keeper_backend_rate_limited_seconds_count{backend="s3"}"#),
-            2.0
-        );
-        let waited = value(r#"keeper_backend_rate_limited_seconds_sum{backend="s3"}"#);
-        assert!(waited >= 0.09, "{text}");
-        let called = value(
-            r#"keeper_backend_request_duration_seconds_sum{backend="s3",operation="list_buckets"}"#,
-        );
-        assert!(
-            called < 0.05,
-            "the wait is not the backend's latency: {text}"
-        );
-    }
 
     #[test]
     fn reconciles_are_counted_with_error_reasons() {

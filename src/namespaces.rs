@@ -5,9 +5,21 @@
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
+use serde::Deserialize;
 
-use crate::config::AllowedNamespaces;
+/// Which namespaces may use a provider (its `allowedNamespaces` in the configuration): those
+/// listed in `names`, and those whose labels match `selector` (a Kubernetes label selector). A
+/// provider without `allowedNamespaces` serves every namespace.
+#[derive(Deserialize, Debug, Clone, Default, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AllowedNamespaces {
+    #[serde(default)]
+    pub names: Vec<String>,
+    #[serde(default)]
+    pub selector: Option<LabelSelector>,
+}
 
 /// A provider's `allowedNamespaces`, checked once at start (a bad selector operator stops keeper
 /// with the field named, instead of denying every tenant later).

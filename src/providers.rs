@@ -7,16 +7,17 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use crate::backends::Keys;
 use crate::backends::iam::{IamSettings, IamStore};
 use crate::backends::rate::RateLimit;
 use crate::backends::rds::RdsBackend;
 use crate::backends::s3::{S3Settings, S3Store};
 use crate::backends::storagegrid;
+use crate::cluster::{Kube, secret_data};
 use crate::config::{
     BackendTimeouts, BucketKeys, Endpoint, OperatorConfig, Provider, SecretRef, TlsConfig,
 };
 use crate::metrics::Metrics;
-use crate::runtime::cluster::{Kube, secret_data};
 
 /// Why a provider cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,21 +38,6 @@ pub enum ProviderError {
 pub struct BuildError {
     pub provider: String,
     pub message: String,
-}
-
-/// S3 access keys (the secret never reaches a log line).
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct Keys {
-    pub access_key_id: String,
-    pub secret_access_key: String,
-}
-
-impl std::fmt::Debug for Keys {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Keys")
-            .field("access_key_id", &self.access_key_id)
-            .finish_non_exhaustive()
-    }
 }
 
 /// One configured provider and its clients.
@@ -336,7 +322,7 @@ impl Providers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::cluster::fake::FakeKube;
+    use crate::cluster::fake::FakeKube;
 
     fn config(yaml: &str) -> OperatorConfig {
         OperatorConfig::parse(yaml).unwrap()

@@ -14,8 +14,8 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use crate::api::names::MANAGED_BY;
 use crate::api::{CloudDatabase, DeletionPolicy, S3Bucket, S3Tenant};
-use crate::runtime::cluster::MANAGED_BY;
 
 /// The kinds whose finalizers can be released.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

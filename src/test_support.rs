@@ -1,9 +1,13 @@
-//! Test-only helpers shared by the backends' tests.
+//! Test-only helpers shared by every floor's tests: a moto server for the real backends, and
+//! pauses that stop a fake's call once it has acted.
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 /// A moto server (S3 and RDS) on 127.0.0.1 for tests of the real backends, killed when dropped.
 pub(crate) struct MotoServer {
@@ -78,4 +82,50 @@ pub(crate) async fn mock_server() -> wiremock::MockServer {
         .listener(TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap())
         .start()
         .await
+}
+
+/// A call of a fake backend stopped after it acted, so that a test can run another reconcile in
+/// between, as a second keeper would.
+#[derive(Clone, Default)]
+pub struct Pause {
+    reached: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+impl Pause {
+    /// Waits until the call has acted and stopped.
+    pub async fn reached(&self) {
+        self.reached.notified().await;
+    }
+
+    /// Lets the call return.
+    pub fn release(&self) {
+        self.release.notify_one();
+    }
+}
+
+/// The pauses a fake backend's calls take, each once.
+#[derive(Default)]
+pub struct Pauses(Mutex<Vec<(&'static str, Pause)>>);
+
+impl Pauses {
+    /// The next `call` stops once it has acted, until the returned pause is released.
+    pub fn after(&self, call: &'static str) -> Pause {
+        let pause = Pause::default();
+        self.0.lock().expect("lock").push((call, pause.clone()));
+        pause
+    }
+
+    /// Called by the fake once `call` has acted.
+    pub async fn stop_if_asked(&self, call: &str) {
+        let pause = {
+            let mut pauses = self.0.lock().expect("lock");
+            let at = pauses.iter().position(|(c, _)| *c == call);
+            at.map(|at| pauses.remove(at).1)
+        };
+        if let Some(pause) = pause {
+            pause.reached.notify_one();
+            pause.release.notified().await;
+        }
+    }
 }

@@ -49,8 +49,10 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::{S3Bucket, S3Tenant};
-use crate::controllers::tenant::bucket_resources;
-use crate::controllers::tenant::plan::{self, DeletionGate};
+use crate::controllers::tenant::{
+    BUCKET_REMOVAL_GUIDANCE, DeletionGate, bucket_resources, deletion_gate,
+    deletion_protection_message,
+};
 
 /// The path the ValidatingWebhookConfiguration points at.
 pub const PATH: &str = "/validate";
@@ -69,8 +71,8 @@ pub enum Verdict {
 /// DELETE of a tenant, given how many S3Bucket resources reference it.
 pub fn tenant_delete(tenant: &S3Tenant, buckets: usize) -> Verdict {
     let name = tenant.name_any();
-    match plan::deletion_gate(&tenant.spec) {
-        DeletionGate::Protected => Verdict::Deny(plan::deletion_protection_message(
+    match deletion_gate(&tenant.spec) {
+        DeletionGate::Protected => Verdict::Deny(deletion_protection_message(
             &name,
             &tenant.namespace().unwrap_or_default(),
         )),
@@ -80,7 +82,7 @@ pub fn tenant_delete(tenant: &S3Tenant, buckets: usize) -> Verdict {
              names them (condition DeletionBlocked). {} The tenant is deleted as soon as no \
              bucket remains.",
             tenant.namespace().unwrap_or_default(),
-            plan::BUCKET_REMOVAL_GUIDANCE
+            BUCKET_REMOVAL_GUIDANCE
         )),
     }
 }
@@ -102,10 +104,7 @@ pub fn protected_tenant_in_namespace_deletion(tenant: &S3Tenant) -> Verdict {
     Verdict::Warn(format!(
         "the namespace is being deleted: the S3Tenant's finalizer keeps its account until \
          deletionProtection is lifted. {}",
-        plan::deletion_protection_message(
-            &tenant.name_any(),
-            &tenant.namespace().unwrap_or_default()
-        )
+        deletion_protection_message(&tenant.name_any(), &tenant.namespace().unwrap_or_default())
     ))
 }
 
@@ -149,7 +148,7 @@ async fn judge(client: &kube::Client, request: &AdmissionRequest<DynamicObject>)
                 return Verdict::Allow;
             };
             // A protected tenant is denied whatever its buckets: no lookup needed.
-            if plan::deletion_gate(&tenant.spec) == DeletionGate::Protected {
+            if deletion_gate(&tenant.spec) == DeletionGate::Protected {
                 if from_namespace_deletion(request.user_info.username.as_deref()) {
                     return protected_tenant_in_namespace_deletion(&tenant);
                 }

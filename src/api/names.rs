@@ -1,9 +1,41 @@
-//! Validation and parsing of the string values users write in specs: bucket names, durations and
-//! quantities. The CRD schema carries the same rules as patterns so the API server rejects bad input
-//! early; these functions guard the values keeper computes itself (a defaulted bucket name) and
-//! turn strings into numbers.
+//! The names keeper writes into the cluster (finalizers, the label and hold of its Secrets, the
+//! Secrets' names), and the validation and parsing of the string values users write in specs:
+//! bucket names, durations and quantities. The CRD schema carries the same rules as patterns so
+//! the API server rejects bad input early; these functions guard the values keeper computes itself
+//! (a defaulted bucket name) and turn strings into numbers.
 
 use std::time::Duration;
+
+/// The finalizer on every S3Tenant: its account is cleaned up before the object goes.
+pub const TENANT_FINALIZER: &str = "keeper.dev/tenant-cleanup";
+/// The finalizer on every S3Bucket: its bucket and keys are cleaned up before the object goes.
+pub const BUCKET_FINALIZER: &str = "keeper.dev/bucket-cleanup";
+/// The finalizer on every CloudDatabase: its instance is cleaned up before the object goes.
+pub const DATABASE_FINALIZER: &str = "keeper.dev/database-cleanup";
+
+/// The label on every Secret keeper creates; keeper's Secret cache watches only these.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "keeper");
+
+/// The finalizer that keeps a Secret other resources' cleanup signs in with (a tenant's root
+/// password and keys, which its buckets' cleanup uses) until its owner lets go of it. Deleting a
+/// namespace deletes every object in it in no particular order: without the hold, the Secret can
+/// be gone before the bucket cleanup that needs it runs, and the namespace never finishes.
+pub const CLEANUP_HOLD: &str = "keeper.dev/needed-for-cleanup";
+
+/// The Secret with an S3Tenant's S3 credentials.
+pub fn tenant_credentials_secret_name(tenant: &str) -> String {
+    format!("{tenant}-s3-credentials")
+}
+
+/// The Secret with an S3Tenant's account root password (StorageGRID only).
+pub fn tenant_root_secret_name(tenant: &str) -> String {
+    format!("{tenant}-root-credentials")
+}
+
+/// The Secret with an S3Bucket's credentials.
+pub fn bucket_credentials_secret_name(bucket: &str) -> String {
+    format!("{bucket}-credentials")
+}
 
 /// S3 bucket names: 3-63 characters (length is checked separately), lowercase letters, digits,
 /// hyphens and dots, starting and ending with a letter or digit, no two dots in a row.

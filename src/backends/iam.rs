@@ -11,12 +11,13 @@ use aws_sdk_iam::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_iam::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_iam::types::Tag;
 
-use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::Keys;
+use crate::backends::call::measured;
 use crate::backends::rate::RateLimit;
 use crate::backends::s3::https_client_trusting;
 use crate::config::BackendTimeouts;
+use crate::error::{BackendError, ErrorClass};
 use crate::metrics::Metrics;
-use crate::providers::Keys;
 
 /// Label of this backend in `keeper_backend_requests_total{backend}`.
 const BACKEND: &str = "iam";
@@ -140,7 +141,7 @@ impl IamStore {
 
     /// Sends one IAM request at the provider's request rate, counted in the backend metrics and
     /// classified. Not an async fn: it hands the request on at once, to be boxed (see
-    /// [`Metrics::backend_call`]).
+    /// [`measured`](crate::backends::call::measured)).
     fn call<'a, T: 'a, E>(
         &'a self,
         metrics: &'a Metrics,
@@ -150,7 +151,7 @@ impl IamStore {
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        metrics.backend_call(&self.rate_limit, BACKEND, operation, async move {
+        measured(metrics, &self.rate_limit, BACKEND, operation, async move {
             request.await.map_err(|e| classify(operation, e))
         })
     }

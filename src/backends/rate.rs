@@ -1,15 +1,14 @@
 //! The request rate keeper keeps to towards a backend (`requestsPerSecond` of a provider and of
 //! `rds`): one token bucket (governor's GCRA) per provider, shared by every client of that
-//! provider (its S3 stores, IAM client and grid client), taken by [`Metrics::backend_call`]
-//! before each call and outside the call's measured duration.
+//! provider (its S3 stores, IAM client and grid client), taken by
+//! [`measured`](crate::backends::call::measured) before each call and outside the call's
+//! measured duration.
 //!
 //! One call takes one token. Resends inside a call are not counted: the AWS SDKs' retries (3
 //! attempts at most, after a backoff, and bounded by the SDK's own retry quota) and the grid
 //! client's resends of a 429/503 and its sign-ins (once per token lifetime). All of them follow
 //! a refusal or a pause, so they add little to the rate, and pacing them inside the call would
 //! count the wait as backend latency and against the per-attempt timeout.
-//!
-//! [`Metrics::backend_call`]: crate::metrics::Metrics::backend_call
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -19,10 +19,11 @@ use aws_sdk_rds::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_rds::types::Tag;
 
 use crate::api::{DatabaseEndpoint, Engine};
-use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::call::{BackendOutcome, measured};
 use crate::backends::rate::RateLimit;
 use crate::config::{BackendTimeouts, RdsConfig};
-use crate::metrics::{BackendOutcome, Metrics};
+use crate::error::{BackendError, ErrorClass};
+use crate::metrics::Metrics;
 
 /// A master password. `Debug` never shows it, so it cannot leak through a `{:?}` in a log line.
 #[derive(Clone, PartialEq, Eq)]
@@ -143,7 +144,7 @@ pub fn is_access_denied(error: &BackendError) -> bool {
 
 const BACKEND: &str = "rds";
 
-/// The RDS client. Every call goes through [`Metrics::backend_call`] under its snake_case
+/// The RDS client. Every call goes through [`measured`](crate::backends::call::measured) under its snake_case
 /// operation name and returns a [`BackendError`] carrying that name. Cheap to clone (the SDK
 /// client is shared).
 #[derive(Clone)]
@@ -232,15 +233,14 @@ impl RdsBackend {
 
     /// Runs one call at `rds.requestsPerSecond` with its metrics and names the operation in its
     /// error. Not an async fn: it hands the call on at once, to be boxed (see
-    /// [`Metrics::backend_call`]).
+    /// [`measured`](crate::backends::call::measured)).
     fn call<'a, T: 'a>(
         &'a self,
         operation: &'static str,
         call: impl Future<Output = Result<T, RdsError>> + 'a,
     ) -> impl Future<Output = Result<T, BackendError>> + 'a {
         futures::FutureExt::map(
-            self.metrics
-                .backend_call(&self.rate_limit, BACKEND, operation, call),
+            measured(&self.metrics, &self.rate_limit, BACKEND, operation, call),
             move |result| result.map_err(|e| e.into_backend(operation)),
         )
     }

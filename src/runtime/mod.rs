@@ -5,17 +5,15 @@
 //!
 //! A controller implements [`Reconciler`]: `apply` for a live object and `cleanup` for one being
 //! deleted, both returning an [`Outcome`] (reporting as data) or a classified error. It talks to
-//! Kubernetes only through the [`cluster::Kube`] seam in its [`Context`].
+//! Kubernetes only through the [`crate::cluster::Kube`] seam in its [`Context`].
 
 mod backoff;
-pub mod cluster;
 pub mod conditions;
 pub mod gauges;
-pub mod informer;
 pub mod kinds;
 pub mod outcome;
+pub mod policy;
 mod status;
-pub mod triggers;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -28,16 +26,20 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+pub use crate::cluster::Note;
 pub use backoff::Backoff;
 pub use kinds::Keeper;
-pub use outcome::{KeeperStatus, Next, Note, Outcome};
+pub use outcome::{KeeperStatus, Next, Outcome};
 
-use self::cluster::{Kube, Target};
-use crate::backends::error::{ErrorClass, Policy, policy};
+use crate::cluster::informer;
+use crate::cluster::triggers;
+use crate::cluster::{Kube, Target};
 use crate::config::OperatorConfig;
+use crate::error::ErrorClass;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::providers::Providers;
+use crate::runtime::policy::{Policy, policy};
 use crate::server::Readiness;
 
 /// What one manager process shares between its controllers.
@@ -79,7 +81,7 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
     /// Controller name used in metrics, events and logs, such as `s3bucket`.
     const NAME: &'static str;
     /// Which controller it is in the configuration and on the command line.
-    const KIND: crate::controllers::ControllerKind;
+    const KIND: crate::config::ControllerKind;
     /// The finalizer that keeps the object until its backend resource is cleaned up.
     const FINALIZER: &'static str;
     /// How long triggers of one object are gathered into one reconcile (none by default).

@@ -6,35 +6,10 @@
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::runtime::events::EventType;
+
+use crate::cluster::Note;
 
 use super::conditions;
-
-/// One event to publish about the reconciled object.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Note {
-    pub type_: EventType,
-    pub reason: &'static str,
-    pub message: String,
-}
-
-impl Note {
-    pub fn normal(reason: &'static str, message: impl Into<String>) -> Self {
-        Note {
-            type_: EventType::Normal,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    pub fn warning(reason: &'static str, message: impl Into<String>) -> Self {
-        Note {
-            type_: EventType::Warning,
-            reason,
-            message: message.into(),
-        }
-    }
-}
 
 /// What happens after the outcome is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,6 +155,7 @@ impl<S: KeeperStatus> Outcome<S> {
 mod tests {
     use super::*;
     use crate::api::{S3TenantStatus, TenantPhase};
+    use kube::runtime::events::EventType;
 
     #[test]
     fn a_blocked_deletion_warns_once_per_change() {

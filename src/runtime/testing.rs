@@ -2,14 +2,13 @@
 //! whole shared flow (finalizer, outcome writing, error policy), so every controller's reconcile
 //! is unit-tested the same way, without an API server.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use kube::runtime::controller::Action;
-use tokio::sync::Notify;
 
-use super::cluster::fake::FakeKube;
 use super::{Context, Error, Reconciler, Shared};
 use crate::backends::rds::RdsBackend;
+use crate::cluster::fake::FakeKube;
 use crate::config::OperatorConfig;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
@@ -43,7 +42,7 @@ pub fn shared(kube: Arc<FakeKube>, config: OperatorConfig) -> Shared {
     let metrics = Arc::new(Metrics::new());
     let client = unconnected_client();
     Shared {
-        informers: Arc::new(crate::runtime::informer::Informers::new(client.clone())),
+        informers: Arc::new(crate::cluster::informer::Informers::new(client.clone())),
         client,
         providers: Arc::new(
             Providers::build(
@@ -67,50 +66,4 @@ pub async fn reconcile<R: Reconciler>(
     obj: R::Resource,
 ) -> Result<Action, Error<R::Error>> {
     super::reconcile(Arc::new(obj), cx.clone()).await
-}
-
-/// A call of a fake backend stopped after it acted, so that a test can run another reconcile in
-/// between, as a second keeper would.
-#[derive(Clone, Default)]
-pub struct Pause {
-    reached: Arc<Notify>,
-    release: Arc<Notify>,
-}
-
-impl Pause {
-    /// Waits until the call has acted and stopped.
-    pub async fn reached(&self) {
-        self.reached.notified().await;
-    }
-
-    /// Lets the call return.
-    pub fn release(&self) {
-        self.release.notify_one();
-    }
-}
-
-/// The pauses a fake backend's calls take, each once.
-#[derive(Default)]
-pub struct Pauses(Mutex<Vec<(&'static str, Pause)>>);
-
-impl Pauses {
-    /// The next `call` stops once it has acted, until the returned pause is released.
-    pub fn after(&self, call: &'static str) -> Pause {
-        let pause = Pause::default();
-        self.0.lock().expect("lock").push((call, pause.clone()));
-        pause
-    }
-
-    /// Called by the fake once `call` has acted.
-    pub async fn stop_if_asked(&self, call: &str) {
-        let pause = {
-            let mut pauses = self.0.lock().expect("lock");
-            let at = pauses.iter().position(|(c, _)| *c == call);
-            at.map(|at| pauses.remove(at).1)
-        };
-        if let Some(pause) = pause {
-            pause.reached.notify_one();
-            pause.release.notified().await;
-        }
-    }
 }

@@ -7,11 +7,12 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ObjectMeta;
 use kube::runtime::controller::Action;
 
-use super::cluster::fake::{Call, FakeKube};
 use super::testing;
 use super::*;
 use crate::api::{S3Tenant, S3TenantSpec, S3TenantStatus, TenantPhase};
-use crate::backends::error::{BackendError, CONFLICT_RETRY, PERMANENT_RETRY};
+use crate::cluster::fake::{Call, FakeKube};
+use crate::error::BackendError;
+use crate::runtime::policy::{CONFLICT_RETRY, PERMANENT_RETRY};
 
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
@@ -38,7 +39,7 @@ impl Reconciler for Scripted {
     type Resource = S3Tenant;
     type Error = TestError;
     const NAME: &'static str = "test";
-    const KIND: crate::controllers::ControllerKind = crate::controllers::ControllerKind::Tenant;
+    const KIND: crate::config::ControllerKind = crate::config::ControllerKind::Tenant;
     const FINALIZER: &'static str = "keeper.dev/test";
 
     async fn apply(

@@ -3,8 +3,8 @@
 //! a few seconds).
 
 use super::{S3Error, S3Store, classify, static_credentials};
+use crate::backends::Keys;
 use crate::metrics::Metrics;
-use crate::providers::Keys;
 
 /// What the store answered to a listing signed with the keys under test.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -16,9 +16,11 @@ use aws_sdk_s3::config::{
 };
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 
+use crate::backends::call::{BackendOutcome, measured};
 use crate::backends::rate::RateLimit;
 use crate::config::BackendTimeouts;
-use crate::metrics::{BackendOutcome, Metrics};
+use crate::error::BackendError;
+use crate::metrics::Metrics;
 
 mod access;
 mod bucket;
@@ -94,14 +96,23 @@ pub struct S3Error {
 impl S3Error {
     /// The shared classification: the code first (it says what the status alone cannot: a
     /// missing bucket, a bucket not empty), then the transient/permanent split by status.
-    pub fn classified(&self) -> super::error::ErrorClass {
-        use super::error::ErrorClass as Class;
+    pub fn classified(&self) -> crate::error::ErrorClass {
+        use crate::error::ErrorClass as Class;
         match (self.class, self.code.as_str()) {
             (_, "NoSuchBucket" | "NotFound" | "NoSuchKey" | "NoSuchTagSet") => Class::NotFound,
             (_, "BucketNotEmpty" | "BucketAlreadyExists" | "OperationAborted") => Class::Conflict,
             (ErrorClass::Transient, _) => Class::Transient,
             (ErrorClass::Permanent, _) => Class::Permanent,
         }
+    }
+}
+
+// S3 errors map into the one `BackendError` of keeper, so controllers see one type; the client
+// classifies per operation and code where the meaning depends on the call (see
+// `S3Store::create_bucket`, `S3Store::delete_bucket`).
+impl From<S3Error> for BackendError {
+    fn from(e: S3Error) -> Self {
+        BackendError::new("s3", e.operation, e.classified(), e.code, e.message)
     }
 }
 
@@ -234,14 +245,14 @@ impl S3Store {
     }
 
     /// Runs one S3 call at the provider's request rate, counted in the backend metrics. Not an
-    /// async fn: it hands the call on at once, to be boxed (see [`Metrics::backend_call`]).
+    /// async fn: it hands the call on at once, to be boxed (see [`measured`](crate::backends::call::measured)).
     fn call<'a, T: 'a>(
         &'a self,
         metrics: &'a Metrics,
         operation: &'static str,
         call: impl std::future::Future<Output = Result<T, S3Error>> + 'a,
     ) -> impl std::future::Future<Output = Result<T, S3Error>> + 'a {
-        metrics.backend_call(&self.rate_limit, BACKEND, operation, call)
+        measured(metrics, &self.rate_limit, BACKEND, operation, call)
     }
 
     /// The SDK configuration of a client for `settings`.

@@ -1051,3 +1051,33 @@ async fn measure_drains_against_the_floor() {
         );
     }
 }
+
+#[test]
+fn s3_errors_map_by_code_before_status() {
+    use crate::error::{BackendError, ErrorClass as Class};
+    let s3 = |class, code: &str| -> BackendError {
+        S3Error {
+            operation: "delete_bucket",
+            class,
+            code: code.into(),
+            message: String::new(),
+        }
+        .into()
+    };
+    assert_eq!(
+        s3(ErrorClass::Permanent, "NoSuchBucket").class,
+        Class::NotFound
+    );
+    assert_eq!(
+        s3(ErrorClass::Permanent, "BucketNotEmpty").class,
+        Class::Conflict
+    );
+    assert_eq!(
+        s3(ErrorClass::Transient, "SlowDown").class,
+        Class::Transient
+    );
+    assert_eq!(
+        s3(ErrorClass::Permanent, "AccessDenied").class,
+        Class::Permanent
+    );
+}

@@ -4,7 +4,7 @@
 //! One [`Client`] serves one grid. It signs in on demand with the [`Login`] each call is given
 //! (the grid administrator, or a tenant's root user), keeps one token per login until it
 //! expires, and signs in again once when a token is refused with 401. Every call goes through
-//! [`Metrics::backend_call`] and fails with an [`Error`] whose class tells the controllers what
+//! [`measured`](crate::backends::call::measured) and fails with an [`Error`] whose class tells the controllers what
 //! to do: only [`Error::NotFound`] means "gone".
 //!
 //! This module is the client core (construction, tokens, request plumbing, error
@@ -34,9 +34,11 @@ pub use model::{
     Sensitive, Usage, User,
 };
 
+use crate::backends::call::{BackendOutcome, measured};
 use crate::backends::rate::RateLimit;
 use crate::config::{BackendTimeouts, TlsConfig};
-use crate::metrics::{BackendOutcome, Metrics};
+use crate::error::{BackendError, ErrorClass};
+use crate::metrics::Metrics;
 
 /// The `backend` label of keeper's backend metrics for this client.
 pub const BACKEND: &str = "storagegrid";
@@ -137,6 +139,78 @@ impl Error {
     /// (validation, permission) requests. Controllers report these and wait for a change.
     pub fn is_permanent(&self) -> bool {
         matches!(self, Error::BadCredentials { .. } | Error::Rejected { .. })
+    }
+}
+
+// The grid client's errors map into the one `BackendError` of keeper, so controllers see one
+// type.
+impl From<Error> for BackendError {
+    fn from(e: Error) -> Self {
+        use Error as E;
+        // The message without the operation (the BackendError names it once).
+        let (operation, class, code, message) = match &e {
+            E::NotFound { operation, message } => (
+                *operation,
+                ErrorClass::NotFound,
+                "HTTP 404".into(),
+                message.clone(),
+            ),
+            E::Conflict { operation, message } => (
+                *operation,
+                ErrorClass::Conflict,
+                "HTTP 409".into(),
+                message.clone(),
+            ),
+            E::BadCredentials {
+                operation,
+                username,
+                message,
+            } => (
+                *operation,
+                ErrorClass::Permanent,
+                "BadCredentials".into(),
+                format!("sign-in refused for user {username:?}: {message}"),
+            ),
+            E::Rejected {
+                operation,
+                status,
+                message,
+            } => (
+                *operation,
+                ErrorClass::Permanent,
+                format!("HTTP {status}"),
+                message.clone(),
+            ),
+            E::Unauthorized { operation, message } => (
+                *operation,
+                ErrorClass::Transient,
+                "HTTP 401".into(),
+                format!("refused even after signing in again: {message}"),
+            ),
+            E::Server {
+                operation,
+                status,
+                message,
+            } => (
+                *operation,
+                ErrorClass::Transient,
+                format!("HTTP {status}"),
+                message.clone(),
+            ),
+            E::Transport { operation, source } => (
+                *operation,
+                ErrorClass::Transient,
+                "Transport".into(),
+                source.to_string(),
+            ),
+            E::InvalidResponse { operation, message } => (
+                *operation,
+                ErrorClass::Transient,
+                "InvalidResponse".into(),
+                message.clone(),
+            ),
+        };
+        BackendError::new("storagegrid", operation, class, code, message)
     }
 }
 
@@ -280,14 +354,13 @@ impl Client {
         path: &str,
         body: Option<&B>,
     ) -> Result<T, Error> {
-        self.metrics
-            .backend_call(&self.rate_limit, BACKEND, operation, async {
-                let text = self
-                    .authorized(login, operation, method, path, body)
-                    .await?;
-                data(operation, &text)
-            })
-            .await
+        measured(&self.metrics, &self.rate_limit, BACKEND, operation, async {
+            let text = self
+                .authorized(login, operation, method, path, body)
+                .await?;
+            data(operation, &text)
+        })
+        .await
     }
 
     /// A call whose answer body does not matter (204 deletes, PUTs keeper does not read).
@@ -299,13 +372,12 @@ impl Client {
         path: &str,
         body: Option<&B>,
     ) -> Result<(), Error> {
-        self.metrics
-            .backend_call(&self.rate_limit, BACKEND, operation, async {
-                self.authorized(login, operation, method, path, body)
-                    .await
-                    .map(|_| ())
-            })
-            .await
+        measured(&self.metrics, &self.rate_limit, BACKEND, operation, async {
+            self.authorized(login, operation, method, path, body)
+                .await
+                .map(|_| ())
+        })
+        .await
     }
 
     /// Sends the request, and again (at most [`ATTEMPTS`] times in all, after a pause that starts

@@ -19,11 +19,12 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use prometheus::IntCounter;
 use tokio_util::sync::CancellationToken;
 
+use crate::api::names::BUCKET_FINALIZER;
 use crate::api::{S3Bucket, S3BucketStatus, S3Tenant};
-use crate::backends::error::{BackendError, ErrorClass, classify_kube};
-use crate::controllers::ControllerKind;
+use crate::cluster::SecretError;
+use crate::config::ControllerKind;
+use crate::error::{BackendError, ErrorClass, classify_kube};
 use crate::metrics::Metrics;
-use crate::runtime::cluster::SecretError;
 use crate::runtime::gauges::StoreGauge;
 use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
@@ -33,7 +34,6 @@ use reconcile::{Cache, Report};
 
 /// keeper's finalizer on an S3Bucket: while it is there, the bucket still needs its tenant (its
 /// cleanup signs in with the tenant's account).
-pub const FINALIZER: &str = "keeper.dev/bucket-cleanup";
 pub const DRAIN_ANNOTATION: &str = "keeper.dev/drain";
 pub const ADOPT_ANNOTATION: &str = "keeper.dev/adopt";
 pub const ROTATE_ANNOTATION: &str = "keeper.dev/rotate-credentials";
@@ -186,7 +186,7 @@ impl<C: Connect> Reconciler for S3BucketReconciler<C> {
     type Error = Error;
     const NAME: &'static str = "s3bucket";
     const KIND: ControllerKind = ControllerKind::Bucket;
-    const FINALIZER: &'static str = FINALIZER;
+    const FINALIZER: &'static str = BUCKET_FINALIZER;
 
     async fn apply(
         &self,

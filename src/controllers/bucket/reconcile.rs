@@ -26,12 +26,15 @@ use super::{
     ADOPT_ANNOTATION, CLIENT_DRAIN_CONTINUE, CREATE_INTENT_ANNOTATION, Error, S3BucketReconciler,
     SHORT_RETRY, USAGE_REFRESH,
 };
-use crate::api::names::{default_bucket_name, validate_bucket_name};
+use crate::api::names::{
+    bucket_credentials_secret_name, default_bucket_name, validate_bucket_name,
+};
 use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus};
+use crate::backends::Keys;
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
+use crate::cluster::{Hold, SecretError, Target, owned_secret_object, secret_data};
 use crate::config::Provider;
-use crate::providers::{Keys, ProviderClients};
-use crate::runtime::cluster::{Hold, SecretError, Target, owned_secret_object, secret_data};
+use crate::providers::ProviderClients;
 use crate::runtime::{Context, Next, Note, Outcome, conditions};
 
 /// Whether an annotation is set to `true`.
@@ -946,7 +949,7 @@ async fn only_published_key<C: Connect>(
     if !settled {
         return None;
     }
-    let name = format!("{}-credentials", obj.name_any());
+    let name = bucket_credentials_secret_name(&obj.name_any());
     let secret = owned_secret_object(cx.kube(), &Target::of(obj), &name)
         .await
         .ok()??;
@@ -960,7 +963,7 @@ async fn keep_credentials<C: Connect>(
     obj: &S3Bucket,
     out: &mut Outcome<S3BucketStatus>,
 ) -> Result<(), Error> {
-    let name = format!("{}-credentials", obj.name_any());
+    let name = bucket_credentials_secret_name(&obj.name_any());
     if cx.kube().release_secret(&Target::of(obj), &name).await? {
         out.note(Note::normal(
             "CredentialsKept",
@@ -1147,7 +1150,7 @@ async fn publish_credentials<B: BucketBackend, C: Connect>(
     out: &mut Outcome<S3BucketStatus>,
 ) -> Result<(), Error> {
     let bucket = &view.desired.name;
-    let name = format!("{}-credentials", obj.name_any());
+    let name = bucket_credentials_secret_name(&obj.name_any());
     let owner = Target::of(obj);
     let read = owned_secret_object(cx.kube(), &owner, &name).await?;
     let rotation = request(obj, Kind::RotateCredentials);

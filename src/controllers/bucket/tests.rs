@@ -1026,13 +1026,13 @@ async fn a_bucket_found_not_ours_during_a_drain_stops_the_drain_before_it_is_let
 async fn a_retained_bucket_gone_from_the_backend_mid_drain_is_still_released() {
     let (fake, mut obj) = server_side_drain_running().await;
     obj.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
-    *fake.fail_next.lock().unwrap() = Some(crate::backends::error::ErrorClass::NotFound);
+    *fake.fail_next.lock().unwrap() = Some(crate::error::ErrorClass::NotFound);
     let out = reconcile::retain_bucket(&fake, &view(&obj, at(10), None))
         .await
         .unwrap();
     assert_eq!(out.next, Next::Release);
     // Any other failure to stop the drain keeps the resource until the drain is stopped.
-    *fake.fail_next.lock().unwrap() = Some(crate::backends::error::ErrorClass::Transient);
+    *fake.fail_next.lock().unwrap() = Some(crate::error::ErrorClass::Transient);
     assert!(
         reconcile::retain_bucket(&fake, &view(&obj, at(20), None))
             .await

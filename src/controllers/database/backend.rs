@@ -3,8 +3,8 @@
 
 use std::future::Future;
 
-use crate::backends::error::BackendError;
 use crate::backends::rds::{DbInstance, FinalSnapshot, Modification, NewInstance, RdsBackend};
+use crate::error::BackendError;
 
 /// What a create call found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,11 +24,12 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use self::backend::DatabaseBackend;
+use crate::api::names::DATABASE_FINALIZER;
 use crate::api::{CloudDatabase, CloudDatabaseStatus};
-use crate::backends::error::{BackendError, ErrorClass, classify_kube};
 use crate::backends::rds;
-use crate::controllers::ControllerKind;
-use crate::runtime::cluster::SecretError;
+use crate::cluster::SecretError;
+use crate::config::ControllerKind;
+use crate::error::{BackendError, ErrorClass, classify_kube};
 use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
 
@@ -95,7 +96,7 @@ impl<B: DatabaseBackend> Reconciler for CloudDatabaseReconciler<B> {
     type Error = Error;
     const NAME: &'static str = "clouddatabase";
     const KIND: ControllerKind = ControllerKind::Database;
-    const FINALIZER: &'static str = "keeper.dev/database-cleanup";
+    const FINALIZER: &'static str = DATABASE_FINALIZER;
 
     async fn apply(
         &self,

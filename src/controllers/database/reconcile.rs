@@ -18,10 +18,11 @@ use super::{
     CloudDatabaseReconciler, Error, MAX_STEPS, POLL, TAG_NAME, TAG_NAMESPACE, TAG_OWNER_UID,
 };
 use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
-use crate::backends::error::{BackendError, PERMANENT_RETRY};
 use crate::backends::rds::{FinalSnapshot, Modification, NewInstance, Password};
-use crate::runtime::cluster::{Hold, Target, owned_secret_object, secret_data};
+use crate::cluster::{Hold, Target, owned_secret_object, secret_data};
+use crate::error::BackendError;
 use crate::runtime::conditions::DELETION_BLOCKED;
+use crate::runtime::policy::PERMANENT_RETRY;
 use crate::runtime::{self, Context, Next, Note, Outcome};
 
 type Cx<B> = Context<CloudDatabaseReconciler<B>>;

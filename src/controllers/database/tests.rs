@@ -19,11 +19,12 @@ use super::backend::DatabaseBackend;
 use super::plan::{instance_identifier, ownership_tags};
 use super::*;
 use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabaseEndpoint, DatabasePhase};
-use crate::backends::error::{CONFLICT_RETRY, ErrorClass, PERMANENT_RETRY};
 use crate::backends::rds::DbInstance;
+use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
-use crate::runtime::cluster::fake::{Call, FakeKube};
+use crate::error::ErrorClass;
 use crate::runtime::conditions::{self, DELETION_BLOCKED, READY};
+use crate::runtime::policy::{CONFLICT_RETRY, PERMANENT_RETRY};
 use crate::runtime::testing;
 
 const UID: &str = "0b7c6a3e-uid";

@@ -8,12 +8,13 @@
 use std::future::Future;
 
 use super::plan::{AccountSettings, ObservedAccount};
-pub use crate::backends::error::BackendError;
+use crate::backends::Keys;
 use crate::backends::storagegrid::{
     self, Account, AccountPolicy, AccountSpec, KeyOwner, Login, description_has_marker,
 };
+pub use crate::error::BackendError;
 use crate::metrics::Metrics;
-use crate::providers::{Keys, ProviderClients};
+use crate::providers::ProviderClients;
 
 /// A tenant sign-in refused: the stored root password does not match the account.
 pub fn is_bad_credentials(error: &BackendError) -> bool {
@@ -349,8 +350,8 @@ mod tests {
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
     use super::*;
-    use crate::backends::error::ErrorClass;
     use crate::config::OperatorConfig;
+    use crate::error::ErrorClass;
     use crate::providers::Providers;
 
     /// An S3-compatible provider whose endpoint is a mock server.

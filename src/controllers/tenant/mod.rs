@@ -7,9 +7,12 @@
 //! [`backend`], and [`reconcile`] observes, decides and acts (its crash-safe StorageGRID
 //! sequences in `reconcile::provision`).
 
-pub mod backend;
-pub mod plan;
-pub mod reconcile;
+mod backend;
+mod plan;
+mod reconcile;
+
+// What the admission webhook decides from, as the controller does: one rule in one place.
+pub use plan::{BUCKET_REMOVAL_GUIDANCE, DeletionGate, deletion_gate, deletion_protection_message};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,12 +24,14 @@ use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use self::backend::{BackendError, Backends, Live, is_bad_credentials};
+use crate::api::names::TENANT_FINALIZER;
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus};
-use crate::backends::error::{ErrorClass, classify_kube};
-use crate::controllers::ControllerKind;
+use crate::cluster::SecretError;
+use crate::cluster::triggers;
+use crate::config::ControllerKind;
+use crate::error::{ErrorClass, classify_kube};
 use crate::providers::ProviderError;
-use crate::runtime::cluster::SecretError;
-use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared, triggers};
+use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
 
 /// How often a blocked deletion looks again for buckets that live only on the backend (deleted
@@ -115,16 +120,6 @@ impl ReconcileError for Error {
     }
 }
 
-/// The name of the Secret with the tenant's S3 credentials.
-pub fn credentials_secret_name(tenant: &str) -> String {
-    format!("{tenant}-s3-credentials")
-}
-
-/// The name of the Secret with the tenant account's root password (StorageGRID only).
-pub fn root_secret_name(tenant: &str) -> String {
-    format!("{tenant}-root-credentials")
-}
-
 /// The S3Tenant reconciler over its backends ([`Live`] in production, fakes in tests).
 pub struct S3TenantReconciler<B: Backends = Live> {
     backends: B,
@@ -160,7 +155,7 @@ impl<B: Backends> Reconciler for S3TenantReconciler<B> {
     type Error = Error;
     const NAME: &'static str = "s3tenant";
     const KIND: ControllerKind = ControllerKind::Tenant;
-    const FINALIZER: &'static str = "keeper.dev/tenant-cleanup";
+    const FINALIZER: &'static str = TENANT_FINALIZER;
     // A burst of bucket changes (a GitOps sync of many buckets, a namespace deletion) becomes
     // one tenant reconcile and one status write.
     const DEBOUNCE: Duration = Duration::from_secs(1);

@@ -4,10 +4,10 @@
 use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
+use crate::api::names::BUCKET_FINALIZER;
 use crate::api::names::default_bucket_name;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
 use crate::config::{BucketKeys, Provider};
-use crate::controllers::bucket::FINALIZER as BUCKET_FINALIZER;
 
 /// Most bucket names a message lists before "and N more".
 const MAX_NAMED_BUCKETS: usize = 10;

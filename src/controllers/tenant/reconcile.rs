@@ -12,16 +12,15 @@ use kube::ResourceExt;
 use self::provision::{Recorded, TenantStore};
 use super::backend::{AccountBackend, Backends};
 use super::plan::{self, DeletionGate, DeletionStep, RemainingBuckets};
-use super::{
-    BLOCKED_RECHECK, DELETE_CONFIRM, Error, S3TenantReconciler, credentials_secret_name,
-    root_secret_name,
-};
+use super::{BLOCKED_RECHECK, DELETE_CONFIRM, Error, S3TenantReconciler};
+use crate::api::names::{tenant_credentials_secret_name, tenant_root_secret_name};
 use crate::api::{S3Tenant, S3TenantStatus, TenantPhase};
+use crate::backends::Keys;
 use crate::backends::storagegrid::Login;
+use crate::cluster::{Hold, Target, owned_secret, owned_secret_object, secret_data};
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
-use crate::providers::{Keys, ProviderClients};
-use crate::runtime::cluster::{Hold, Target, owned_secret, owned_secret_object, secret_data};
+use crate::providers::ProviderClients;
 use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
 
 type Cx<B> = Context<S3TenantReconciler<B>>;
@@ -67,7 +66,7 @@ pub async fn apply<B: Backends>(
                 // namespace. A Secret an older keeper published with them is deleted.
                 BucketKeys::PerBucketUser(_) => {
                     cx.kube()
-                        .delete_secret(&Target::of(tenant), &credentials_secret_name(&name))
+                        .delete_secret(&Target::of(tenant), &tenant_credentials_secret_name(&name))
                         .await?;
                 }
                 BucketKeys::Unconfigured => {
@@ -82,14 +81,14 @@ pub async fn apply<B: Backends>(
     }
     let tenant_wide_keys = plan::tenant_wide_keys(&provider.config);
     status.s3_endpoint = Some(provider.s3_endpoint());
-    status.credentials_secret = tenant_wide_keys.then(|| credentials_secret_name(&name));
+    status.credentials_secret = tenant_wide_keys.then(|| tenant_credentials_secret_name(&name));
     status.bucket_count = Some(bucket_resources(cx, tenant).await?.len() as i64);
     status.phase = Some(TenantPhase::Ready);
     let mut outcome = Outcome::new(status, Next::Requeue(runtime::RESYNC));
     let message = if tenant_wide_keys {
         format!(
             "credentials are in Secret {}",
-            credentials_secret_name(&name)
+            tenant_credentials_secret_name(&name)
         )
     } else {
         plan::no_tenant_keys_message(&provider.name)
@@ -178,7 +177,10 @@ pub async fn cleanup<B: Backends>(
             // from the resource so the garbage collector keeps them.
             let owner = Target::of(tenant);
             let mut kept = Vec::new();
-            for secret in [credentials_secret_name(&name), root_secret_name(&name)] {
+            for secret in [
+                tenant_credentials_secret_name(&name),
+                tenant_root_secret_name(&name),
+            ] {
                 if cx.kube().release_secret(&owner, &secret).await? {
                     kept.push(secret);
                 }
@@ -328,7 +330,7 @@ async fn publish_credentials<B: Backends>(
     cx.kube()
         .apply_secret(
             &Target::of(tenant),
-            &credentials_secret_name(&tenant.name_any()),
+            &tenant_credentials_secret_name(&tenant.name_any()),
             data,
             Hold::UntilReleased,
         )
@@ -340,7 +342,10 @@ async fn publish_credentials<B: Backends>(
 /// cleanup is left to sign in with them (the deletion waited for every bucket).
 async fn unhold_secrets<B: Backends>(cx: &Cx<B>, tenant: &S3Tenant) -> Result<(), Error> {
     let name = tenant.name_any();
-    for secret in [credentials_secret_name(&name), root_secret_name(&name)] {
+    for secret in [
+        tenant_credentials_secret_name(&name),
+        tenant_root_secret_name(&name),
+    ] {
         cx.kube()
             .unhold_secret(&Target::of(tenant), &secret)
             .await?;
@@ -389,7 +394,7 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
         let secret = owned_secret_object(
             self.cx.kube(),
             &Target::of(self.tenant),
-            &root_secret_name(&self.tenant.name_any()),
+            &tenant_root_secret_name(&self.tenant.name_any()),
         )
         .await?;
         let password = secret
@@ -410,7 +415,7 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
             .kube()
             .swap_secret(
                 &Target::of(self.tenant),
-                &root_secret_name(&self.tenant.name_any()),
+                &tenant_root_secret_name(&self.tenant.name_any()),
                 read.as_ref(),
                 data,
                 // Held: the tenant's own cleanup and its buckets' cleanup sign in with it.
@@ -454,7 +459,7 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
 
     async fn published(&self) -> Result<Option<Keys>, Error> {
         let data = self
-            .read(&credentials_secret_name(&self.tenant.name_any()))
+            .read(&tenant_credentials_secret_name(&self.tenant.name_any()))
             .await?;
         Ok(data.and_then(|d| {
             let access = d.get("accessKeyId").filter(|v| !v.is_empty())?;

@@ -16,12 +16,12 @@ use serde_json::Value;
 
 use self::fake::FakeBackends;
 use super::*;
+use crate::api::names::CLEANUP_HOLD;
 use crate::api::{S3TenantSpec, S3TenantStatus, TenantPhase};
-use crate::backends::error::{CONFLICT_RETRY, PERMANENT_RETRY};
 use crate::backends::{s3, storagegrid};
+use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
-use crate::runtime::cluster::CLEANUP_HOLD;
-use crate::runtime::cluster::fake::{Call, FakeKube};
+use crate::runtime::policy::{CONFLICT_RETRY, PERMANENT_RETRY};
 use crate::runtime::{Keeper, Note, conditions, testing};
 
 /// The shared test providers (`default` grid, `store` with shared keys) plus an S3-compatible
@@ -287,7 +287,7 @@ async fn a_ready_tenant_writes_nothing_on_the_next_look() {
 fn grid_tenant_with_a_stored_password(h: &Harness) -> S3Tenant {
     let t = grid_tenant();
     h.kube.put_owned_secret(
-        &crate::runtime::cluster::Target::of(&t),
+        &crate::cluster::Target::of(&t),
         "t-root-credentials",
         data(&[("password", &"p".repeat(32))]),
     );
@@ -477,7 +477,7 @@ async fn a_tenant_on_an_iam_provider_gets_no_tenant_wide_keys_and_loses_old_ones
     let t = tenant("aws", Value::Null);
     // Published by an older keeper: the provider's own keys in the tenant's namespace.
     h.kube.put_owned_secret(
-        &crate::runtime::cluster::Target::of(&t),
+        &crate::cluster::Target::of(&t),
         "t-s3-credentials",
         data(&[
             ("accessKeyId", "STOREKEY"),

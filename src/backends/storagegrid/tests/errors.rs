@@ -221,3 +221,31 @@ async fn a_500_is_not_sent_again_the_grid_may_have_acted() {
         1
     );
 }
+
+#[test]
+fn grid_errors_map_by_meaning() {
+    use crate::error::{BackendError, ErrorClass};
+    let e: BackendError = Error::Conflict {
+        operation: "delete_container",
+        message: "not empty".into(),
+    }
+    .into();
+    assert_eq!(
+        (e.class, e.operation),
+        (ErrorClass::Conflict, "delete_container")
+    );
+    let e: BackendError = Error::Rejected {
+        operation: "create_account",
+        status: 400,
+        message: "bad".into(),
+    }
+    .into();
+    assert_eq!(e.class, ErrorClass::Permanent);
+    let e: BackendError = Error::Server {
+        operation: "get_account",
+        status: 503,
+        message: "busy".into(),
+    }
+    .into();
+    assert_eq!(e.class, ErrorClass::Transient);
+}

@@ -4,11 +4,11 @@ use super::{
     BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner, Purpose,
 };
 use crate::api::DrainMode;
-use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::Keys;
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
 use crate::backends::storagegrid;
 use crate::controllers::bucket::plan::keys::KeySource;
-use crate::providers::Keys;
+use crate::error::{BackendError, ErrorClass};
 
 /// A tenant on StorageGRID, managed as the tenant's root user: the grid drains server-side,
 /// and each bucket gets its own group (S3 policy on this bucket only), user and access keys.

@@ -15,15 +15,16 @@ use kube::ResourceExt;
 
 use super::Error;
 use super::plan::keys::KeySource;
+use crate::api::names::tenant_root_secret_name;
 use crate::api::{DrainMode, S3Tenant};
-use crate::backends::error::BackendError;
+use crate::backends::Keys;
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
 use crate::backends::storagegrid;
+use crate::cluster::{Kube, Target, owned_secret};
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
-use crate::controllers::tenant::root_secret_name;
+use crate::error::BackendError;
 use crate::metrics::Metrics;
-use crate::providers::{Keys, ProviderClients};
-use crate::runtime::cluster::{Kube, Target, owned_secret};
+use crate::providers::ProviderClients;
 
 pub use grid::StorageGrid;
 pub use s3::{Credentials, S3Compatible};
@@ -318,7 +319,7 @@ impl Connect for Connector {
                         ),
                     }));
                 };
-                let secret_name = root_secret_name(&tenant_name);
+                let secret_name = tenant_root_secret_name(&tenant_name);
                 let password = owned_secret(kube, &Target::of(tenant), &secret_name)
                     .await?
                     .and_then(|data| data.get("password").cloned())
@@ -433,11 +434,11 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+    use crate::api::names::tenant_credentials_secret_name;
     use crate::api::{S3TenantSpec, S3TenantStatus};
+    use crate::cluster::Hold;
+    use crate::cluster::fake::FakeKube;
     use crate::config::OperatorConfig;
-    use crate::controllers::tenant::credentials_secret_name;
-    use crate::runtime::cluster::Hold;
-    use crate::runtime::cluster::fake::FakeKube;
     use crate::runtime::testing;
 
     fn tenant(provider: &str) -> S3Tenant {
@@ -473,7 +474,10 @@ mod tests {
         ]);
         // S3-compatible bucket operations sign with the provider's keys, in keeper's namespace.
         kube.put_secret("keeper-system", "store-creds", data.clone());
-        for name in [root_secret_name("t"), credentials_secret_name("t")] {
+        for name in [
+            tenant_root_secret_name("t"),
+            tenant_credentials_secret_name("t"),
+        ] {
             kube.apply_secret(&owner, &name, data.clone(), Hold::UntilReleased)
                 .await
                 .unwrap();

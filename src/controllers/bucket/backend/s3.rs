@@ -8,12 +8,12 @@ use super::{
     BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner, Purpose,
 };
 use crate::api::DrainMode;
-use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::Keys;
 use crate::backends::s3::{self, CreateOutcome, DeleteOutcome, DrainPace, S3Store};
 use crate::config::DrainDefaults;
 use crate::controllers::bucket::plan::keys::KeySource;
+use crate::error::{BackendError, ErrorClass};
 use crate::metrics::Metrics;
-use crate::providers::Keys;
 
 /// Listing more than this many versions to compute usage is left for the next refresh.
 const USAGE_LISTING_BOUND: i64 = 100_000;

@@ -9,12 +9,12 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::KeyCheck;
-use crate::backends::error::BackendError;
+use crate::backends::Keys;
 use crate::backends::iam::IamStore;
 use crate::backends::s3::{Access, S3Store};
 use crate::controllers::bucket::plan::keys as plan;
+use crate::error::BackendError;
 use crate::metrics::Metrics;
-use crate::providers::Keys;
 
 /// Tag on a bucket's IAM user naming the bucket.
 pub const BUCKET_TAG: &str = "keeper.dev/bucket";

@@ -11,7 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 use sha2::{Digest, Sha256};
 
 use crate::api::S3BucketStatus;
-use crate::providers::Keys;
+use crate::backends::Keys;
 use crate::runtime::conditions;
 
 /// `Ready=False` reason while the store does not accept a bucket's published keys yet.

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 
 use crate::api::{BucketPhase, S3Bucket, S3BucketStatus, S3Tenant, TenantPhase};
+use crate::backends::Keys;
 use crate::controllers::bucket::DRAIN_ANNOTATION;
-use crate::providers::Keys;
 
 /// Whether the bucket's tenant can be used.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,18 +5,19 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::api::{DrainMode, S3Tenant};
-use crate::backends::error::{BackendError, ErrorClass};
+use crate::backends::Keys;
 use crate::backends::s3::DeleteOutcome;
+use crate::cluster::Kube;
 use crate::controllers::bucket::Error;
 use crate::controllers::bucket::backend::{
     BucketBackend, Connect, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner,
     Purpose, Wait,
 };
 use crate::controllers::bucket::plan::keys::KeySource;
+use crate::error::{BackendError, ErrorClass};
 use crate::metrics::Metrics;
-use crate::providers::{Keys, ProviderClients};
-use crate::runtime::cluster::Kube;
-use crate::runtime::testing::Pauses;
+use crate::providers::ProviderClients;
+use crate::test_support::Pauses;
 
 #[derive(Debug, Clone, Default)]
 pub struct FakeBucket {

@@ -16,13 +16,14 @@ use super::{NAME, UID, s3bucket};
 use crate::api::{
     BucketPhase, DrainMode, S3Bucket, S3Tenant, S3TenantSpec, S3TenantStatus, TenantPhase,
 };
-use crate::backends::error::{CONFLICT_RETRY, ErrorClass, PERMANENT_RETRY};
+use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
 use crate::controllers::bucket::{
     CREATE_INTENT_ANNOTATION, DRAIN_ANNOTATION, ROTATE_ANNOTATION, ROTATE_HANDLED_ANNOTATION,
     S3BucketReconciler, USAGE_REFRESH,
 };
-use crate::runtime::cluster::fake::{Call, FakeKube};
+use crate::error::ErrorClass;
+use crate::runtime::policy::{CONFLICT_RETRY, PERMANENT_RETRY};
 use crate::runtime::{Context, Reconciler, testing};
 
 const CONFIG: &str = "providers:\n  s3:\n    s3Compatible:\n      endpoint: https://s3.example.com/\n      credentialsSecret: {name: s3-creds}\n";
@@ -471,7 +472,7 @@ async fn a_retained_bucket_keeps_its_credentials_secret_usable() {
     );
     let mut obj = deleting();
     obj.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
-    let owner = crate::runtime::cluster::Target::of(&obj);
+    let owner = crate::cluster::Target::of(&obj);
     let keys = std::collections::BTreeMap::from([
         ("accessKeyId".to_string(), "AK".to_string()),
         ("secretAccessKey".to_string(), "SK".to_string()),

@@ -10,10 +10,11 @@ use kube::runtime::controller::Action;
 use super::fake::Fake;
 use super::flow::{Cx, context, finalized, started, status_patches};
 use crate::api::{DrainMode, S3Bucket, S3BucketStatus, TenantPhase};
+use crate::cluster::fake::FakeKube;
 use crate::controllers::bucket::ROTATE_ANNOTATION;
 use crate::runtime::Error;
-use crate::runtime::cluster::fake::FakeKube;
-use crate::runtime::testing::{self, Pause};
+use crate::runtime::testing;
+use crate::test_support::Pause;
 
 /// The bucket as the API holds it after every status patch written so far.
 fn stored(kube: &FakeKube) -> S3Bucket {

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::api::DatabaseEndpoint;
-use crate::backends::error::{BackendError, ErrorClass};
 use crate::backends::rds::{DbInstance, FinalSnapshot, Modification, NewInstance, Password};
 use crate::controllers::database::backend::{Created, DatabaseBackend};
-use crate::runtime::testing::Pauses;
+use crate::error::{BackendError, ErrorClass};
+use crate::test_support::Pauses;
 
 /// An RDS error as the client classifies it.
 pub fn rds_error(class: ErrorClass, code: &str, message: &str) -> BackendError {

@@ -10,12 +10,12 @@ use std::future::Future;
 
 use rand::distr::{Alphanumeric, SampleString};
 
-use crate::backends::error::ErrorClass;
+use crate::backends::Keys;
 use crate::controllers::tenant::backend::{AccountBackend, BackendError, is_bad_credentials};
 use crate::controllers::tenant::plan::{
     self, AccountSettings, AccountStep, KeyStep, ObservedAccount,
 };
-use crate::providers::Keys;
+use crate::error::ErrorClass;
 
 /// Length of generated root passwords: the longest StorageGRID accepts (32), ~190 bits.
 pub const ROOT_PASSWORD_LENGTH: usize = 32;

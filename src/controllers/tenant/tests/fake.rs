@@ -4,14 +4,15 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use crate::backends::Keys;
 use crate::backends::storagegrid::{self, Login};
 use crate::controllers::tenant::backend::{AccountBackend, BackendError, Backends, IssuedKey};
 use crate::controllers::tenant::plan::{AccountSettings, ObservedAccount};
 use crate::controllers::tenant::reconcile::provision::Recorded;
 use crate::controllers::tenant::reconcile::provision::TenantStore;
 use crate::metrics::Metrics;
-use crate::providers::{Keys, ProviderClients};
-use crate::runtime::testing::Pauses;
+use crate::providers::ProviderClients;
+use crate::test_support::Pauses;
 
 /// A grid; clones share their state (the reconciler gets a clone, the test keeps one).
 #[derive(Clone, Default)]

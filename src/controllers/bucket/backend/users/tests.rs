@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use super::*;
-use crate::backends::error::ErrorClass;
+use crate::error::ErrorClass;
 
 /// A user in the fake: tags, inline policy, access key ids.
 type FakeUser = (Vec<(String, String)>, Option<String>, Vec<String>);

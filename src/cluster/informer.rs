@@ -24,7 +24,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::sync::mpsc;
 
-use super::cluster::MANAGED_BY;
+use crate::api::names::MANAGED_BY;
 use crate::api::{CloudDatabase, S3Bucket, S3Tenant};
 
 /// kubectl's client-side apply record: a copy of the whole object keeper never reads.

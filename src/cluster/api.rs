@@ -1,0 +1,445 @@
+//! The real seam: the process's informers for reads, the API for writes, and what keeper wrote
+//! until its caches have caught up.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::api::{
+    ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+    Preconditions,
+};
+use kube::runtime::events::{Event, Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Client, ResourceExt};
+use serde_json::Value;
+
+use super::informer::{Informer, Informers};
+use super::secrets::{desired_secret, release_patch, swapped_secret, unhold_patch, write_secret};
+use super::{Hold, Kube, KubeResult, Note, SecretError, Target, owned_by};
+use crate::api::names::CLEANUP_HOLD;
+use crate::api::{S3Bucket, S3Tenant};
+
+/// The real seam: the process's informers for reads (tenants, buckets, keeper's Secrets, the
+/// provider Secrets, namespaces), the API for writes.
+pub struct KubeApi {
+    client: Client,
+    informers: Arc<Informers>,
+    /// The provider Secrets the configuration names, each watched by name.
+    provider_secrets: Vec<((String, String), Informer<Secret>)>,
+    /// Whether namespaces are watched (some provider admits namespaces by label).
+    watch_namespaces: bool,
+    /// Secrets keeper wrote, until the cache has caught up with the write: a reconcile right
+    /// after a write must see it, or it would generate a second password or key.
+    written: Mutex<HashMap<(String, String), Secret>>,
+}
+
+impl KubeApi {
+    /// Starts the watches the seam reads from. `provider_secrets` are (namespace, name) pairs
+    /// watched by name, so a rotated provider password or key is used without a restart.
+    /// `watch_namespaces` caches namespaces (their labels decide which providers a namespace may
+    /// use).
+    pub fn start(
+        client: Client,
+        informers: Arc<Informers>,
+        provider_secrets: &[(String, String)],
+        watch_namespaces: bool,
+    ) -> Self {
+        informers.tenants();
+        informers.buckets();
+        informers.managed_secrets();
+        if watch_namespaces {
+            informers.namespaces();
+        }
+        KubeApi {
+            provider_secrets: provider_secrets
+                .iter()
+                .map(|(namespace, name)| {
+                    (
+                        (namespace.clone(), name.clone()),
+                        informers.secret(namespace, name),
+                    )
+                })
+                .collect(),
+            informers,
+            watch_namespaces,
+            written: Mutex::default(),
+            client,
+        }
+    }
+
+    /// A recorder for one event. kube's `Recorder` keeps every event it published for six
+    /// minutes, to count repeats into a series, and scans that cache on each publish: one
+    /// recorder for the process held the last event of every object (35 MB with 10,000 waiting
+    /// buckets) and cost more CPU with every object. keeper publishes an event only when
+    /// something changed, so there are no repeats to count: each publish gets a fresh recorder.
+    fn recorder(&self, resource: &ApiResource) -> Recorder {
+        Recorder::new(
+            self.client.clone(),
+            Reporter {
+                controller: format!("keeper-{}", resource.kind.to_lowercase()),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        )
+    }
+
+    /// The cached Secret, when some cache is responsible for it and has synced.
+    fn cached_secret(&self, namespace: &str, name: &str) -> Option<Option<Secret>> {
+        let key = ObjectRef::<Secret>::new(name).within(namespace);
+        if let Some((_, cache)) = self
+            .provider_secrets
+            .iter()
+            .find(|((ns, n), _)| ns == namespace && n == name)
+        {
+            return cache
+                .synced()
+                .then(|| cache.store().get(&key).map(|s| (*s).clone()));
+        }
+        let managed = self.informers.managed_secrets();
+        // Every Secret keeper writes carries its label, so once synced the label-filtered cache
+        // knows them all: a miss means keeper has none of that name (no GET per reconcile for a
+        // Secret not created yet). A Secret of that name that keeper did not create is not
+        // cached; it is found when keeper writes (the create answers AlreadyExists) and is never
+        // used or changed.
+        managed
+            .synced()
+            .then(|| managed.store().get(&key).map(|s| (*s).clone()))
+    }
+
+    /// The newer of the cached Secret and the one keeper last wrote.
+    fn fresher(&self, namespace: &str, name: &str, cached: Option<Secret>) -> Option<Secret> {
+        let mut written = self.written.lock().expect("written lock");
+        let key = (namespace.to_string(), name.to_string());
+        let Some(ours) = written.get(&key) else {
+            return cached;
+        };
+        let version = |s: &Secret| {
+            s.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        match (&cached, version(ours)) {
+            (Some(c), Some(w)) if version(c).is_some_and(|v| v >= w) => {
+                written.remove(&key);
+                cached
+            }
+            _ => Some(ours.clone()),
+        }
+    }
+}
+
+impl KubeApi {
+    /// Applies the JSON patch `make` builds for `owner`'s Secret `name`, if it builds one.
+    /// Returns whether it patched; a Secret gone meanwhile is not an error.
+    async fn patch_secret(
+        &self,
+        owner: &Target,
+        name: &str,
+        make: fn(&Secret, &Target) -> Option<json_patch::Patch>,
+    ) -> KubeResult<bool> {
+        let Some(secret) = self.secret(&owner.namespace, name).await? else {
+            return Ok(false);
+        };
+        let Some(patch) = make(&secret, owner) else {
+            return Ok(false);
+        };
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+            .await
+        {
+            Ok(written) => {
+                self.written
+                    .lock()
+                    .expect("written lock")
+                    .insert((owner.namespace.clone(), name.to_string()), written);
+                Ok(true)
+            }
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Kube for KubeApi {
+    fn delete_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<bool>> {
+        async move {
+            let ours = self.secret(&owner.namespace, name).await?;
+            let Some(secret) = ours.filter(|s| owned_by(s, owner)) else {
+                return Ok(false);
+            };
+            // A Secret keeper held for cleanup would otherwise stay Terminating for good.
+            if secret.finalizers().iter().any(|f| f == CLEANUP_HOLD) {
+                self.unhold_secret(owner, name).await?;
+            }
+            // Only the Secret that was looked at: one replaced meanwhile is left alone.
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: secret.metadata.uid.clone(),
+                    resource_version: None,
+                }),
+                ..DeleteParams::default()
+            };
+            self.written
+                .lock()
+                .expect("written lock")
+                .remove(&(owner.namespace.clone(), name.to_string()));
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
+            match api.delete(name, &params).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+                Err(e) => Err(e),
+            }
+        }
+        .boxed()
+    }
+
+    fn release_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<bool>> {
+        self.patch_secret(owner, name, release_patch).boxed()
+    }
+
+    fn unhold_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<bool>> {
+        self.patch_secret(owner, name, unhold_patch).boxed()
+    }
+
+    fn secret<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<Secret>>> {
+        async move {
+            let found = match self.cached_secret(namespace, name) {
+                Some(cached) => cached,
+                None => {
+                    Api::<Secret>::namespaced(self.client.clone(), namespace)
+                        .get_opt(name)
+                        .await?
+                }
+            };
+            Ok(self.fresher(namespace, name, found))
+        }
+        .boxed()
+    }
+
+    fn apply_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+        data: BTreeMap<String, String>,
+        hold: Hold,
+    ) -> BoxFuture<'a, Result<bool, SecretError>> {
+        async move {
+            let namespace = owner.namespace.as_str();
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let existing = self.secret(namespace, name).await?;
+            let Some(secret) = desired_secret(owner, name, data.clone(), hold, existing)? else {
+                return Ok(false);
+            };
+            let written = match write_secret(&api, &secret).await {
+                Ok(written) => written,
+                // A create that finds a Secret of that name the cache does not hold: one keeper
+                // did not create (a conflict, left untouched) or one that lost keeper's label.
+                // Decide again on what is there.
+                Err(kube::Error::Api(status))
+                    if status.code == 409 && secret.metadata.resource_version.is_none() =>
+                {
+                    let found = api.get_opt(name).await?;
+                    let Some(secret) = desired_secret(owner, name, data, hold, found)? else {
+                        return Ok(false);
+                    };
+                    write_secret(&api, &secret).await?
+                }
+                Err(e) => return Err(e.into()),
+            };
+            self.written
+                .lock()
+                .expect("written lock")
+                .insert((namespace.to_string(), name.to_string()), written);
+            Ok(true)
+        }
+        .boxed()
+    }
+
+    fn swap_secret<'a>(
+        &'a self,
+        owner: &'a Target,
+        name: &'a str,
+        read: Option<&'a Secret>,
+        data: BTreeMap<String, String>,
+        hold: Hold,
+        annotation: Option<(&'a str, String)>,
+    ) -> BoxFuture<'a, Result<Secret, SecretError>> {
+        async move {
+            let namespace = owner.namespace.as_str();
+            let Some(secret) = swapped_secret(owner, name, read, data, hold, annotation)? else {
+                return Ok(read
+                    .cloned()
+                    .expect("only an existing Secret needs no write"));
+            };
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            let written = match read {
+                // Refused with 409 AlreadyExists when another writer created it first: a keeper
+                // (decide again on what it wrote, on the next look) or someone else, whose
+                // Secret keeper's label-filtered cache never holds (a conflict, left untouched).
+                None => match api.create(&PostParams::default(), &secret).await {
+                    Err(kube::Error::Api(status)) if status.code == 409 => {
+                        match api.get_opt(name).await? {
+                            Some(found) if !owned_by(&found, owner) => {
+                                return Err(SecretError::conflict(owner, name, &found));
+                            }
+                            _ => return Err(kube::Error::Api(status).into()),
+                        }
+                    }
+                    written => written?,
+                },
+                // `read`'s resourceVersion: refused with 409 Conflict when it changed since.
+                Some(_) => api.replace(name, &PostParams::default(), &secret).await?,
+            };
+            self.written
+                .lock()
+                .expect("written lock")
+                .insert((namespace.to_string(), name.to_string()), written.clone());
+            Ok(written)
+        }
+        .boxed()
+    }
+
+    fn patch_status<'a>(
+        &'a self,
+        target: &'a Target,
+        patch: Value,
+    ) -> BoxFuture<'a, KubeResult<()>> {
+        async move {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &target.namespace, &target.resource);
+            api.patch_status(&target.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            Ok(())
+        }
+        .boxed()
+    }
+
+    fn patch_json<'a>(
+        &'a self,
+        target: &'a Target,
+        patch: json_patch::Patch,
+    ) -> BoxFuture<'a, KubeResult<()>> {
+        async move {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &target.namespace, &target.resource);
+            match api
+                .patch(
+                    &target.name,
+                    &PatchParams::default(),
+                    &Patch::Json::<()>(patch),
+                )
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+        .boxed()
+    }
+
+    fn publish<'a>(&'a self, target: &'a Target, note: &'a Note) -> BoxFuture<'a, ()> {
+        async move {
+            let event = Event {
+                type_: note.type_,
+                reason: note.reason.to_string(),
+                note: Some(note.message.clone()),
+                action: "Reconcile".to_string(),
+                secondary: None,
+            };
+            let recorder = self.recorder(&target.resource);
+            if let Err(e) = recorder.publish(&event, &target.object_reference()).await {
+                tracing::warn!(error = %e, reason = note.reason, "failed to publish event");
+            }
+        }
+        .boxed()
+    }
+
+    fn buckets<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, KubeResult<Vec<Arc<S3Bucket>>>> {
+        async move {
+            let buckets = self.informers.buckets();
+            if buckets.synced() {
+                return Ok(buckets
+                    .store()
+                    .state()
+                    .into_iter()
+                    .filter(|b| b.namespace().as_deref() == Some(namespace))
+                    .collect());
+            }
+            let api: Api<S3Bucket> = Api::namespaced(self.client.clone(), namespace);
+            Ok(api
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .map(Arc::new)
+                .collect())
+        }
+        .boxed()
+    }
+
+    fn tenant<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<Arc<S3Tenant>>>> {
+        async move {
+            let tenants = self.informers.tenants();
+            if tenants.synced() {
+                return Ok(tenants.store().get(&ObjectRef::new(name).within(namespace)));
+            }
+            Ok(self.tenant_from_api(namespace, name).await?.map(Arc::new))
+        }
+        .boxed()
+    }
+
+    fn tenant_from_api<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<S3Tenant>>> {
+        async move {
+            let api: Api<S3Tenant> = Api::namespaced(self.client.clone(), namespace);
+            api.get_opt(name).await
+        }
+        .boxed()
+    }
+
+    fn namespace_labels<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, KubeResult<Option<BTreeMap<String, String>>>> {
+        async move {
+            let cached = self.watch_namespaces.then(|| self.informers.namespaces());
+            let found = match cached.filter(|c| c.synced()) {
+                Some(cache) => cache.store().get(&ObjectRef::new(name)),
+                None => Api::<Namespace>::all(self.client.clone())
+                    .get_opt(name)
+                    .await?
+                    .map(Arc::new),
+            };
+            Ok(found.map(|ns| ns.labels().clone()))
+        }
+        .boxed()
+    }
+}

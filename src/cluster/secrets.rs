@@ -1,0 +1,260 @@
+//! The Secrets keeper writes: who holds them, whose they are, the Secret a write wants, and the
+//! patches that let go of them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+
+use super::Kube;
+use crate::api::names::{CLEANUP_HOLD, MANAGED_BY};
+
+use super::{KubeResult, Target};
+
+/// Whether a Secret keeper writes is held for its owner's cleanup ([`CLEANUP_HOLD`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Nobody's cleanup reads it: it may go whenever it is deleted.
+    No,
+    /// Cleanup reads it: it stays until [`Kube::unhold_secret`] or [`Kube::release_secret`].
+    UntilReleased,
+}
+
+pub(super) fn held(secret: &Secret) -> bool {
+    secret.finalizers().iter().any(|f| f == CLEANUP_HOLD)
+}
+
+/// Why keeper will not use or write a Secret.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// The name is taken by a Secret keeper did not create for this resource. keeper never
+    /// reads, writes or deletes it.
+    #[error(
+        "Secret {namespace}/{name} already exists and {holder}; keeper leaves it untouched: remove it or choose another name"
+    )]
+    Conflict {
+        namespace: String,
+        name: String,
+        holder: String,
+    },
+}
+
+impl SecretError {
+    /// `secret`, named `name` in `owner`'s namespace, is not `owner`'s.
+    pub(super) fn conflict(owner: &Target, name: &str, secret: &Secret) -> Self {
+        SecretError::Conflict {
+            namespace: owner.namespace.clone(),
+            name: name.to_string(),
+            holder: holder(secret),
+        }
+    }
+
+    /// The condition reason it shows (`SecretConflict` names the Secret and its holder).
+    pub fn condition_reason(&self) -> &'static str {
+        match self {
+            SecretError::Kube(_) => "KubernetesError",
+            SecretError::Conflict { .. } => "SecretConflict",
+        }
+    }
+
+    pub fn class(&self) -> crate::error::ErrorClass {
+        match self {
+            SecretError::Kube(e) => crate::error::classify_kube(e),
+            SecretError::Conflict { .. } => crate::error::ErrorClass::Permanent,
+        }
+    }
+}
+
+/// Who holds a Secret that is not `owner`'s, in words for a condition message.
+pub(super) fn holder(secret: &Secret) -> String {
+    match secret.owner_references().first() {
+        Some(r) => format!("belongs to {} {}", r.kind, r.name),
+        None if secret.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1) => {
+            "is labelled as keeper's but owned by no resource".to_string()
+        }
+        None => "was not created by keeper".to_string(),
+    }
+}
+
+/// Whether `secret` is the one keeper created for `owner`: it carries `owner`'s uid as an
+/// owner reference.
+pub fn owned_by(secret: &Secret, owner: &Target) -> bool {
+    secret.owner_references().iter().any(|r| r.uid == owner.uid)
+}
+
+/// The data of Secret `name` in `owner`'s namespace if keeper created it for `owner`; `None`
+/// when it does not exist; a conflict when the name is taken by any other Secret (whose data
+/// keeper must not use).
+pub async fn owned_secret(
+    kube: &dyn Kube,
+    owner: &Target,
+    name: &str,
+) -> Result<Option<BTreeMap<String, String>>, SecretError> {
+    Ok(owned_secret_object(kube, owner, name)
+        .await?
+        .map(|secret| secret_data(&secret)))
+}
+
+/// Like [`owned_secret`], the whole Secret: its resourceVersion is what a later
+/// [`Kube::swap_secret`] is conditional on.
+pub async fn owned_secret_object(
+    kube: &dyn Kube,
+    owner: &Target,
+    name: &str,
+) -> Result<Option<Secret>, SecretError> {
+    match kube.secret(&owner.namespace, name).await? {
+        None => Ok(None),
+        Some(secret) if owned_by(&secret, owner) => Ok(Some(secret)),
+        Some(secret) => Err(SecretError::conflict(owner, name, &secret)),
+    }
+}
+
+/// A Secret's data as text (keeper stores only text; non-UTF-8 values are skipped).
+pub fn secret_data(secret: &Secret) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (key, value) in secret.data.iter().flatten() {
+        if let Ok(text) = String::from_utf8(value.0.clone()) {
+            out.insert(key.clone(), text);
+        }
+    }
+    for (key, value) in secret.string_data.iter().flatten() {
+        out.insert(key.clone(), value.clone());
+    }
+    out
+}
+
+/// Creates `secret`, or replaces it when it was read (its resourceVersion makes a concurrent
+/// change fail with 409 instead of being overwritten).
+pub(super) async fn write_secret(api: &Api<Secret>, secret: &Secret) -> KubeResult<Secret> {
+    match &secret.metadata.name {
+        Some(name) if secret.metadata.resource_version.is_some() => {
+            api.replace(name, &PostParams::default(), secret).await
+        }
+        _ => api.create(&PostParams::default(), secret).await,
+    }
+}
+
+/// The JSON patch that removes `owner`'s reference from `secret` and its [`CLEANUP_HOLD`] (each
+/// tested, so a concurrent change fails instead of removing another owner's reference or another
+/// finalizer), or `None` when `owner` holds none.
+pub(super) fn release_patch(secret: &Secret, owner: &Target) -> Option<json_patch::Patch> {
+    let references = secret.owner_references();
+    let index = references.iter().position(|r| r.uid == owner.uid)?;
+    let path = format!("/metadata/ownerReferences/{index}");
+    let mut ops = vec![
+        serde_json::json!({"op": "test", "path": format!("{path}/uid"), "value": owner.uid}),
+        serde_json::json!({"op": "remove", "path": path}),
+    ];
+    ops.extend(unhold_ops(secret));
+    Some(serde_json::from_value(Value::Array(ops)).expect("well-formed JSON patch"))
+}
+
+/// The JSON patch that removes [`CLEANUP_HOLD`] from `owner`'s `secret`, or `None` when it is
+/// not `owner`'s or not held.
+pub(super) fn unhold_patch(secret: &Secret, owner: &Target) -> Option<json_patch::Patch> {
+    let ops = unhold_ops(secret);
+    if ops.is_empty() || !owned_by(secret, owner) {
+        return None;
+    }
+    Some(serde_json::from_value(Value::Array(ops)).expect("well-formed JSON patch"))
+}
+
+/// The operations that remove [`CLEANUP_HOLD`] (tested by value), none when it is absent.
+pub(super) fn unhold_ops(secret: &Secret) -> Vec<Value> {
+    let Some(index) = secret.finalizers().iter().position(|f| f == CLEANUP_HOLD) else {
+        return Vec::new();
+    };
+    let path = format!("/metadata/finalizers/{index}");
+    vec![
+        serde_json::json!({"op": "test", "path": path, "value": CLEANUP_HOLD}),
+        serde_json::json!({"op": "remove", "path": path}),
+    ]
+}
+
+/// The Secret to write so that `name` holds exactly `data` for `owner`, or `None` when the
+/// existing one already does; a conflict when the name is taken by a Secret keeper did not create
+/// for `owner`. Shared by the real seam and the fake, so both decide alike.
+pub(super) fn desired_secret(
+    owner: &Target,
+    name: &str,
+    data: BTreeMap<String, String>,
+    hold: Hold,
+    existing: Option<Secret>,
+) -> Result<Option<Secret>, SecretError> {
+    let encoded: BTreeMap<String, ByteString> = data
+        .into_iter()
+        .map(|(k, v)| (k, ByteString(v.into_bytes())))
+        .collect();
+    let finalizers = (hold == Hold::UntilReleased).then(|| vec![CLEANUP_HOLD.to_string()]);
+    match existing {
+        None => Ok(Some(Secret {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(owner.namespace.clone()),
+                owner_references: Some(vec![owner.owner_reference()]),
+                labels: Some(BTreeMap::from([(
+                    MANAGED_BY.0.to_string(),
+                    MANAGED_BY.1.to_string(),
+                )])),
+                finalizers,
+                ..ObjectMeta::default()
+            },
+            type_: Some("Opaque".to_string()),
+            data: Some(encoded),
+            ..Secret::default()
+        })),
+        Some(existing) if !owned_by(&existing, owner) => {
+            Err(SecretError::conflict(owner, name, &existing))
+        }
+        Some(mut existing) => {
+            let labelled =
+                existing.labels().get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1);
+            // The API refuses a new finalizer on an object being deleted.
+            let add_hold = hold == Hold::UntilReleased
+                && !held(&existing)
+                && existing.metadata.deletion_timestamp.is_none();
+            if labelled
+                && !add_hold
+                && existing.data.as_ref() == Some(&encoded)
+                && existing.string_data.is_none()
+            {
+                return Ok(None);
+            }
+            existing
+                .labels_mut()
+                .insert(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string());
+            if add_hold {
+                existing.finalizers_mut().push(CLEANUP_HOLD.to_string());
+            }
+            existing.data = Some(encoded);
+            existing.string_data = None;
+            Ok(Some(existing))
+        }
+    }
+}
+
+/// What [`Kube::swap_secret`] writes over `read`: [`desired_secret`] with `annotation` set, or
+/// `None` when nothing would change.
+pub(super) fn swapped_secret(
+    owner: &Target,
+    name: &str,
+    read: Option<&Secret>,
+    data: BTreeMap<String, String>,
+    hold: Hold,
+    annotation: Option<(&str, String)>,
+) -> Result<Option<Secret>, SecretError> {
+    let desired = desired_secret(owner, name, data, hold, read.cloned())?;
+    let Some((key, value)) = annotation else {
+        return Ok(desired);
+    };
+    let mut secret = desired
+        .or_else(|| read.cloned())
+        .expect("a Secret that does not exist is always written");
+    secret.annotations_mut().insert(key.to_string(), value);
+    Ok(Some(secret))
+}

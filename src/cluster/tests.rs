@@ -1,0 +1,258 @@
+use super::fake::FakeKube;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::ApiResource;
+
+use crate::api::S3Bucket;
+use crate::api::names::{CLEANUP_HOLD, MANAGED_BY};
+
+use super::secrets::*;
+use super::*;
+
+fn owner() -> Target {
+    Target {
+        resource: ApiResource::erase::<S3Bucket>(&()),
+        namespace: "ns".into(),
+        name: "b".into(),
+        uid: "uid-1".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_secret_is_written_once_labelled_and_owned() {
+    let kube = FakeKube::default();
+    let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+    assert!(
+        kube.apply_secret(&owner(), "s", data.clone(), Hold::No)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !kube
+            .apply_secret(&owner(), "s", data.clone(), Hold::No)
+            .await
+            .unwrap()
+    );
+    let stored = kube.secret("ns", "s").await.unwrap().unwrap();
+    assert_eq!(stored.labels().get(MANAGED_BY.0).unwrap(), MANAGED_BY.1);
+    assert_eq!(stored.owner_references()[0].uid, "uid-1");
+    assert_eq!(secret_data(&stored), data);
+}
+
+#[tokio::test]
+async fn an_injected_failure_writes_nothing() {
+    let kube = FakeKube::default();
+    *kube.fail_next_write.lock().unwrap() = Some(503);
+    let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+    assert!(
+        kube.apply_secret(&owner(), "s", data, Hold::No)
+            .await
+            .is_err()
+    );
+    assert!(kube.secret("ns", "s").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn a_secret_keeper_did_not_create_for_the_owner_is_never_written_or_read() {
+    let kube = FakeKube::default();
+    let theirs = BTreeMap::from([("password".to_string(), "theirs".to_string())]);
+    kube.put_secret("ns", "s", theirs.clone());
+    let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+    let err = kube
+        .apply_secret(&owner(), "s", data.clone(), Hold::No)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SecretError::Conflict { holder, .. } if holder == "was not created by keeper"),
+        "{err}"
+    );
+    assert_eq!(err.condition_reason(), "SecretConflict");
+    assert_eq!(kube.secret_data("ns", "s"), Some(theirs.clone()));
+    assert!(
+        owned_secret(&kube, &owner(), "s").await.is_err(),
+        "its data is never used"
+    );
+
+    // Another keeper resource's Secret is named as such.
+    let other = Target {
+        uid: "uid-2".into(),
+        name: "other".into(),
+        ..owner()
+    };
+    kube.put_owned_secret(&other, "t", theirs.clone());
+    let err = kube
+        .apply_secret(&owner(), "t", data, Hold::No)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("belongs to S3Bucket other"),
+        "{err}"
+    );
+    assert_eq!(
+        owned_secret(&kube, &other, "t").await.unwrap(),
+        Some(theirs),
+        "its owner reads it"
+    );
+}
+
+#[tokio::test]
+async fn a_released_secret_stays_with_its_data_and_no_longer_belongs_to_the_owner() {
+    let kube = FakeKube::default();
+    let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+    kube.apply_secret(&owner(), "s", data.clone(), Hold::No)
+        .await
+        .unwrap();
+    assert!(kube.release_secret(&owner(), "s").await.unwrap());
+    let kept = kube.secret("ns", "s").await.unwrap().expect("kept");
+    assert!(
+        !owned_by(&kept, &owner()),
+        "the garbage collector no longer deletes it"
+    );
+    assert_eq!(secret_data(&kept), data);
+    assert!(!kube.release_secret(&owner(), "s").await.unwrap(), "once");
+    assert!(!kube.release_secret(&owner(), "missing").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_held_secret_outlives_its_deletion_and_stays_readable_until_unheld() {
+    let kube = FakeKube::default();
+    let data = BTreeMap::from([("password".to_string(), "p".to_string())]);
+    kube.apply_secret(&owner(), "s", data.clone(), Hold::UntilReleased)
+        .await
+        .unwrap();
+    let stored = kube.secret("ns", "s").await.unwrap().unwrap();
+    assert_eq!(stored.finalizers(), [CLEANUP_HOLD]);
+
+    // The namespace controller deletes it: it stays, being deleted, and its owner reads it.
+    kube.delete_secret("ns", "s");
+    let deleting = kube.secret("ns", "s").await.unwrap().expect("held");
+    assert!(deleting.metadata.deletion_timestamp.is_some());
+    assert_eq!(
+        owned_secret(&kube, &owner(), "s").await.unwrap(),
+        Some(data.clone())
+    );
+    // Applying it again writes nothing: no new finalizer on an object being deleted.
+    assert!(
+        !kube
+            .apply_secret(&owner(), "s", data.clone(), Hold::UntilReleased)
+            .await
+            .unwrap()
+    );
+
+    assert!(kube.unhold_secret(&owner(), "s").await.unwrap());
+    assert!(
+        kube.secret("ns", "s").await.unwrap().is_none(),
+        "gone once unheld"
+    );
+    assert!(!kube.unhold_secret(&owner(), "s").await.unwrap());
+}
+
+#[tokio::test]
+async fn a_secret_written_before_holds_existed_gets_the_hold_unless_it_is_being_deleted() {
+    let kube = FakeKube::default();
+    let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+    kube.put_owned_secret(&owner(), "old", data.clone());
+    assert!(
+        kube.apply_secret(&owner(), "old", data.clone(), Hold::UntilReleased)
+            .await
+            .unwrap(),
+        "the hold is added even though the data is unchanged"
+    );
+    assert_eq!(
+        kube.secret("ns", "old")
+            .await
+            .unwrap()
+            .unwrap()
+            .finalizers(),
+        [CLEANUP_HOLD]
+    );
+
+    kube.put_owned_secret(&owner(), "going", data.clone());
+    kube.secrets
+        .lock()
+        .unwrap()
+        .get_mut(&("ns".to_string(), "going".to_string()))
+        .unwrap()
+        .finalizers_mut()
+        .push("someone.else/finalizer".into());
+    kube.delete_secret("ns", "going");
+    let changed = BTreeMap::from([("k".to_string(), "new".to_string())]);
+    assert!(
+        kube.apply_secret(&owner(), "going", changed.clone(), Hold::UntilReleased)
+            .await
+            .unwrap(),
+        "new data is written"
+    );
+    let going = kube.secret("ns", "going").await.unwrap().unwrap();
+    assert_eq!(
+        going.finalizers(),
+        ["someone.else/finalizer"],
+        "no hold added"
+    );
+    assert_eq!(secret_data(&going), changed);
+    assert!(
+        !kube
+            .apply_secret(&owner(), "going", changed, Hold::UntilReleased)
+            .await
+            .unwrap(),
+        "and nothing more: no write loop"
+    );
+}
+
+#[tokio::test]
+async fn releasing_a_held_secret_drops_the_hold_with_the_owner_reference() {
+    let kube = FakeKube::default();
+    let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
+    kube.apply_secret(&owner(), "s", data.clone(), Hold::UntilReleased)
+        .await
+        .unwrap();
+    assert!(kube.release_secret(&owner(), "s").await.unwrap());
+    let kept = kube.secret("ns", "s").await.unwrap().expect("kept");
+    assert!(kept.finalizers().is_empty());
+    assert!(!owned_by(&kept, &owner()));
+    assert!(
+        !kube.unhold_secret(&owner(), "s").await.unwrap(),
+        "no longer the owner's to unhold"
+    );
+}
+
+#[test]
+fn the_unhold_patch_removes_only_the_hold_and_tests_it() {
+    let mut secret = Secret::default();
+    secret.metadata.owner_references = Some(vec![owner().owner_reference()]);
+    assert!(unhold_patch(&secret, &owner()).is_none(), "not held");
+    secret.metadata.finalizers = Some(vec!["other".into(), CLEANUP_HOLD.into()]);
+    let patch = serde_json::to_value(unhold_patch(&secret, &owner()).unwrap()).unwrap();
+    assert_eq!(
+        patch,
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers/1", "value": CLEANUP_HOLD},
+            {"op": "remove", "path": "/metadata/finalizers/1"},
+        ])
+    );
+    let stranger = Target {
+        uid: "uid-9".into(),
+        ..owner()
+    };
+    assert!(unhold_patch(&secret, &stranger).is_none(), "not its owner");
+    let release = serde_json::to_value(release_patch(&secret, &owner()).unwrap()).unwrap();
+    assert_eq!(release.as_array().unwrap().len(), 4, "reference and hold");
+}
+
+#[test]
+fn the_release_patch_removes_only_the_owners_reference_and_tests_it() {
+    let mut secret = Secret::default();
+    let other = Target {
+        uid: "uid-0".into(),
+        ..owner()
+    };
+    secret.metadata.owner_references =
+        Some(vec![other.owner_reference(), owner().owner_reference()]);
+    let patch = serde_json::to_value(release_patch(&secret, &owner()).unwrap()).unwrap();
+    assert_eq!(patch[0]["path"], "/metadata/ownerReferences/1/uid");
+    assert_eq!(patch[0]["value"], "uid-1");
+    assert_eq!(patch[1]["op"], "remove");
+    assert!(release_patch(&Secret::default(), &owner()).is_none());
+}
