@@ -48,7 +48,12 @@ impl<K> Change<K> {
     }
 }
 
-type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Change<K>>>>>;
+type Subscribers<K> = Arc<Mutex<Vec<mpsc::Sender<Change<K>>>>>;
+
+/// Changes a subscriber may have waiting before the watch waits for it: a controller that falls
+/// behind slows its kind's watch down instead of growing a queue without bound. A relist of many
+/// objects goes through it in order, as fast as subscribers take it.
+const SUBSCRIBER_BUFFER: usize = 1024;
 
 /// A shared watch of one kind (see the module documentation).
 pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
@@ -130,17 +135,17 @@ impl<K: Watched> Informer<K> {
     /// Every change from now on, each after the store has it; a subscriber that joins after the
     /// first listing first gets every cached object as `Applied`.
     pub fn changes(&self) -> impl Stream<Item = Change<K>> + Send + 'static {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
         let mut subscribers = self.subscribers.lock().expect("subscribers lock");
         // Under the lock, so that no change is dispatched between the snapshot and joining:
         // a change is at worst heard twice, never missed.
-        if self.synced() {
-            for obj in self.store.state() {
-                let _ = tx.send(Change::Applied(obj));
-            }
-        }
+        let cached = if self.synced() {
+            self.store.state()
+        } else {
+            Vec::new()
+        };
         subscribers.push(tx);
-        receiver_stream(rx)
+        futures::stream::iter(cached.into_iter().map(Change::Applied)).chain(receiver_stream(rx))
     }
 
     /// The changed objects as a controller's trigger stream (`Controller::for_stream`,
@@ -151,7 +156,7 @@ impl<K: Watched> Informer<K> {
 }
 
 fn receiver_stream<T: Send + 'static>(
-    mut rx: mpsc::UnboundedReceiver<T>,
+    mut rx: mpsc::Receiver<T>,
 ) -> impl Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
@@ -190,8 +195,20 @@ async fn dispatch<K: Watched>(
         if changes.is_empty() {
             continue;
         }
-        let mut subscribers = subscribers.lock().expect("subscribers lock");
-        subscribers.retain(|tx| changes.iter().all(|c| tx.send(c.clone()).is_ok()));
+        // The subscribers as they are now (one joining meanwhile has the store, which already
+        // holds these changes); each is waited for while its buffer is full.
+        let listeners = subscribers.lock().expect("subscribers lock").clone();
+        for tx in &listeners {
+            for change in &changes {
+                if tx.send(change.clone()).await.is_err() {
+                    break;
+                }
+            }
+        }
+        subscribers
+            .lock()
+            .expect("subscribers lock")
+            .retain(|tx| !tx.is_closed());
     }
 }
 
@@ -294,8 +311,9 @@ mod tests {
     type Feed = mpsc::UnboundedSender<Result<Event<ConfigMap>, watcher::Error>>;
 
     fn informer() -> (Feed, Informer<ConfigMap>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        (tx, Informer::over(receiver_stream(rx)))
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let events = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        (tx, Informer::over(events))
     }
 
     /// What a subscriber hears, as `+name=value` / `-name`, and whether the store agreed at the
@@ -399,6 +417,56 @@ mod tests {
         feed.send(Ok(Event::Apply(map("b", "1")))).unwrap();
         assert_eq!(next(&mut late, &store).await, "+b=1");
         assert_eq!(next(&mut early, &store).await, "+b=1");
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_holds_the_watch_back_instead_of_a_growing_queue() {
+        let (feed, informer) = informer();
+        let mut slow = Box::pin(informer.changes());
+        let store = informer.store();
+        for event in [Event::Init, Event::InitDone] {
+            feed.send(Ok(event)).unwrap();
+        }
+        let total = SUBSCRIBER_BUFFER * 3;
+        for i in 0..total {
+            feed.send(Ok(Event::Apply(map(&format!("m{i}"), "1"))))
+                .unwrap();
+        }
+        // Nothing read yet: the watch stops once the buffer is full (plus the one change being
+        // sent and the one the store took before it).
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let stored = store.state().len();
+        assert!(
+            stored <= SUBSCRIBER_BUFFER + 2,
+            "{stored} of {total} taken with nobody reading"
+        );
+        // Reading lets it go on; every change is heard, in order.
+        for i in 0..total {
+            let change = tokio::time::timeout(std::time::Duration::from_secs(5), slow.next())
+                .await
+                .expect("a change within 5 s")
+                .expect("the stream goes on");
+            assert_eq!(
+                change.object().metadata.name.as_deref(),
+                Some(format!("m{i}").as_str())
+            );
+        }
+        assert_eq!(store.state().len(), total);
+        // A subscriber that goes away is dropped, and holds nothing back.
+        drop(slow);
+        feed.send(Ok(Event::Apply(map("after", "1")))).unwrap();
+        let mut late = Box::pin(informer.changes());
+        let mut heard = 0;
+        while let Ok(Some(_)) =
+            tokio::time::timeout(std::time::Duration::from_millis(500), late.next()).await
+        {
+            heard += 1;
+        }
+        assert_eq!(
+            heard,
+            total + 1,
+            "the late subscriber hears every cached object"
+        );
     }
 
     #[tokio::test]
