@@ -27,9 +27,8 @@ fn binary() -> Option<PathBuf> {
 
 impl MotoServer {
     /// Starts moto on a free port with `extra` arguments (such as TLS flags). A missing moto
-    /// fails `test` with a message saying how to install it: it never skips silently. (Always
-    /// `Some`; the `Option` keeps the callers' `let Some(..) else` unchanged.)
-    pub(crate) fn start(test: &str, extra: &[&str]) -> Option<MotoServer> {
+    /// fails `test` with a message saying how to install it: it never skips silently.
+    pub(crate) fn start(test: &str, extra: &[&str]) -> MotoServer {
         let Some(binary) = binary() else {
             panic!(
                 "{test} needs moto: moto_server is not on PATH and KEEPER_MOTO_SERVER is not set. \
@@ -60,7 +59,7 @@ impl MotoServer {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
-        Some(server)
+        server
     }
 
     /// The server's URL with `scheme` (`https` when started with TLS flags).

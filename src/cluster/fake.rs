@@ -40,6 +40,8 @@ pub struct FakeKube {
     pub calls: Mutex<Vec<Call>>,
     /// The next write (status, JSON patch or Secret) fails with this HTTP status.
     pub fail_next_write: Mutex<Option<u16>>,
+    /// The next Secret read fails with this HTTP status.
+    pub fail_next_read: Mutex<Option<u16>>,
     version: Mutex<u64>,
     /// The resourceVersion each object's last status patch gave it.
     status_versions: Mutex<BTreeMap<String, String>>,
@@ -254,7 +256,11 @@ impl Kube for FakeKube {
             .expect("lock")
             .get(&(namespace.to_string(), name.to_string()))
             .cloned();
+        let failure = self.fail_next_read.lock().expect("lock").take();
         async move {
+            if let Some(code) = failure {
+                return Err(api_error(code));
+            }
             self.pauses.stop_if_asked(&format!("secret {name}")).await;
             Ok(found)
         }

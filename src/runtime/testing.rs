@@ -67,3 +67,25 @@ pub async fn reconcile<R: Reconciler>(
 ) -> Result<Action, Error<R::Error>> {
     super::reconcile(Arc::new(obj), cx.clone()).await
 }
+
+/// The condition of `type_` among `conditions`, which a test expects to be there.
+pub fn condition<'a>(
+    conditions: &'a [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {conditions:#?}"))
+}
+
+/// The condition of `type_` among `conditions`, to change in a test.
+pub fn condition_mut<'a>(
+    conditions: &'a mut [k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    type_: &str,
+) -> &'a mut k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    conditions
+        .iter_mut()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition"))
+}

@@ -261,11 +261,14 @@ async fn rds_instances_of(env: &Env, uid: &str) -> Vec<String> {
         .collect()
 }
 
-/// The local control plane, which every chaos scenario inspects; `None` elsewhere (skipped).
+/// The local control plane, which every chaos scenario inspects; `None` elsewhere (see
+/// [`keeper_e2e_scenarios::skip`]).
 fn local_env() -> Option<Env> {
     let env = Env::from_env().unwrap();
     if env.storagegrid_url.is_none() {
-        eprintln!("chaos needs the local control plane (it inspects the backends); skipped");
+        keeper_e2e_scenarios::skip(
+            "chaos needs the local control plane (it inspects the backends)",
+        );
         return None;
     }
     Some(env)

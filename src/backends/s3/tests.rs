@@ -41,13 +41,13 @@ pub(crate) struct Moto {
 
 impl Moto {
     /// Starts moto; a missing moto fails the test (see `MotoServer::start`).
-    pub(crate) fn start() -> Option<Moto> {
+    pub(crate) fn start() -> Moto {
         Self::start_with(&[], "http")
     }
 
     /// Starts moto serving https with a fresh self-signed certificate for 127.0.0.1; returns it
     /// with the certificate's PEM (the CA bundle that trusts it).
-    pub(crate) fn start_tls() -> Option<(Moto, Vec<u8>)> {
+    pub(crate) fn start_tls() -> (Moto, Vec<u8>) {
         let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
         let dir = std::env::temp_dir().join(format!(
             "keeper-moto-tls-{}-{:?}",
@@ -70,16 +70,16 @@ impl Moto {
         );
         // moto has read its certificate once it answers.
         std::fs::remove_dir_all(&dir).unwrap();
-        Some((moto?, cert.cert.pem().into_bytes()))
+        (moto, cert.cert.pem().into_bytes())
     }
 
     /// Starts moto with extra arguments, serving `scheme`.
-    fn start_with(extra: &[&str], scheme: &str) -> Option<Moto> {
-        let server = MotoServer::start("s3 backend test", extra)?;
-        Some(Moto {
+    fn start_with(extra: &[&str], scheme: &str) -> Moto {
+        let server = MotoServer::start("s3 backend test", extra);
+        Moto {
             endpoint: server.url(scheme),
             _server: server,
-        })
+        }
     }
 
     pub(crate) fn settings(&self) -> S3Settings {
@@ -113,9 +113,7 @@ async fn put_objects(store: &S3Store, bucket: &str, keys: impl Iterator<Item = S
 
 #[tokio::test]
 async fn creates_a_tagged_versioned_bucket_and_reports_ownership() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
     assert_eq!(
@@ -176,9 +174,7 @@ async fn creates_a_tagged_versioned_bucket_and_reports_ownership() {
 
 #[tokio::test]
 async fn a_bucket_created_by_someone_else_shows_no_owner_tag() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
     store
@@ -196,9 +192,7 @@ async fn a_bucket_created_by_someone_else_shows_no_owner_tag() {
 
 #[tokio::test]
 async fn usage_counts_versions_and_delete_markers_within_a_bound() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
     assert_eq!(store.usage(&metrics, "nope", 10_000).await.unwrap(), None);
@@ -235,9 +229,7 @@ async fn usage_counts_versions_and_delete_markers_within_a_bound() {
 
 #[tokio::test]
 async fn drains_thousands_of_versions_in_batches_of_at_most_1000_then_deletes() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
     create_owned(&store, &metrics, "drain", false).await;
@@ -314,9 +306,7 @@ async fn drains_thousands_of_versions_in_batches_of_at_most_1000_then_deletes() 
 
 #[tokio::test]
 async fn the_drain_rate_limit_spreads_batches_over_time() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
     create_owned(&store, &metrics, "slow", false).await;
@@ -358,9 +348,7 @@ async fn the_drain_rate_limit_spreads_batches_over_time() {
 
 #[tokio::test]
 async fn a_legal_hold_stops_the_drain_with_the_key_named() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
     create_owned(&store, &metrics, "locked", true).await;
@@ -429,9 +417,7 @@ async fn a_legal_hold_stops_the_drain_with_the_key_named() {
 
 #[tokio::test]
 async fn a_ca_bundle_makes_a_self_signed_store_trusted() {
-    let Some((moto, pem)) = Moto::start_tls() else {
-        return;
-    };
+    let (moto, pem) = Moto::start_tls();
     let metrics = Metrics::new();
     // Without the bundle the certificate is refused (a transient error: nothing is "gone").
     let untrusting = S3Store::new(&moto.settings()).unwrap();
@@ -510,9 +496,7 @@ async fn a_store_that_repeats_its_continuation_marker_is_an_error_not_an_endless
 
 #[tokio::test]
 async fn a_drain_checks_the_owner_before_deleting_and_aborts_incomplete_uploads() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
     create_owned(&store, &metrics, "owned", false).await;
@@ -596,9 +580,7 @@ fn calls(metrics: &Metrics, operation: &str, outcome: &str) -> u64 {
 
 #[tokio::test]
 async fn the_versioning_state_is_read_even_where_the_sdk_cannot_decode_it() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let metrics = Metrics::new();
     let store = S3Store::new(&moto.settings()).unwrap();
     for (bucket, state) in [
@@ -712,9 +694,7 @@ async fn drain_counting_calls(
 
 #[tokio::test]
 async fn a_drain_lists_with_the_cheapest_call_and_deletes_in_ceil_n_over_1000_calls() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let store = S3Store::new(&moto.settings()).unwrap();
     // Never versioned: ListObjectsV2, and one ListObjectVersions to be sure nothing is hidden.
     let metrics = drain_counting_calls(&store, "plain", false, 2500, false).await;
@@ -739,9 +719,7 @@ async fn a_drain_lists_with_the_cheapest_call_and_deletes_in_ceil_n_over_1000_ca
 
 #[tokio::test]
 async fn a_drain_deletes_what_its_count_listed_without_listing_it_again() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let store = S3Store::new(&moto.settings()).unwrap();
     // The rounds list only to find the bucket empty: once with each call where the bucket was
     // never versioned, once in a versioned one.
@@ -825,9 +803,7 @@ impl aws_sdk_s3::config::Intercept for FailNthDelete {
 
 #[tokio::test]
 async fn a_failed_batch_is_retried_by_the_next_round_without_losing_or_double_counting() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let setup = S3Store::new(&moto.settings()).unwrap();
     let config = S3Store::config(&moto.settings(), &BackendTimeouts::default())
         .unwrap()
@@ -950,9 +926,7 @@ async fn floor_drain(store: &S3Store, bucket: &str, listing: Listing) -> usize {
 #[tokio::test]
 #[ignore = "a measurement: run by hand with --run-ignored"]
 async fn measure_drains_against_the_floor() {
-    let Some(moto) = Moto::start() else {
-        return;
-    };
+    let moto = Moto::start();
     let n: usize = std::env::var("KEEPER_DRAIN_OBJECTS")
         .ok()
         .and_then(|v| v.parse().ok())

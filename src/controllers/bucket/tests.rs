@@ -20,6 +20,7 @@ use super::*;
 use crate::api::{BucketPhase, DrainMode, S3BucketSpec, TenantRef};
 use crate::backends::s3::OwnerMark;
 use crate::config::DrainDefaults;
+use crate::runtime::testing::condition;
 use crate::runtime::{Next, conditions};
 use fake::{Fake, FakeBucket};
 
@@ -177,7 +178,7 @@ async fn a_foreign_bucket_is_refused_unless_adoption_is_asked() {
     let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Failed));
     assert_eq!(out.status.bucket_name, None, "no ownership record");
-    let ready = &out.status.conditions[0];
+    let ready = &condition(&out.status.conditions, "Ready");
     assert_eq!(ready.reason, "BucketNotOwned");
     assert!(ready.message.contains("keeper.dev/adopt=true"));
     assert_eq!(write_back(&mut obj, &out), ["BucketNotOwned"]);
@@ -540,7 +541,7 @@ async fn a_legal_hold_stops_a_client_side_drain_with_a_condition() {
     write_back(&mut obj, &out);
     let out = apply_bucket(&fake, &view(&obj, at(1), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Failed));
-    let ready = &out.status.conditions[0];
+    let ready = &condition(&out.status.conditions, "Ready");
     assert_eq!(ready.reason, "DrainBlocked");
     assert!(ready.message.contains("legal hold"));
     assert_eq!(write_back(&mut obj, &out), ["DrainBlocked"]);
@@ -1056,7 +1057,7 @@ async fn a_bucket_another_s3bucket_owns_is_never_adopted() {
     let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Failed));
     assert_eq!(out.status.bucket_name, None, "no ownership record");
-    let ready = &out.status.conditions[0];
+    let ready = &condition(&out.status.conditions, "Ready");
     assert_eq!(ready.reason, "BucketOwnedElsewhere");
     assert!(ready.message.contains("uid-of-a/a"), "{}", ready.message);
     assert_eq!(
@@ -1123,7 +1124,10 @@ async fn a_client_side_drain_stops_without_deleting_when_the_bucket_changes_hand
     fake.buckets.lock().unwrap().get_mut(NAME).unwrap().owner = Some("uid-2".into());
     let out = apply_bucket(&fake, &view(&obj, at(2), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Failed));
-    assert_eq!(out.status.conditions[0].reason, "OwnershipLost");
+    assert_eq!(
+        condition(&out.status.conditions, "Ready").reason,
+        "OwnershipLost"
+    );
     assert_eq!(
         fake.bucket(NAME).unwrap().objects,
         left,
@@ -1147,7 +1151,10 @@ async fn a_drain_is_not_started_and_a_bucket_not_deleted_once_ownership_changed(
     // Re-tagged after keeper last converged it (a steady Ready bucket is not re-ensured).
     fake.buckets.lock().unwrap().get_mut(NAME).unwrap().owner = Some("uid-2".into());
     let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
-    assert_eq!(out.status.conditions[0].reason, "OwnershipLost");
+    assert_eq!(
+        condition(&out.status.conditions, "Ready").reason,
+        "OwnershipLost"
+    );
     assert!(!fake.take_calls().contains(&"start_drain".to_string()));
     assert!(!fake.bucket(NAME).unwrap().draining);
 }

@@ -26,6 +26,7 @@ use crate::error::ErrorClass;
 use crate::runtime::conditions::{self, DELETION_BLOCKED, READY};
 use crate::runtime::policy::{CONFLICT_RETRY, PERMANENT_RETRY};
 use crate::runtime::testing;
+use crate::runtime::testing::condition;
 
 const UID: &str = "0b7c6a3e-uid";
 
@@ -414,7 +415,11 @@ async fn a_name_taken_by_someone_else_fails_once_and_is_released_on_delete() {
     let status = cluster.status();
     assert_eq!(status.phase, Some(DatabasePhase::Failed));
     assert_eq!(ready(&status), Some(("False".into(), "NameTaken".into())));
-    assert!(status.conditions[0].message.contains("is taken"));
+    assert!(
+        condition(&status.conditions, "Ready")
+            .message
+            .contains("is taken")
+    );
     let db = cluster.observe(db);
     cluster.apply(&db).await.unwrap();
     assert_eq!(cluster.warnings(), ["NameTaken"]);
@@ -507,7 +512,7 @@ async fn permanent_errors_fail_with_the_message_and_transient_ones_back_off() {
     );
     let status = cluster.fails_with(&db, "AccessDenied").await;
     assert!(
-        status.conditions[0]
+        condition(&status.conditions, "Ready")
             .message
             .contains("rds:DescribeDBInstances")
     );
@@ -720,9 +725,7 @@ async fn a_busy_instance_requeues_the_deletion_and_not_found_counts_as_done() {
 #[tokio::test]
 async fn every_deletion_policy_against_moto() {
     use crate::backends::rds::moto::{MotoServer, backend, snapshots};
-    let Some(server) = MotoServer::start("every_deletion_policy_against_moto", &[]) else {
-        return;
-    };
+    let server = MotoServer::start("every_deletion_policy_against_moto", &[]);
     for (name, policy) in [("snap", "Snapshot"), ("drop", "Delete"), ("keep", "Retain")] {
         let cluster =
             Cluster::new(backend(&server, Arc::new(crate::metrics::Metrics::new())).await);
@@ -775,7 +778,7 @@ async fn a_changed_region_never_creates_a_second_instance_nor_reads_the_first_as
     rds.state.lock().unwrap().region = Some("us-east-1".into());
     let describes = rds.calls("describe");
     let status = cluster.fails_with(&db, "RegionMismatch").await;
-    let message = &status.conditions[0].message;
+    let message = &condition(&status.conditions, "Ready").message;
     assert!(
         message.contains("eu-west-1") && message.contains("us-east-1"),
         "{message}"

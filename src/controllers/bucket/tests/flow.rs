@@ -24,6 +24,7 @@ use crate::controllers::bucket::{
 };
 use crate::error::ErrorClass;
 use crate::runtime::policy::{CONFLICT_RETRY, PERMANENT_RETRY};
+use crate::runtime::testing::condition_mut;
 use crate::runtime::{Context, Reconciler, testing};
 
 const CONFIG: &str = "providers:\n  s3:\n    s3Compatible:\n      endpoint: https://s3.example.com/\n      credentialsSecret: {name: s3-creds}\n";
@@ -602,7 +603,7 @@ async fn a_bucket_is_ready_only_once_its_new_keys_are_accepted() {
     // Refused again a while later: no second event, and the wait grows with the time refused.
     let mut refused: crate::api::S3BucketStatus = serde_json::from_value(status).unwrap();
     let ten_seconds_ago = Timestamp::now() - std::time::Duration::from_secs(10);
-    refused.conditions[0].last_transition_time = Time(ten_seconds_ago);
+    condition_mut(&mut refused.conditions, "Ready").last_transition_time = Time(ten_seconds_ago);
     let mut again = finalized();
     again.status = Some(refused);
     let events = kube.notes().len();

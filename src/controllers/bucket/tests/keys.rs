@@ -14,6 +14,7 @@ use crate::cluster::fake::FakeKube;
 use crate::controllers::bucket::ROTATE_ANNOTATION;
 use crate::runtime::Error;
 use crate::runtime::testing;
+use crate::runtime::testing::condition_mut;
 use crate::test_support::Pause;
 
 /// The bucket as the API holds it after every status patch written so far.
@@ -258,7 +259,7 @@ async fn keys_refused_for_minutes_are_replaced_and_the_wait_starts_again() {
     testing::reconcile(&cx, finalized()).await.unwrap();
     let mut refused = stored(&kube).status.unwrap();
     let minutes_ago = Timestamp::now() - std::time::Duration::from_secs(180);
-    refused.conditions[0].last_transition_time = Time(minutes_ago);
+    condition_mut(&mut refused.conditions, "Ready").last_transition_time = Time(minutes_ago);
     let mut stale = finalized();
     stale.status = Some(refused.clone());
     testing::reconcile(&cx, stale).await.unwrap();
@@ -278,7 +279,7 @@ async fn keys_refused_for_minutes_are_replaced_and_the_wait_starts_again() {
         .unwrap();
     assert!(since > minutes_ago, "the new keys' wait starts now");
     // Refused for less than that: the same keys are tried again, nothing is issued.
-    refused.conditions[0].last_transition_time =
+    condition_mut(&mut refused.conditions, "Ready").last_transition_time =
         Time(Timestamp::now() - std::time::Duration::from_secs(30));
     let mut recent = finalized();
     recent.status = Some(refused);

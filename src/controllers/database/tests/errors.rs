@@ -51,7 +51,7 @@ async fn a_request_rds_rejects_fails_with_a_warning_and_keeps_what_was_recorded(
     assert_eq!(status.phase, Some(DatabasePhase::Failed));
     assert_eq!(ready(&status), Some(("False".into(), "RdsRejected".into())));
     assert!(
-        status.conditions[0]
+        condition(&status.conditions, "Ready")
             .message
             .contains("Invalid DB instance class")
     );
@@ -76,7 +76,11 @@ async fn an_unconfigured_size_is_an_invalid_spec() {
     let status = cluster.status();
     assert_eq!(status.phase, Some(DatabasePhase::Failed));
     assert_eq!(ready(&status), Some(("False".into(), "InvalidSpec".into())));
-    assert!(status.conditions[0].message.contains("rds.sizes"));
+    assert!(
+        condition(&status.conditions, "Ready")
+            .message
+            .contains("rds.sizes")
+    );
     assert_eq!(cluster.rds().calls("describe"), 0);
 }
 
@@ -131,7 +135,11 @@ async fn a_busy_instance_during_apply_is_shown_and_polled() {
     let status = cluster.status();
     assert_eq!(status.phase, Some(DatabasePhase::Provisioning));
     assert_eq!(ready(&status).unwrap().1, "InstanceBusy");
-    assert!(status.conditions[0].message.contains("backing-up"));
+    assert!(
+        condition(&status.conditions, "Ready")
+            .message
+            .contains("backing-up")
+    );
 }
 
 #[tokio::test]
