@@ -1,5 +1,6 @@
-//! Test-only helpers shared by every floor's tests: a moto server for the real backends, and
-//! pauses that stop a fake's call once it has acted.
+//! Test-only helpers shared by every floor's tests: the custom resources as the API server stores
+//! them, a moto server for the real backends, a wiremock server, and pauses that stop a fake's
+//! call once it has acted.
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -127,4 +128,24 @@ impl Pauses {
             pause.release.notified().await;
         }
     }
+}
+
+/// An S3Tenant `name` in namespace `ns` with `spec` (JSON, as in a manifest; what it leaves out
+/// takes the CRD's defaults).
+pub(crate) fn tenant(name: &str, spec: serde_json::Value) -> crate::api::S3Tenant {
+    let mut tenant = crate::api::S3Tenant::new(name, serde_json::from_value(spec).expect("spec"));
+    tenant.metadata.namespace = Some("ns".into());
+    tenant
+}
+
+/// An S3Bucket `name` in namespace `ns` of S3Tenant `tenant`, with the CRD's defaults.
+pub(crate) fn bucket(name: &str, tenant: &str) -> crate::api::S3Bucket {
+    bucket_with(name, serde_json::json!({"tenantRef": {"name": tenant}}))
+}
+
+/// An S3Bucket `name` in namespace `ns` with `spec` (JSON, as in a manifest).
+pub(crate) fn bucket_with(name: &str, spec: serde_json::Value) -> crate::api::S3Bucket {
+    let mut bucket = crate::api::S3Bucket::new(name, serde_json::from_value(spec).expect("spec"));
+    bucket.metadata.namespace = Some("ns".into());
+    bucket
 }

@@ -569,10 +569,7 @@ mod tests {
     }
 
     async fn apiserver() -> MockServer {
-        MockServer::builder()
-            .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .start()
-            .await
+        crate::test_support::mock_server().await
     }
 
     #[tokio::test]

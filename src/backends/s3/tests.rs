@@ -445,11 +445,8 @@ async fn a_ca_bundle_makes_a_self_signed_store_trusted() {
 #[tokio::test]
 async fn a_store_that_repeats_its_continuation_marker_is_an_error_not_an_endless_listing() {
     use wiremock::matchers::{method, query_param};
-    use wiremock::{Mock, MockServer, ResponseTemplate};
-    let server = MockServer::builder()
-        .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .start()
-        .await;
+    use wiremock::{Mock, ResponseTemplate};
+    let server = crate::test_support::mock_server().await;
     let page = r#"<?xml version="1.0" encoding="UTF-8"?>
 <ListVersionsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
   <Name>b</Name><Prefix></Prefix><KeyMarker></KeyMarker><VersionIdMarker></VersionIdMarker>

@@ -17,7 +17,7 @@ use super::backend::DesiredBucket;
 use super::plan::drain;
 use super::reconcile::{Cache, Report, View, annotated, apply_bucket, cleanup_bucket};
 use super::*;
-use crate::api::{BucketPhase, DrainMode, S3BucketSpec, TenantRef};
+use crate::api::{BucketPhase, DrainMode};
 use crate::backends::s3::OwnerMark;
 use crate::config::DrainDefaults;
 use crate::runtime::testing::condition;
@@ -42,19 +42,10 @@ const UID: &str = "uid-1";
 const NAME: &str = "ns-b";
 
 fn s3bucket() -> S3Bucket {
-    let mut b = S3Bucket::new(
+    let mut b = crate::test_support::bucket_with(
         "b",
-        S3BucketSpec {
-            tenant_ref: TenantRef { name: "t".into() },
-            bucket_name: None,
-            region: None,
-            versioning: true,
-            object_lock: false,
-            deletion_policy: Default::default(),
-            drain: None,
-        },
+        serde_json::json!({"tenantRef": {"name": "t"}, "versioning": true}),
     );
-    b.metadata.namespace = Some("ns".into());
     b.metadata.uid = Some(UID.into());
     b.metadata.generation = Some(1);
     b

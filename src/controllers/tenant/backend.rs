@@ -356,10 +356,7 @@ mod tests {
 
     /// An S3-compatible provider whose endpoint is a mock server.
     async fn provider() -> (MockServer, Arc<ProviderClients>, Metrics) {
-        let server = MockServer::builder()
-            .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-            .start()
-            .await;
+        let server = crate::test_support::mock_server().await;
         let config = OperatorConfig::parse(&format!(
             "providers:\n  s3:\n    s3Compatible:\n      endpoint: {}\n      region: us-east-1\n      forcePathStyle: true\n      credentialsSecret: {{name: s3-creds}}\n      tls: {{allowPlainHttp: true}}\n",
             server.uri()

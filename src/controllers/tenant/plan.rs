@@ -599,10 +599,7 @@ mod tests {
 
     #[test]
     fn a_bucket_retriggers_its_tenant_only_when_what_the_tenant_reads_changes() {
-        let mut bucket = S3Bucket::new(
-            "media",
-            serde_json::from_value(serde_json::json!({"tenantRef": {"name": "t"}})).unwrap(),
-        );
+        let mut bucket = crate::test_support::bucket("media", "t");
         bucket.metadata.finalizers = Some(vec![BUCKET_FINALIZER.into()]);
         let key = bucket_trigger_key(&bucket);
         // Progress and conditions: the tenant's answer cannot change.
@@ -645,16 +642,10 @@ mod tests {
     #[test]
     fn a_tenants_buckets_are_its_own_resources_with_their_backend_names() {
         let bucket = |name: &str, tenant: &str, bucket_name: Option<&str>| {
-            let mut b = S3Bucket::new(
+            crate::test_support::bucket_with(
                 name,
-                serde_json::from_value(serde_json::json!({
-                    "tenantRef": {"name": tenant},
-                    "bucketName": bucket_name,
-                }))
-                .unwrap(),
-            );
-            b.metadata.namespace = Some("ns".into());
-            b
+                serde_json::json!({"tenantRef": {"name": tenant}, "bucketName": bucket_name}),
+            )
         };
         let buckets = [
             bucket("media", "t", None),

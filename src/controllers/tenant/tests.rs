@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::ObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 use serde_json::Value;
@@ -16,12 +15,14 @@ use serde_json::Value;
 use self::fake::FakeBackends;
 use super::*;
 use crate::api::names::CLEANUP_HOLD;
-use crate::api::{S3TenantSpec, S3TenantStatus, TenantPhase};
+use crate::api::names::TENANT_FINALIZER;
+use crate::api::{S3TenantStatus, TenantPhase};
 use crate::backends::{s3, storagegrid};
 use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
 use crate::runtime::policy::{CONFLICT_RETRY, PERMANENT_RETRY};
 use crate::runtime::{Keeper, Note, conditions, testing};
+use crate::test_support;
 
 /// The shared test providers (`default` grid, `store` with shared keys) plus an S3-compatible
 /// provider with an IAM API (`aws`) and one with neither option (`bare`).
@@ -85,18 +86,11 @@ fn tenant(provider: &str, extra: Value) -> S3Tenant {
     if let (Some(spec), Value::Object(extra)) = (spec.as_object_mut(), extra) {
         spec.extend(extra);
     }
-    S3Tenant {
-        metadata: ObjectMeta {
-            name: Some("t".into()),
-            namespace: Some("ns".into()),
-            uid: Some("u1".into()),
-            generation: Some(1),
-            finalizers: Some(vec!["keeper.dev/tenant-cleanup".into()]),
-            ..ObjectMeta::default()
-        },
-        spec: serde_json::from_value::<S3TenantSpec>(spec).unwrap(),
-        status: None,
-    }
+    let mut tenant = test_support::tenant("t", spec);
+    tenant.metadata.uid = Some("u1".into());
+    tenant.metadata.generation = Some(1);
+    tenant.metadata.finalizers = Some(vec![TENANT_FINALIZER.into()]);
+    tenant
 }
 
 fn grid_tenant() -> S3Tenant {
@@ -109,12 +103,7 @@ fn deleting(mut tenant: S3Tenant) -> S3Tenant {
 }
 
 fn bucket(name: &str, tenant: &str) -> Arc<S3Bucket> {
-    let mut b = S3Bucket::new(
-        name,
-        serde_json::from_value(serde_json::json!({"tenantRef": {"name": tenant}})).unwrap(),
-    );
-    b.metadata.namespace = Some("ns".into());
-    Arc::new(b)
+    Arc::new(test_support::bucket(name, tenant))
 }
 
 impl Harness {

@@ -41,10 +41,7 @@ fn error(code: u16, text: &str) -> ResponseTemplate {
 }
 
 async fn server() -> MockServer {
-    MockServer::builder()
-        .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .start()
-        .await
+    crate::test_support::mock_server().await
 }
 
 fn client(server: &MockServer) -> (Client, Arc<Metrics>) {

@@ -431,31 +431,23 @@ impl BucketBackend for AnyBackend {
 mod tests {
     use std::collections::BTreeMap;
 
-    use kube::api::ObjectMeta;
-
     use super::*;
+    use crate::api::S3TenantStatus;
     use crate::api::names::tenant_credentials_secret_name;
-    use crate::api::{S3TenantSpec, S3TenantStatus};
     use crate::cluster::Hold;
     use crate::cluster::fake::FakeKube;
     use crate::config::OperatorConfig;
     use crate::runtime::testing;
 
     fn tenant(provider: &str) -> S3Tenant {
-        S3Tenant {
-            metadata: ObjectMeta {
-                name: Some("t".into()),
-                namespace: Some("ns".into()),
-                uid: Some("u1".into()),
-                ..ObjectMeta::default()
-            },
-            spec: serde_json::from_value::<S3TenantSpec>(serde_json::json!({"provider": provider}))
-                .unwrap(),
-            status: Some(S3TenantStatus {
-                account_id: Some("12345".into()),
-                ..S3TenantStatus::default()
-            }),
-        }
+        let mut tenant =
+            crate::test_support::tenant("t", serde_json::json!({"provider": provider}));
+        tenant.metadata.uid = Some("u1".into());
+        tenant.status = Some(S3TenantStatus {
+            account_id: Some("12345".into()),
+            ..S3TenantStatus::default()
+        });
+        tenant
     }
 
     /// Connects to `provider` after the namespace controller deleted the tenant's Secrets.

@@ -133,37 +133,14 @@ pub fn secret_data(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{S3BucketSpec, S3TenantSpec, S3TenantStatus, TenantRef};
+    use crate::api::S3TenantStatus;
 
     pub(crate) fn bucket(name: &str) -> S3Bucket {
-        let mut b = S3Bucket::new(
-            name,
-            S3BucketSpec {
-                tenant_ref: TenantRef { name: "t".into() },
-                bucket_name: None,
-                region: None,
-                versioning: false,
-                object_lock: false,
-                deletion_policy: Default::default(),
-                drain: None,
-            },
-        );
-        b.metadata.namespace = Some("ns".into());
-        b
+        crate::test_support::bucket(name, "t")
     }
 
     fn tenant(namespace: &str, phase: Option<TenantPhase>) -> S3Tenant {
-        let mut t = S3Tenant::new(
-            "t",
-            S3TenantSpec {
-                provider: "default".into(),
-                display_name: None,
-                quota: None,
-                allow_platform_services: false,
-                deletion_policy: Default::default(),
-                deletion_protection: false,
-            },
-        );
+        let mut t = crate::test_support::tenant("t", serde_json::json!({"provider": "default"}));
         t.metadata.namespace = Some(namespace.into());
         t.status = Some(S3TenantStatus {
             phase,

@@ -13,9 +13,7 @@ use serde_json::Value;
 
 use super::fake::{Fake, FakeBucket};
 use super::{NAME, UID, s3bucket};
-use crate::api::{
-    BucketPhase, DrainMode, S3Bucket, S3Tenant, S3TenantSpec, S3TenantStatus, TenantPhase,
-};
+use crate::api::{BucketPhase, DrainMode, S3Bucket, S3Tenant, S3TenantStatus, TenantPhase};
 use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
 use crate::controllers::bucket::{
@@ -30,18 +28,7 @@ use crate::runtime::{Context, Reconciler, testing};
 const CONFIG: &str = "providers:\n  s3:\n    s3Compatible:\n      endpoint: https://s3.example.com/\n      credentialsSecret: {name: s3-creds}\n";
 
 fn tenant(phase: TenantPhase) -> S3Tenant {
-    let mut t = S3Tenant::new(
-        "t",
-        S3TenantSpec {
-            provider: "s3".into(),
-            display_name: None,
-            quota: None,
-            allow_platform_services: false,
-            deletion_policy: Default::default(),
-            deletion_protection: false,
-        },
-    );
-    t.metadata.namespace = Some("ns".into());
+    let mut t = crate::test_support::tenant("t", serde_json::json!({"provider": "s3"}));
     t.status = Some(S3TenantStatus {
         phase: Some(phase),
         ..Default::default()

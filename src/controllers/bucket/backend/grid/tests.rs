@@ -27,10 +27,7 @@ fn error(code: u16) -> ResponseTemplate {
 }
 
 async fn mock_grid() -> (MockServer, StorageGrid) {
-    let server = MockServer::builder()
-        .listener(std::net::TcpListener::bind("127.0.0.1:0").unwrap())
-        .start()
-        .await;
+    let server = crate::test_support::mock_server().await;
     Mock::given(method("POST"))
         .and(path("/api/v4/authorize"))
         .respond_with(ok(200, json!("token")).insert_header("Cache-Control", "max-age=57599"))
