@@ -425,6 +425,21 @@ impl Kube for KubeApi {
         .boxed()
     }
 
+    fn raw_object<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, KubeResult<Option<Value>>> {
+        async move {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), &target.namespace, &target.resource);
+            let by_name = ListParams::default().fields(&format!("metadata.name={}", target.name));
+            let listed = api.list(&by_name).await?;
+            Ok(listed
+                .items
+                .into_iter()
+                .next()
+                .map(|obj| serde_json::to_value(obj).expect("a listed object serializes")))
+        }
+        .boxed()
+    }
+
     fn namespace_labels<'a>(
         &'a self,
         name: &'a str,

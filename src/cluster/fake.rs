@@ -38,6 +38,8 @@ pub struct FakeKube {
     /// Namespaces by name, with their labels.
     pub namespaces: Mutex<BTreeMap<String, BTreeMap<String, String>>>,
     pub calls: Mutex<Vec<Call>>,
+    /// Objects as the API stores them, by namespace and name, for [`Kube::raw_object`].
+    pub raw_objects: Mutex<BTreeMap<(String, String), Value>>,
     /// The next write (status, JSON patch or Secret) fails with this HTTP status.
     pub fail_next_write: Mutex<Option<u16>>,
     /// The next Secret read fails with this HTTP status.
@@ -428,6 +430,12 @@ impl Kube for FakeKube {
                 .map(|t| t.as_ref().clone()))
         }
         .boxed()
+    }
+
+    fn raw_object<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, KubeResult<Option<Value>>> {
+        let key = (target.namespace.clone(), target.name.clone());
+        let found = self.raw_objects.lock().expect("lock").get(&key).cloned();
+        async move { Ok(found) }.boxed()
     }
 
     fn namespace_labels<'a>(

@@ -12,13 +12,20 @@
 //!
 //! Stored objects carry only what keeper reads: `metadata.managedFields` and kubectl's
 //! last-applied annotation (often larger than the object itself) are dropped before caching.
+//!
+//! An object that does not decode as its kind (a field of the wrong type stored under a looser
+//! CRD, a bad edit) would fail the whole list of its kind and stall every object of it: the watch
+//! reads each object through kube's `DeserializeGuard`, keeps an undecodable one out of the store
+//! (dropping the copy it held, so nothing acts on what the object no longer says) and hands it
+//! to [`Informer::invalid`] subscribers, which report it on the object itself.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Secret};
+use kube::core::{DeserializeGuard, error_boundary::InvalidObject};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
@@ -60,6 +67,108 @@ pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     synced: Arc<AtomicBool>,
     subscribers: Subscribers<K>,
+    quarantine: Arc<Mutex<Quarantine>>,
+}
+
+/// The objects of a kind that do not decode, by namespace and name, until they decode or go;
+/// and who hears of them.
+#[derive(Default)]
+struct Quarantine {
+    objects: BTreeMap<(String, String), InvalidObject>,
+    subscribers: Vec<mpsc::Sender<InvalidObject>>,
+    /// During a relist: the undecodable objects it has listed so far.
+    relisting: Option<BTreeSet<(String, String)>>,
+}
+
+fn key_of(meta: &kube::api::ObjectMeta) -> (String, String) {
+    (
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
+    )
+}
+
+impl Quarantine {
+    fn hold(&mut self, invalid: InvalidObject) {
+        let key = key_of(&invalid.metadata);
+        if let Some(relisting) = self.relisting.as_mut() {
+            relisting.insert(key.clone());
+        }
+        // A subscriber that is behind misses this one; it hears of the object again at its next
+        // change or relist.
+        self.subscribers.retain(|tx| {
+            !matches!(
+                tx.try_send(invalid.clone()),
+                Err(mpsc::error::TrySendError::Closed(_))
+            )
+        });
+        self.objects.insert(key, invalid);
+    }
+
+    fn release(&mut self, meta: &kube::api::ObjectMeta) {
+        self.objects.remove(&key_of(meta));
+    }
+
+    /// A relist ended: what it did not list as undecodable is not (any more).
+    fn relisted(&mut self) {
+        if let Some(listed) = self.relisting.take() {
+            self.objects.retain(|key, _| listed.contains(key));
+        }
+    }
+}
+
+/// A watch event of the guarded kind, as the store takes it: a decoded object as it is; an
+/// undecodable one held in quarantine and, if the store had a copy, that copy deleted.
+fn sort_out<K: Watched>(
+    event: Result<watcher::Event<DeserializeGuard<K>>, watcher::Error>,
+    store: &Store<K>,
+    quarantine: &Mutex<Quarantine>,
+) -> Option<Result<watcher::Event<K>, watcher::Error>> {
+    use watcher::Event;
+    let mut quarantine = quarantine.lock().expect("quarantine lock");
+    let stored = |invalid: &InvalidObject| {
+        let (namespace, name) = key_of(&invalid.metadata);
+        let mut at = ObjectRef::<K>::new(&name);
+        if !namespace.is_empty() {
+            at = at.within(&namespace);
+        }
+        store.get(&at)
+    };
+    Some(Ok(match event {
+        Err(e) => return Some(Err(e)),
+        Ok(Event::Init) => {
+            quarantine.relisting = Some(BTreeSet::new());
+            Event::Init
+        }
+        Ok(Event::InitDone) => {
+            quarantine.relisted();
+            Event::InitDone
+        }
+        Ok(Event::InitApply(DeserializeGuard(Ok(obj)))) => {
+            quarantine.release(obj.meta());
+            Event::InitApply(obj)
+        }
+        Ok(Event::InitApply(DeserializeGuard(Err(invalid)))) => {
+            quarantine.hold(invalid);
+            return None;
+        }
+        Ok(Event::Apply(DeserializeGuard(Ok(obj)))) => {
+            quarantine.release(obj.meta());
+            Event::Apply(obj)
+        }
+        Ok(Event::Delete(DeserializeGuard(Ok(obj)))) => {
+            quarantine.release(obj.meta());
+            Event::Delete(obj)
+        }
+        Ok(Event::Apply(DeserializeGuard(Err(invalid)))) => {
+            let held = stored(&invalid);
+            quarantine.hold(invalid);
+            Event::Delete(K::clone(held?.as_ref()))
+        }
+        Ok(Event::Delete(DeserializeGuard(Err(invalid)))) => {
+            quarantine.release(&invalid.metadata);
+            Event::Delete(K::clone(stored(&invalid)?.as_ref()))
+        }
+    }))
 }
 
 /// What the objects of a kind need to be watched, cached and shared.
@@ -97,18 +206,27 @@ pub fn trim<K: Resource>(obj: &mut K) {
 impl<K: Watched> Informer<K> {
     /// Starts watching `api` filtered by `config`; the watch runs (and retries with backoff)
     /// until the process ends.
-    pub fn start(api: Api<K>, config: watcher::Config) -> Self {
+    pub fn start(api: Api<DeserializeGuard<K>>, config: watcher::Config) -> Self {
         Self::over(watcher(api, config).default_backoff())
     }
 
     /// An informer over a stream of watch events (a watcher's, or a test's).
     fn over(
-        events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+        events: impl Stream<Item = Result<watcher::Event<DeserializeGuard<K>>, watcher::Error>>
+        + Send
+        + 'static,
     ) -> Self {
         let (store, writer) = reflector::store();
         let subscribers: Subscribers<K> = Arc::default();
+        let quarantine: Arc<Mutex<Quarantine>> = Arc::default();
         let synced = Arc::new(AtomicBool::new(false));
-        let events = reflector::reflector(writer, events.modify(trim::<K>));
+        let sorted = {
+            let (store, quarantine) = (store.clone(), quarantine.clone());
+            events.filter_map(move |event| {
+                futures::future::ready(sort_out(event, &store, &quarantine))
+            })
+        };
+        let events = reflector::reflector(writer, sorted.modify(trim::<K>));
         tokio::spawn(dispatch(
             events,
             store.clone(),
@@ -119,7 +237,18 @@ impl<K: Watched> Informer<K> {
             store,
             synced,
             subscribers,
+            quarantine,
         }
+    }
+
+    /// The objects of the kind that do not decode: those held now, then each one as it comes
+    /// (again when it changes and still does not decode).
+    pub fn invalid(&self) -> impl Stream<Item = InvalidObject> + Send + 'static {
+        let (tx, rx) = mpsc::channel(SUBSCRIBER_BUFFER);
+        let mut quarantine = self.quarantine.lock().expect("quarantine lock");
+        let held: Vec<InvalidObject> = quarantine.objects.values().cloned().collect();
+        quarantine.subscribers.push(tx);
+        futures::stream::iter(held).chain(receiver_stream(rx))
     }
 
     /// The store: every object of the kind (as filtered), read without an API request.
@@ -251,7 +380,10 @@ impl Informers {
         &self,
         cell: &'a OnceLock<Informer<K>>,
         config: watcher::Config,
-    ) -> &'a Informer<K> {
+    ) -> &'a Informer<K>
+    where
+        DeserializeGuard<K>: Resource<DynamicType = ()>,
+    {
         cell.get_or_init(|| Informer::start(Api::all(self.client.clone()), config))
     }
 
@@ -308,12 +440,53 @@ mod tests {
         }
     }
 
-    type Feed = mpsc::UnboundedSender<Result<Event<ConfigMap>, watcher::Error>>;
+    /// The watch events a test feeds its informer, as the API sends them.
+    struct Feed(mpsc::UnboundedSender<Result<Event<DeserializeGuard<ConfigMap>>, watcher::Error>>);
+
+    impl Feed {
+        /// An event of objects that decode.
+        fn send(&self, event: Event<ConfigMap>) {
+            let guarded = match event {
+                Event::Init => Event::Init,
+                Event::InitDone => Event::InitDone,
+                Event::InitApply(obj) => Event::InitApply(DeserializeGuard(Ok(obj))),
+                Event::Apply(obj) => Event::Apply(DeserializeGuard(Ok(obj))),
+                Event::Delete(obj) => Event::Delete(DeserializeGuard(Ok(obj))),
+            };
+            self.0.send(Ok(guarded)).unwrap();
+        }
+
+        /// An event of an object `name` that does not decode.
+        fn send_invalid(
+            &self,
+            event: fn(DeserializeGuard<ConfigMap>) -> Event<DeserializeGuard<ConfigMap>>,
+            name: &str,
+        ) {
+            let invalid = InvalidObject {
+                error: format!("{name} is broken"),
+                metadata: map(name, "").metadata,
+            };
+            self.0
+                .send(Ok(event(DeserializeGuard(Err(invalid)))))
+                .unwrap();
+        }
+    }
+
+    impl Feed {
+        /// A (re)list of `objects`.
+        fn list(&self, objects: impl IntoIterator<Item = ConfigMap>) {
+            self.send(Event::Init);
+            for obj in objects {
+                self.send(Event::InitApply(obj));
+            }
+            self.send(Event::InitDone);
+        }
+    }
 
     fn informer() -> (Feed, Informer<ConfigMap>) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let events = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
-        (tx, Informer::over(events))
+        (Feed(tx), Informer::over(events))
     }
 
     /// What a subscriber hears, as `+name=value` / `-name`, and whether the store agreed at the
@@ -353,18 +526,12 @@ mod tests {
         let (feed, informer) = informer();
         let mut changes = Box::pin(informer.changes());
         let store = informer.store();
-        for event in [
-            Event::Init,
-            Event::InitApply(map("a", "1")),
-            Event::InitDone,
-        ] {
-            feed.send(Ok(event)).unwrap();
-        }
+        feed.list([map("a", "1")]);
         assert_eq!(next(&mut changes, &store).await, "+a=1");
         assert!(informer.synced());
-        feed.send(Ok(Event::Apply(map("a", "2")))).unwrap();
+        feed.send(Event::Apply(map("a", "2")));
         assert_eq!(next(&mut changes, &store).await, "+a=2");
-        feed.send(Ok(Event::Delete(map("a", "2")))).unwrap();
+        feed.send(Event::Delete(map("a", "2")));
         assert_eq!(next(&mut changes, &store).await, "-a");
     }
 
@@ -373,14 +540,7 @@ mod tests {
         let (feed, informer) = informer();
         let mut changes = Box::pin(informer.changes());
         let store = informer.store();
-        for event in [
-            Event::Init,
-            Event::InitApply(map("a", "1")),
-            Event::InitApply(map("b", "1")),
-            Event::InitDone,
-        ] {
-            feed.send(Ok(event)).unwrap();
-        }
+        feed.list([map("a", "1"), map("b", "1")]);
         let mut first = vec![
             next(&mut changes, &store).await,
             next(&mut changes, &store).await,
@@ -388,13 +548,7 @@ mod tests {
         first.sort();
         assert_eq!(first, ["+a=1", "+b=1"]);
         // The watch was cut; a was deleted meanwhile and b changed.
-        for event in [
-            Event::Init,
-            Event::InitApply(map("b", "2")),
-            Event::InitDone,
-        ] {
-            feed.send(Ok(event)).unwrap();
-        }
+        feed.list([map("b", "2")]);
         assert_eq!(next(&mut changes, &store).await, "-a");
         assert_eq!(next(&mut changes, &store).await, "+b=2");
     }
@@ -403,18 +557,12 @@ mod tests {
     async fn a_late_subscriber_first_hears_of_every_cached_object() {
         let (feed, informer) = informer();
         let mut early = Box::pin(informer.changes());
-        for event in [
-            Event::Init,
-            Event::InitApply(map("a", "1")),
-            Event::InitDone,
-        ] {
-            feed.send(Ok(event)).unwrap();
-        }
+        feed.list([map("a", "1")]);
         let store = informer.store();
         assert_eq!(next(&mut early, &store).await, "+a=1");
         let mut late = Box::pin(informer.changes());
         assert_eq!(next(&mut late, &store).await, "+a=1");
-        feed.send(Ok(Event::Apply(map("b", "1")))).unwrap();
+        feed.send(Event::Apply(map("b", "1")));
         assert_eq!(next(&mut late, &store).await, "+b=1");
         assert_eq!(next(&mut early, &store).await, "+b=1");
     }
@@ -424,13 +572,10 @@ mod tests {
         let (feed, informer) = informer();
         let mut slow = Box::pin(informer.changes());
         let store = informer.store();
-        for event in [Event::Init, Event::InitDone] {
-            feed.send(Ok(event)).unwrap();
-        }
+        feed.list([]);
         let total = SUBSCRIBER_BUFFER * 3;
         for i in 0..total {
-            feed.send(Ok(Event::Apply(map(&format!("m{i}"), "1"))))
-                .unwrap();
+            feed.send(Event::Apply(map(&format!("m{i}"), "1")));
         }
         // Nothing read yet: the watch stops once the buffer is full (plus the one change being
         // sent and the one the store took before it).
@@ -454,7 +599,7 @@ mod tests {
         assert_eq!(store.state().len(), total);
         // A subscriber that goes away is dropped, and holds nothing back.
         drop(slow);
-        feed.send(Ok(Event::Apply(map("after", "1")))).unwrap();
+        feed.send(Event::Apply(map("after", "1")));
         let mut late = Box::pin(informer.changes());
         let mut heard = 0;
         while let Ok(Some(_)) =
@@ -482,9 +627,7 @@ mod tests {
             ]
             .into(),
         );
-        for event in [Event::Init, Event::InitApply(obj), Event::InitDone] {
-            feed.send(Ok(event)).unwrap();
-        }
+        feed.list([obj]);
         next(&mut changes, &informer.store()).await;
         let stored = informer.store().state().pop().unwrap();
         assert_eq!(stored.metadata.managed_fields, None);
@@ -492,5 +635,85 @@ mod tests {
             stored.metadata.annotations,
             Some([("keep".to_string(), "me".to_string())].into())
         );
+    }
+
+    /// The names of the undecodable objects a subscriber to [`Informer::invalid`] hears of within
+    /// 200 ms.
+    async fn invalid_now(informer: &Informer<ConfigMap>) -> Vec<String> {
+        let mut invalid = Box::pin(informer.invalid());
+        let mut names = Vec::new();
+        while let Ok(Some(obj)) =
+            tokio::time::timeout(std::time::Duration::from_millis(200), invalid.next()).await
+        {
+            names.push(obj.metadata.name.unwrap_or_default());
+        }
+        names
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_object_is_held_apart_and_the_others_go_on() {
+        let (feed, informer) = informer();
+        let mut changes = Box::pin(informer.changes());
+        let store = informer.store();
+        feed.send(Event::Init);
+        feed.send_invalid(Event::InitApply, "bad");
+        feed.send(Event::InitApply(map("good", "1")));
+        feed.send(Event::InitDone);
+        assert_eq!(next(&mut changes, &store).await, "+good=1");
+        assert!(informer.synced());
+        assert_eq!(
+            store.state().len(),
+            1,
+            "the undecodable object is not cached"
+        );
+        let mut invalid = Box::pin(informer.invalid());
+        let held = invalid.next().await.unwrap();
+        assert_eq!(held.metadata.name.as_deref(), Some("bad"));
+        assert_eq!(held.error, "bad is broken");
+        // It is heard of again when it changes and still does not decode.
+        feed.send_invalid(Event::Apply, "bad");
+        let again = tokio::time::timeout(std::time::Duration::from_secs(5), invalid.next())
+            .await
+            .expect("heard of within 5 s");
+        assert_eq!(again.unwrap().metadata.name.as_deref(), Some("bad"));
+    }
+
+    #[tokio::test]
+    async fn an_object_that_stops_decoding_leaves_the_store_until_it_decodes_again() {
+        let (feed, informer) = informer();
+        let mut changes = Box::pin(informer.changes());
+        let store = informer.store();
+        feed.list([map("a", "1")]);
+        assert_eq!(next(&mut changes, &store).await, "+a=1");
+        // Nothing may act on what the object no longer says.
+        feed.send_invalid(Event::Apply, "a");
+        assert_eq!(next(&mut changes, &store).await, "-a");
+        assert_eq!(invalid_now(&informer).await, ["a"]);
+        feed.send(Event::Apply(map("a", "2")));
+        assert_eq!(next(&mut changes, &store).await, "+a=2");
+        assert!(
+            invalid_now(&informer).await.is_empty(),
+            "released once it decodes"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_undecodable_object_deleted_or_gone_at_a_relist_is_released() {
+        let (feed, informer) = informer();
+        feed.list([]);
+        feed.send_invalid(Event::Apply, "deleted");
+        feed.send_invalid(Event::Apply, "gone");
+        feed.send_invalid(Event::Apply, "kept");
+        let mut held = invalid_now(&informer).await;
+        held.sort();
+        assert_eq!(held, ["deleted", "gone", "kept"]);
+        feed.send_invalid(Event::Delete, "deleted");
+        // The watch was cut; "gone" was deleted meanwhile.
+        feed.send(Event::Init);
+        feed.send_invalid(Event::InitApply, "kept");
+        feed.send(Event::InitDone);
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert_eq!(invalid_now(&informer).await, ["kept"]);
+        assert!(informer.store().state().is_empty());
     }
 }

@@ -207,6 +207,11 @@ pub trait Kube: Send + Sync + 'static {
         name: &'a str,
     ) -> BoxFuture<'a, KubeResult<Option<S3Tenant>>>;
 
+    /// An object as the API stores it, untyped (`None` when it is gone): how keeper reads an
+    /// object that does not decode as its kind, to say which field is wrong. A LIST by name, so
+    /// it needs no `get` permission (keeper's role lists and watches buckets and databases).
+    fn raw_object<'a>(&'a self, target: &'a Target) -> BoxFuture<'a, KubeResult<Option<Value>>>;
+
     /// The labels of a namespace (`None` when it does not exist), from the namespace cache when
     /// keeper watches namespaces (some provider admits namespaces by label), else from the API.
     fn namespace_labels<'a>(

@@ -14,6 +14,7 @@ use crate::api::{
     BucketPhase, CloudDatabase, CloudDatabaseStatus, DatabasePhase, S3Bucket, S3BucketStatus,
     S3Tenant, S3TenantStatus, TenantPhase,
 };
+use crate::cluster::informer::{Informer, Informers};
 
 /// A keeper custom resource.
 pub trait Keeper:
@@ -34,13 +35,16 @@ pub trait Keeper:
     const PHASES: &'static [&'static str];
 
     fn status(&self) -> Option<&Self::Status>;
+    /// The kind's shared informer.
+    fn informer(informers: &Informers) -> &Informer<Self>;
     /// The phase label of the object (its default phase before any status).
     fn phase(&self) -> String;
 }
 
 macro_rules! keeper_kind {
     ($kind:ty, $status:ty, $phase:ty, failed: $failed:expr, deleting: $deleting:expr,
-     gauge: $gauge:literal, help: $help:literal, phases: $phases:expr) => {
+     informer: $informer:ident, gauge: $gauge:literal, help: $help:literal,
+     phases: $phases:expr) => {
         impl KeeperStatus for $status {
             fn conditions_mut(&mut self) -> &mut Vec<Condition> {
                 &mut self.conditions
@@ -69,6 +73,10 @@ macro_rules! keeper_kind {
                 self.status.as_ref()
             }
 
+            fn informer(informers: &Informers) -> &Informer<Self> {
+                informers.$informer()
+            }
+
             fn phase(&self) -> String {
                 let phase: $phase = self
                     .status
@@ -82,17 +90,17 @@ macro_rules! keeper_kind {
 }
 
 keeper_kind!(S3Tenant, S3TenantStatus, TenantPhase,
-    failed: TenantPhase::Failed, deleting: TenantPhase::Deleting,
+    failed: TenantPhase::Failed, deleting: TenantPhase::Deleting, informer: tenants,
     gauge: "keeper_tenants", help: "S3Tenant resources by phase.",
     phases: &["Pending", "Ready", "Failed", "Deleting"]);
 
 keeper_kind!(S3Bucket, S3BucketStatus, BucketPhase,
-    failed: BucketPhase::Failed, deleting: BucketPhase::Deleting,
+    failed: BucketPhase::Failed, deleting: BucketPhase::Deleting, informer: buckets,
     gauge: "keeper_buckets", help: "S3Buckets by phase.",
     phases: &["Pending", "Ready", "Draining", "Failed", "Deleting"]);
 
 keeper_kind!(CloudDatabase, CloudDatabaseStatus, DatabasePhase,
-    failed: DatabasePhase::Failed, deleting: DatabasePhase::Deleting,
+    failed: DatabasePhase::Failed, deleting: DatabasePhase::Deleting, informer: databases,
     gauge: "keeper_databases", help: "CloudDatabases by phase.",
     phases: &["Provisioning", "Ready", "Failed", "Deleting"]);
 

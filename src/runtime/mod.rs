@@ -13,6 +13,7 @@ pub mod gauges;
 pub mod kinds;
 pub mod outcome;
 pub mod policy;
+pub mod quarantine;
 mod status;
 
 use std::future::Future;
@@ -503,6 +504,19 @@ pub async fn run<R: Reconciler>(
                 Ok(Err(_)) => break,
                 Err(_elapsed) => continue,
             }
+        }
+    });
+    let (kube, informers, leadership) = (
+        cx.shared.kube.clone(),
+        cx.shared.informers.clone(),
+        cx.shared.leadership.clone(),
+    );
+    let reporting = shutdown.clone();
+    tokio::spawn(async move {
+        let informer = R::Resource::informer(&informers);
+        tokio::select! {
+            () = quarantine::report_invalid(kube, informer, leadership) => {}
+            () = reporting.cancelled() => {}
         }
     });
     tracing::info!(controller = R::NAME, "starting controller");
