@@ -15,7 +15,9 @@ use kube::runtime::events::EventType;
 
 use super::backend::DesiredBucket;
 use super::plan::drain;
-use super::reconcile::{Cache, Report, View, annotated, apply_bucket, cleanup_bucket};
+use super::plan::ready::KeysVerdict;
+use super::reconcile::deletion::{cleanup_bucket, retain_bucket};
+use super::reconcile::{Cache, Report, View, annotated, apply_bucket, decide_ready};
 use super::*;
 use crate::api::{BucketPhase, DrainMode};
 use crate::backends::s3::OwnerMark;
@@ -23,6 +25,19 @@ use crate::config::DrainDefaults;
 use crate::runtime::testing::condition;
 use crate::runtime::{Next, conditions};
 use fake::{Fake, FakeBucket};
+
+/// A live bucket's reconcile without Kubernetes: the storage half, then Ready decided as
+/// `reconcile::apply` decides it when the bucket's keys work.
+async fn applied<B: backend::BucketBackend>(backend: &B, view: &View<'_>) -> Result<Report, Error> {
+    let mut report = apply_bucket(backend, view).await?;
+    decide_ready(
+        &mut report.outcome,
+        view,
+        report.usable,
+        Some(&KeysVerdict::Work),
+    );
+    Ok(report)
+}
 
 /// The requeue an outcome asks for (a release or an await fails the test).
 trait Requeue {
@@ -125,7 +140,7 @@ fn cache_of(out: &Report, before: Option<Observed>) -> Option<Observed> {
 async fn creates_the_bucket_then_makes_no_backend_call_until_usage_is_due() {
     let fake = Fake::new(DrainMode::ClientSide);
     let mut obj = s3bucket();
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Ready));
     assert_eq!(out.status.bucket_name.as_deref(), Some(NAME));
     assert_eq!(out.status.object_count, Some(0));
@@ -142,16 +157,12 @@ async fn creates_the_bucket_then_makes_no_backend_call_until_usage_is_due() {
     let cached = cache_of(&out, None);
     write_back(&mut obj, &out);
     // Steady state: the same status again and no backend call while the usage is fresh.
-    let again = apply_bucket(&fake, &view(&obj, at(10), cached))
-        .await
-        .unwrap();
+    let again = applied(&fake, &view(&obj, at(10), cached)).await.unwrap();
     assert_eq!(again.status, obj.status.clone().unwrap());
     assert!(again.notes.is_empty());
     assert!(fake.take_calls().is_empty());
     // Once the cache expires, only the usage refresh.
-    apply_bucket(&fake, &view(&obj, at(400), None))
-        .await
-        .unwrap();
+    applied(&fake, &view(&obj, at(400), None)).await.unwrap();
     assert_eq!(fake.take_calls(), ["observe"]);
 }
 
@@ -166,7 +177,7 @@ async fn a_foreign_bucket_is_refused_unless_adoption_is_asked() {
         },
     );
     let mut obj = s3bucket();
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Failed));
     assert_eq!(out.status.bucket_name, None, "no ownership record");
     let ready = &condition(&out.status.conditions, "Ready");
@@ -174,15 +185,11 @@ async fn a_foreign_bucket_is_refused_unless_adoption_is_asked() {
     assert!(ready.message.contains("keeper.dev/adopt=true"));
     assert_eq!(write_back(&mut obj, &out), ["BucketNotOwned"]);
     // No event storm on the next reconcile.
-    let out = apply_bucket(&fake, &view(&obj, at(60), None))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(60), None)).await.unwrap();
     assert!(out.notes.is_empty());
     // Adoption.
     annotate(&mut obj, ADOPT_ANNOTATION);
-    let out = apply_bucket(&fake, &view(&obj, at(120), None))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(120), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Ready));
     assert_eq!(out.status.object_count, Some(3));
     assert_eq!(fake.bucket(NAME).unwrap().owner.as_deref(), Some(UID));
@@ -351,7 +358,7 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
         ..Default::default()
     });
     annotate(&mut obj, DRAIN_ANNOTATION);
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::STARTED]);
     assert_eq!(out.status.phase, Some(BucketPhase::Draining));
     // The first poll comes within seconds (then backs off to the 3-minute interval).
@@ -363,24 +370,20 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
     fake.take_calls();
     // An unrelated event before the poll is due: no backend call, no change, wake at the due time.
     let cached = cache_of(&out, None);
-    let early = apply_bucket(&fake, &view(&obj, at(1), cached))
-        .await
-        .unwrap();
+    let early = applied(&fake, &view(&obj, at(1), cached)).await.unwrap();
     assert_eq!(early.status, obj.status.clone().unwrap());
     assert_eq!(early.next_requeue(), Duration::from_secs(1));
     assert!(fake.take_calls().is_empty());
-    let out = apply_bucket(&fake, &view(&obj, at(2), cached))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(2), cached)).await.unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::PROGRESS]);
     assert_eq!(out.status.object_count, Some(600));
     assert_eq!(
         out.deleted, 300,
         "server-side progress counts as deleted objects"
     );
-    let out = apply_bucket(&fake, &view(&obj, at(4), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(4), None)).await.unwrap();
     write_back(&mut obj, &out);
-    let out = apply_bucket(&fake, &view(&obj, at(6), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(6), None)).await.unwrap();
     // The last deletions show as progress, then the completion.
     assert_eq!(
         write_back(&mut obj, &out),
@@ -411,9 +414,7 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
     // The annotation that stays is a handled request: no new drain, and no orphan either.
     let cached = cache_of(&out, None);
     fake.take_calls();
-    let after = apply_bucket(&fake, &view(&obj, at(541), cached))
-        .await
-        .unwrap();
+    let after = applied(&fake, &view(&obj, at(541), cached)).await.unwrap();
     assert!(after.notes.is_empty(), "{:?}", after.notes);
     assert_eq!(
         after.status,
@@ -442,14 +443,12 @@ async fn removing_the_annotation_cancels_and_keeps_remaining_objects() {
         ..Default::default()
     });
     annotate(&mut obj, DRAIN_ANNOTATION);
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     write_back(&mut obj, &out);
     let cached = cache_of(&out, None);
     unannotate(&mut obj, &[DRAIN_ANNOTATION]);
     // The cancellation looks at the bucket again instead of trusting the count from the start.
-    let out = apply_bucket(&fake, &view(&obj, at(30), cached))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(30), cached)).await.unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::CANCELED]);
     assert!(
         out.notes[0].message.contains("800 objects remain"),
@@ -482,7 +481,7 @@ async fn an_orphaned_backend_drain_is_stopped_and_an_empty_bucket_needs_no_drain
         observed_generation: Some(1),
         ..Default::default()
     });
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.notes[0].reason, drain::ORPHANED);
     assert_eq!(out.notes[0].type_, EventType::Warning);
     assert!(!fake.bucket(NAME).unwrap().draining);
@@ -495,17 +494,13 @@ async fn an_orphaned_backend_drain_is_stopped_and_an_empty_bucket_needs_no_drain
         },
     );
     annotate(&mut obj, DRAIN_ANNOTATION);
-    let out = apply_bucket(&empty, &view(&obj, at(0), None))
-        .await
-        .unwrap();
+    let out = applied(&empty, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::ALREADY_EMPTY]);
     assert!(out.remove_annotations.is_empty());
     assert_eq!(annotation(&obj, DRAIN_HANDLED_ANNOTATION), Some("true"));
     assert_eq!(out.status.drain_status, None);
     // Handled: the same value again says nothing more.
-    let again = apply_bucket(&empty, &view(&obj, at(1), None))
-        .await
-        .unwrap();
+    let again = applied(&empty, &view(&obj, at(1), None)).await.unwrap();
     assert!(again.notes.is_empty(), "{:?}", again.notes);
 }
 
@@ -528,9 +523,9 @@ async fn a_legal_hold_stops_a_client_side_drain_with_a_condition() {
         ..Default::default()
     });
     annotate(&mut obj, DRAIN_ANNOTATION);
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     write_back(&mut obj, &out);
-    let out = apply_bucket(&fake, &view(&obj, at(1), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(1), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Failed));
     let ready = &condition(&out.status.conditions, "Ready");
     assert_eq!(ready.reason, "DrainBlocked");
@@ -543,9 +538,7 @@ async fn a_legal_hold_stops_a_client_side_drain_with_a_condition() {
     );
     // The drain is still ours: lifting the hold resumes it.
     fake.buckets.lock().unwrap().get_mut(NAME).unwrap().held = false;
-    let out = apply_bucket(&fake, &view(&obj, at(200), None))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(200), None)).await.unwrap();
     assert_eq!(out.deleted, 5);
 }
 
@@ -559,13 +552,11 @@ async fn a_vanished_bucket_goes_back_to_pending_and_is_recreated() {
         observed_generation: Some(1),
         ..Default::default()
     });
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Pending));
     assert_eq!(out.next_requeue(), SHORT_RETRY);
     write_back(&mut obj, &out);
-    let out = apply_bucket(&fake, &view(&obj, at(10), None))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(10), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Ready));
     assert!(fake.bucket(NAME).is_some());
 }
@@ -574,7 +565,7 @@ async fn a_vanished_bucket_goes_back_to_pending_and_is_recreated() {
 async fn permanent_backend_errors_surface_to_the_caller() {
     let fake = Fake::new(DrainMode::ClientSide);
     *fake.fail_permanently.lock().unwrap() = Some("InvalidAccessKeyId".into());
-    let err = apply_bucket(&fake, &view(&s3bucket(), at(0), None))
+    let err = applied(&fake, &view(&s3bucket(), at(0), None))
         .await
         .unwrap_err();
     let Error::Backend(err) = err else {
@@ -669,7 +660,7 @@ async fn client_side_drains_count_their_deletes_instead_of_listing_at_polls() {
         ..Default::default()
     });
     annotate(&mut obj, DRAIN_ANNOTATION);
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     let mut cached = cache_of(&out, None);
     write_back(&mut obj, &out);
     // The count that starts the drain says so: the backend keeps what it listed for the rounds.
@@ -678,14 +669,12 @@ async fn client_side_drains_count_their_deletes_instead_of_listing_at_polls() {
         ["observe to start a drain", "owner", "start_drain"]
     );
     // The first round reports its deletions at once (estimated, without listing).
-    let out = apply_bucket(&fake, &view(&obj, at(1), cached))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(1), cached)).await.unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::PROGRESS]);
     assert_eq!(out.status.object_count, Some(9000));
     cached = cache_of(&out, cached);
     for second in 2..=5 {
-        let out = apply_bucket(&fake, &view(&obj, at(second), cached))
+        let out = applied(&fake, &view(&obj, at(second), cached))
             .await
             .unwrap();
         assert_eq!(out.next_requeue(), CLIENT_DRAIN_CONTINUE);
@@ -701,9 +690,7 @@ async fn client_side_drains_count_their_deletes_instead_of_listing_at_polls() {
     assert_eq!(obj.status.as_ref().unwrap().object_count, Some(9000));
     assert_eq!(fake.bucket(NAME).unwrap().objects, 5000);
     // At the poll: no listing (keeper counted its deletes), progress in status and an event.
-    let out = apply_bucket(&fake, &view(&obj, at(181), cached))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(181), cached)).await.unwrap();
     assert_eq!(fake.take_calls(), ["drain_round"]);
     assert_eq!(write_back(&mut obj, &out), [drain::PROGRESS]);
     assert_eq!(out.status.object_count, Some(4000));
@@ -713,7 +700,7 @@ async fn client_side_drains_count_their_deletes_instead_of_listing_at_polls() {
     fake.buckets.lock().unwrap().get_mut(NAME).unwrap().objects += 2500;
     let mut second = 182;
     while cached.is_some_and(|c| c.objects > 1) {
-        let out = apply_bucket(&fake, &view(&obj, at(second), cached))
+        let out = applied(&fake, &view(&obj, at(second), cached))
             .await
             .unwrap();
         write_back(&mut obj, &out);
@@ -722,7 +709,7 @@ async fn client_side_drains_count_their_deletes_instead_of_listing_at_polls() {
     }
     assert_eq!(fake.bucket(NAME).unwrap().objects, 2500);
     fake.take_calls();
-    let out = apply_bucket(&fake, &view(&obj, at(second + 600), cached))
+    let out = applied(&fake, &view(&obj, at(second + 600), cached))
         .await
         .unwrap();
     assert_eq!(fake.take_calls(), ["observe", "drain_round"]);
@@ -786,7 +773,7 @@ async fn drain_to_the_end(fake: &Fake, obj: &mut S3Bucket, mut now: i64) -> Vec<
     let mut reasons = Vec::new();
     let deadline = now + 100_000;
     loop {
-        let out = apply_bucket(fake, &view(obj, at(now), None)).await.unwrap();
+        let out = applied(fake, &view(obj, at(now), None)).await.unwrap();
         reasons.extend(write_back(obj, &out));
         if out.status.phase == Some(BucketPhase::Ready) {
             return reasons;
@@ -824,9 +811,7 @@ async fn the_same_drain_value_again_is_a_no_op_and_a_new_value_drains_again() {
     fake.buckets.lock().unwrap().get_mut(NAME).unwrap().objects = 40;
     fake.take_calls();
     for now in [100_000, 100_400] {
-        let out = apply_bucket(&fake, &view(&obj, at(now), None))
-            .await
-            .unwrap();
+        let out = applied(&fake, &view(&obj, at(now), None)).await.unwrap();
         assert!(out.notes.is_empty(), "{:?}", out.notes);
         assert_eq!(out.status.phase, Some(BucketPhase::Ready));
         write_back(&mut obj, &out);
@@ -864,7 +849,7 @@ async fn a_handled_value_survives_a_restore_without_status_and_a_lost_annotation
     let mut obj = ready_bucket();
     annotate_with(&mut obj, DRAIN_ANNOTATION, "a");
     annotate_with(&mut obj, DRAIN_HANDLED_ANNOTATION, "a");
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert!(out.notes.is_empty(), "{:?}", out.notes);
     assert_eq!(fake.bucket(NAME).unwrap().objects, 30, "nothing drained");
     assert_eq!(
@@ -884,7 +869,7 @@ async fn a_handled_value_survives_a_restore_without_status_and_a_lost_annotation
         drain: Some("a".into()),
         rotate_credentials: None,
     });
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert!(
         !out.notes
             .iter()
@@ -915,7 +900,7 @@ async fn a_canceled_drain_records_its_value_so_putting_it_back_does_not_drain() 
     fake.server_rate = 100;
     let mut obj = ready_bucket();
     annotate_with(&mut obj, DRAIN_ANNOTATION, "v1");
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     write_back(&mut obj, &out);
     assert_eq!(
         obj.status
@@ -930,16 +915,12 @@ async fn a_canceled_drain_records_its_value_so_putting_it_back_does_not_drain() 
         "the drain records the request it serves"
     );
     unannotate(&mut obj, &[DRAIN_ANNOTATION]);
-    let out = apply_bucket(&fake, &view(&obj, at(30), None))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(30), None)).await.unwrap();
     assert_eq!(write_back(&mut obj, &out), [drain::CANCELED]);
     assert!(!fake.bucket(NAME).unwrap().draining);
     assert_eq!(annotation(&obj, DRAIN_HANDLED_ANNOTATION), Some("v1"));
     annotate_with(&mut obj, DRAIN_ANNOTATION, "v1");
-    let out = apply_bucket(&fake, &view(&obj, at(60), None))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(60), None)).await.unwrap();
     assert!(out.notes.is_empty(), "{:?}", out.notes);
     assert!(!fake.bucket(NAME).unwrap().draining);
 }
@@ -955,7 +936,7 @@ async fn server_side_drain_running() -> (Fake, S3Bucket) {
     });
     let mut obj = ready_bucket();
     annotate_with(&mut obj, DRAIN_ANNOTATION, "now");
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     write_back(&mut obj, &out);
     assert!(fake.bucket(NAME).unwrap().draining);
     fake.take_calls();
@@ -967,7 +948,7 @@ async fn a_retained_bucket_deleted_during_a_server_side_drain_stops_the_drain_fi
     let (fake, mut obj) = server_side_drain_running().await;
     obj.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
     obj.metadata.deletion_timestamp = Some(Time(at(10)));
-    let out = reconcile::retain_bucket(&fake, &view(&obj, at(10), None))
+    let out = retain_bucket(&fake, &view(&obj, at(10), None))
         .await
         .unwrap();
     assert_eq!(out.next, Next::Release);
@@ -1004,9 +985,7 @@ async fn a_bucket_found_not_ours_during_a_drain_stops_the_drain_before_it_is_let
     let (fake, mut obj) = server_side_drain_running().await;
     fake.buckets.lock().unwrap().get_mut(NAME).unwrap().owner = Some("someone".into());
     obj.metadata.generation = Some(2);
-    let out = apply_bucket(&fake, &view(&obj, at(10), None))
-        .await
-        .unwrap();
+    let out = applied(&fake, &view(&obj, at(10), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Failed));
     assert!(!fake.bucket(NAME).unwrap().draining);
     assert_eq!(out.status.drain_status, None);
@@ -1019,14 +998,14 @@ async fn a_retained_bucket_gone_from_the_backend_mid_drain_is_still_released() {
     let (fake, mut obj) = server_side_drain_running().await;
     obj.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
     *fake.fail_next.lock().unwrap() = Some(crate::error::ErrorClass::NotFound);
-    let out = reconcile::retain_bucket(&fake, &view(&obj, at(10), None))
+    let out = retain_bucket(&fake, &view(&obj, at(10), None))
         .await
         .unwrap();
     assert_eq!(out.next, Next::Release);
     // Any other failure to stop the drain keeps the resource until the drain is stopped.
     *fake.fail_next.lock().unwrap() = Some(crate::error::ErrorClass::Transient);
     assert!(
-        reconcile::retain_bucket(&fake, &view(&obj, at(20), None))
+        retain_bucket(&fake, &view(&obj, at(20), None))
             .await
             .is_err()
     );
@@ -1045,7 +1024,7 @@ async fn a_bucket_another_s3bucket_owns_is_never_adopted() {
     );
     let mut obj = s3bucket();
     annotate(&mut obj, ADOPT_ANNOTATION);
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Failed));
     assert_eq!(out.status.bucket_name, None, "no ownership record");
     let ready = &condition(&out.status.conditions, "Ready");
@@ -1090,7 +1069,7 @@ async fn adoption_keeps_versioning_that_was_enabled() {
     let mut obj = s3bucket();
     obj.spec.versioning = false;
     annotate(&mut obj, ADOPT_ANNOTATION);
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Ready));
     let bucket = fake.bucket(NAME).unwrap();
     assert_eq!(bucket.owner.as_deref(), Some(UID));
@@ -1104,16 +1083,14 @@ async fn a_client_side_drain_stops_without_deleting_when_the_bucket_changes_hand
     annotate_with(&mut obj, DRAIN_ANNOTATION, "1");
     // The drain starts, then its first round deletes.
     for now in [0, 1] {
-        let out = apply_bucket(&fake, &view(&obj, at(now), None))
-            .await
-            .unwrap();
+        let out = applied(&fake, &view(&obj, at(now), None)).await.unwrap();
         write_back(&mut obj, &out);
     }
     let left = fake.bucket(NAME).unwrap().objects;
     assert!(left < 2500, "the first round deleted");
     // Someone re-tags the bucket between two rounds.
     fake.buckets.lock().unwrap().get_mut(NAME).unwrap().owner = Some("uid-2".into());
-    let out = apply_bucket(&fake, &view(&obj, at(2), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(2), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Failed));
     assert_eq!(
         condition(&out.status.conditions, "Ready").reason,
@@ -1141,7 +1118,7 @@ async fn a_drain_is_not_started_and_a_bucket_not_deleted_once_ownership_changed(
     annotate_with(&mut obj, DRAIN_ANNOTATION, "1");
     // Re-tagged after keeper last converged it (a steady Ready bucket is not re-ensured).
     fake.buckets.lock().unwrap().get_mut(NAME).unwrap().owner = Some("uid-2".into());
-    let out = apply_bucket(&fake, &view(&obj, at(0), None)).await.unwrap();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(
         condition(&out.status.conditions, "Ready").reason,
         "OwnershipLost"

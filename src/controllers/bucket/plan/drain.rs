@@ -244,14 +244,31 @@ fn expected_end(initial: i64, left: i64, ran: Duration) -> Option<Duration> {
     ))
 }
 
-/// Whether a poll is due: the recorded interval has passed since the last check.
-pub fn poll_due(current: &DrainStatus, now: Timestamp) -> bool {
-    let interval = current
+/// The interval between polls recorded in the drain's status.
+fn recorded_interval(current: &DrainStatus) -> Option<Duration> {
+    current
         .next_poll_interval
         .as_deref()
         .and_then(|s| parse_duration(s).ok())
-        .unwrap_or_default();
-    elapsed(current.last_checked_at.as_ref(), now) >= interval
+}
+
+/// Whether a poll is due: the recorded interval has passed since the last check.
+pub fn poll_due(current: &DrainStatus, now: Timestamp) -> bool {
+    elapsed(current.last_checked_at.as_ref(), now) >= recorded_interval(current).unwrap_or_default()
+}
+
+/// How long until the next poll of a backend's drain is due: the recorded interval (the initial
+/// one when none is recorded) less the time since the last check, at least a second; so that a
+/// reconcile triggered by something else does not push the poll a whole interval back.
+pub fn until_next_poll(
+    current: &DrainStatus,
+    settings: &DrainSettings,
+    now: Timestamp,
+) -> Duration {
+    let interval = recorded_interval(current).unwrap_or(settings.initial_poll);
+    interval
+        .saturating_sub(elapsed(current.last_checked_at.as_ref(), now))
+        .max(Duration::from_secs(1))
 }
 
 /// Transition: the bucket is empty. The drain status goes (the caller records the request as
@@ -580,6 +597,32 @@ mod tests {
         let (start, _) = initiate(10, 0, DrainMode::ClientSide, &defaults(), at(0));
         assert!(!poll_due(&start, at(179)));
         assert!(poll_due(&start, at(180)));
+    }
+
+    #[test]
+    fn the_next_poll_is_due_an_interval_after_the_last_check_not_after_any_reconcile() {
+        let (start, _) = initiate(10, 0, DrainMode::ClientSide, &defaults(), at(0));
+        assert_eq!(
+            until_next_poll(&start, &defaults(), at(0)),
+            Duration::from_secs(180)
+        );
+        assert_eq!(
+            until_next_poll(&start, &defaults(), at(170)),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            until_next_poll(&start, &defaults(), at(400)),
+            Duration::from_secs(1),
+            "overdue: at once"
+        );
+        let unrecorded = DrainStatus {
+            next_poll_interval: None,
+            ..start
+        };
+        assert_eq!(
+            until_next_poll(&unrecorded, &defaults(), at(0)),
+            defaults().initial_poll
+        );
     }
 
     #[test]

@@ -1,0 +1,375 @@
+//! Performs the plan: resolves the tenant and its storage, observes the bucket, decides with
+//! [`super::plan`], acts through [`BucketBackend`] and reports everything as an [`Outcome`] that
+//! the shared runtime writes (status, events, the handled-request annotations).
+//!
+//! A live bucket's reconcile ([`apply`]) has two halves: the storage ([`apply_bucket`]: create or
+//! converge the bucket, refresh usage, run the drain machine, in [`drain`]) and its credentials
+//! ([`credentials`]); whether it is Ready is decided once, from both, by [`plan::ready`].
+//! A deleted bucket's ([`deletion`]) drains if asked, refuses while objects remain and deletes
+//! the bucket once empty. [`intent`] records a create before it happens.
+//!
+//! The storage halves talk to the storage only through the backend trait, so they are tested
+//! against an in-memory fake; the rest adds what needs Kubernetes (tenant, Secrets).
+
+mod credentials;
+pub(super) mod deletion;
+mod drain;
+mod intent;
+
+pub use deletion::cleanup;
+pub use intent::intent_with_finalizer;
+
+use std::ops::{Deref, DerefMut};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::backend::{BucketBackend, Connect, DesiredBucket, Ensured, Observed, Owner, Wait};
+use super::plan::drain::{self as drain_plan, DrainSettings};
+use super::plan::lifecycle::{self, TenantGate};
+use super::plan::ready::{self, KeysVerdict, Usable};
+use super::plan::requests::{self, Kind, Request};
+use super::{ADOPT_ANNOTATION, CREATE_INTENT_ANNOTATION, Error, S3BucketReconciler, USAGE_REFRESH};
+use crate::api::names::{
+    bucket_credentials_secret_name, default_bucket_name, validate_bucket_name,
+};
+use crate::api::{BucketPhase, S3Bucket, S3BucketStatus};
+use crate::backends::s3::OwnerMark;
+use crate::providers::ProviderClients;
+use crate::runtime::{Context, Next, Outcome};
+
+/// Whether an annotation is set to `true`.
+pub fn annotated(obj: &S3Bucket, key: &str) -> bool {
+    obj.annotations().get(key).is_some_and(|v| v == "true")
+}
+
+/// What request annotation `kind` asks for: none, a value already handled, or a new request.
+pub fn request(obj: &S3Bucket, kind: Kind) -> Request {
+    let annotation = |key: &str| obj.annotations().get(key).map(String::as_str);
+    requests::state(
+        annotation(kind.annotation()),
+        kind.recorded(
+            obj.status
+                .as_ref()
+                .and_then(|s| s.handled_requests.as_ref()),
+        ),
+        annotation(kind.handled_annotation()),
+    )
+}
+
+/// Records `value` as the request of `kind` handled last, in status and in keeper's annotation.
+/// Each is written only when it differs, so recording an already handled value again repairs a
+/// record that was lost (a failed write, a restore without status) and otherwise writes nothing.
+fn record_handled(out: &mut Outcome<S3BucketStatus>, kind: Kind, value: &str) {
+    kind.record(&mut out.status.handled_requests, value);
+    let key = kind.handled_annotation();
+    out.set_annotations.retain(|(k, _)| *k != key);
+    out.set_annotations.push((key, value.to_string()));
+}
+
+/// Everything the bucket logic reads besides the backend.
+#[derive(Clone)]
+pub struct View<'a> {
+    pub obj: &'a S3Bucket,
+    pub desired: DesiredBucket,
+    pub drain: DrainSettings,
+    pub now: Timestamp,
+    /// The last observation, when it is recent enough to stand in for a new one.
+    pub cached: Option<Observed>,
+    /// For a cleanup: the access key id the bucket's credentials Secret carries, when the last
+    /// reconcile ended Ready (it left that key the bucket user's only one, see [`settle_keys`]).
+    /// It is deleted without listing the user's keys.
+    pub only_key: Option<String>,
+}
+
+/// What a reconcile decided: the [`Outcome`] the runtime writes, plus what only this controller
+/// keeps (the drain counter and the usage cache). Derefs to the outcome so that the state
+/// machine reads like it writes the outcome directly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub outcome: Outcome<S3BucketStatus>,
+    /// Objects a drain deleted in this reconcile (for `keeper_drain_objects_deleted_total`).
+    pub deleted: u64,
+    /// A fresh observation to cache, or `Forget` to drop the cached one.
+    pub observed: Cache,
+    /// Whether the storage half left the bucket usable (a live bucket's reconcile only).
+    pub usable: Usable,
+}
+
+impl Report {
+    fn new(status: S3BucketStatus, requeue: Duration) -> Self {
+        Report {
+            outcome: Outcome::new(status, Next::Requeue(requeue)),
+            deleted: 0,
+            observed: Cache::Keep,
+            usable: Usable::No,
+        }
+    }
+}
+
+impl Deref for Report {
+    type Target = Outcome<S3BucketStatus>;
+    fn deref(&self) -> &Self::Target {
+        &self.outcome
+    }
+}
+
+impl DerefMut for Report {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.outcome
+    }
+}
+
+/// What to do with the cached usage observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cache {
+    Keep,
+    Store(Observed),
+    Forget,
+}
+
+/// The storage half of a live bucket's reconcile: create or converge it, refresh usage, run the
+/// drain machine, and say whether the bucket is usable ([`Report::usable`]; [`apply`] decides
+/// Ready once its credentials are known too).
+pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result<Report, Error> {
+    let obj = view.obj;
+    let generation = obj.metadata.generation;
+    let before = obj.status.clone().unwrap_or_default();
+    let mut out = Report::new(before.clone(), USAGE_REFRESH);
+    let seeded;
+    let mut view = view;
+    if lifecycle::needs_ensure(&before, generation, &view.desired.name) {
+        let Ensured { owner, created } = backend.ensure(&view.desired).await?;
+        if created {
+            // A bucket this reconcile created is empty: nothing to look at.
+            seeded = View {
+                cached: Some(Observed::default()),
+                ..view.clone()
+            };
+            view = &seeded;
+            out.observed = Cache::Store(Observed::default());
+        }
+        if let Some(message) = owner.message() {
+            drain::stop_drain_before_letting_go(
+                backend,
+                &view.desired.name,
+                &mut out,
+                "the bucket is not keeper's",
+            )
+            .await?;
+            // An intent must not make a bucket someone else created meanwhile ours later.
+            out.status.create_intent = None;
+            if obj.annotations().contains_key(CREATE_INTENT_ANNOTATION) {
+                out.remove_annotations.push(CREATE_INTENT_ANNOTATION);
+            }
+            let (reason, message) = match owner {
+                Owner::Taken(_) => (
+                    "BucketOwnedElsewhere",
+                    format!(
+                        "{message}; keeper never takes a bucket from another owner, {ADOPT_ANNOTATION} or not"
+                    ),
+                ),
+                _ => (
+                    "BucketNotOwned",
+                    format!(
+                        "{message}; keeper does not adopt it unless annotated {ADOPT_ANNOTATION}=true"
+                    ),
+                ),
+            };
+            out.fail(reason, message, generation, false);
+            out.status.observed_generation = generation;
+            return Ok(out);
+        }
+        if owner == Owner::Missing {
+            return Err(Error::Retry(format!(
+                "bucket {:?} disappeared while it was created",
+                view.desired.name
+            )));
+        }
+        // The intent has done its job (dropped with the next write that converges the bucket;
+        // a stale one is harmless: it only counts for a bucket not recorded in bucketName).
+        out.status.create_intent = None;
+        // Recorded only after a successful create or adoption: the ownership record for
+        // backends without tags.
+        out.status.bucket_name = Some(view.desired.name.clone());
+    }
+    out.status.observed_generation = generation;
+    out.usable = match drain::run_drain(backend, view, &mut out).await? {
+        Some(objects) => Usable::Ready { objects },
+        None if out.status.phase == Some(BucketPhase::Draining) => Usable::Draining,
+        None => Usable::No,
+    };
+    Ok(out)
+}
+
+/// A bucket waiting for something outside it (tenant, Secret): `Pending` with a Normal event when
+/// the reason to wait is new. While deleting, the deletion is blocked on it too.
+fn waiting(obj: &S3Bucket, wait: Wait, deleting: bool) -> Outcome<S3BucketStatus> {
+    let generation = obj.metadata.generation;
+    // The tenant's change that ends the wait triggers this bucket through the controller's
+    // watch of tenants, after the cache it is read from has it: nothing to poll.
+    let mut out = Outcome::new(obj.status.clone().unwrap_or_default(), Next::AwaitChange);
+    out.status.observed_generation = generation;
+    out.status.phase = Some(BucketPhase::Pending);
+    out.ready(false, wait.reason, wait.message.clone(), generation, false);
+    if deleting {
+        out.deletion_blocked(
+            "BackendUnavailable",
+            format!("cannot reach the bucket to clean it up: {}", wait.message),
+            generation,
+        );
+    }
+    out
+}
+
+/// The tenant's storage and the view of the bucket, or what the bucket waits for.
+struct Resolved<'a, B> {
+    backend: B,
+    view: View<'a>,
+    clients: std::sync::Arc<ProviderClients>,
+}
+
+/// Resolves tenant, provider and credentials into a backend and a view of the bucket. Spec and
+/// configuration problems are permanent errors; a tenant not ready yet is a wait.
+async fn resolve<'a, C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &'a S3Bucket,
+) -> Result<Result<Resolved<'a, C::Backend>, Wait>, Error> {
+    let namespace = obj.namespace().unwrap_or_default();
+    let tenant = cx
+        .kube()
+        .tenant(&namespace, &obj.spec.tenant_ref.name)
+        .await?;
+    let deleting = obj.metadata.deletion_timestamp.is_some();
+    let tenant = match lifecycle::tenant_gate(obj, tenant.as_deref(), deleting) {
+        TenantGate::Ready => tenant.expect("gate passed"),
+        TenantGate::Wait(reason, message) => return Ok(Err(Wait { reason, message })),
+    };
+    // The registry only fails for a provider the configuration does not define.
+    let clients = cx
+        .shared
+        .providers
+        .get(&tenant.spec.provider)
+        .map_err(|_| Error::Invalid {
+            reason: "ProviderNotConfigured",
+            message: format!(
+                "tenant {:?} uses provider {:?}, which keeper's configuration does not define",
+                tenant.name_any(),
+                tenant.spec.provider
+            ),
+        })?;
+    let bucket = obj
+        .spec
+        .bucket_name
+        .clone()
+        .unwrap_or_else(|| default_bucket_name(&namespace, &obj.name_any()));
+    validate_bucket_name(&bucket).map_err(|e| Error::Invalid {
+        reason: "InvalidBucketName",
+        message: e.to_string(),
+    })?;
+    let drain =
+        drain_plan::settings(obj.spec.drain.as_ref(), clients.config.drain()).map_err(|e| {
+            Error::Invalid {
+                reason: "InvalidDrainSettings",
+                message: e.to_string(),
+            }
+        })?;
+    let region = obj
+        .spec
+        .region
+        .clone()
+        .unwrap_or_else(|| clients.region().to_string());
+    let backend = match cx
+        .reconciler
+        .connector
+        .connect(
+            cx.kube(),
+            &cx.shared.metrics,
+            &tenant,
+            &clients,
+            &cx.shared.operator_namespace,
+        )
+        .await?
+    {
+        Ok(backend) => backend,
+        Err(wait) => return Ok(Err(wait)),
+    };
+    let uid = obj.uid().unwrap_or_default();
+    let status = obj.status.as_ref();
+    let recorded = status.and_then(|s| s.bucket_name.as_deref()) == Some(bucket.as_str());
+    let view = View {
+        obj,
+        desired: DesiredBucket {
+            name: bucket.clone(),
+            region,
+            versioning: obj.spec.versioning,
+            object_lock: obj.spec.object_lock,
+            recorded,
+            // Only until the bucket is recorded: from then on the mark alone decides.
+            intent: !recorded
+                && (status.and_then(|s| s.create_intent.as_deref()) == Some(bucket.as_str())
+                    || obj.annotations().get(CREATE_INTENT_ANNOTATION) == Some(&bucket)),
+            owner: OwnerMark::new(&namespace, &obj.name_any(), &uid),
+            adopt: annotated(obj, ADOPT_ANNOTATION),
+        },
+        drain,
+        now: Timestamp::now(),
+        cached: cx.reconciler.cached(&uid),
+        only_key: None,
+    };
+    Ok(Ok(Resolved {
+        backend,
+        view,
+        clients,
+    }))
+}
+
+/// Reconciles a live bucket: create or converge it, refresh usage, run the drain machine, and
+/// publish its credentials once it is usable.
+pub async fn apply<C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &S3Bucket,
+) -> Result<Outcome<S3BucketStatus>, Error> {
+    let Resolved {
+        backend,
+        mut view,
+        clients,
+    } = match resolve(cx, obj).await? {
+        Ok(resolved) => resolved,
+        Err(wait) => return Ok(waiting(obj, wait, false)),
+    };
+    intent::record_create_intent(cx, &backend, &mut view).await?;
+    let report = apply_bucket(&backend, &view).await?;
+    cx.reconciler.settle(obj, &report);
+    let usable = report.usable;
+    let mut out = report.outcome;
+    let keys = if usable.is_usable() {
+        Some(credentials::publish_credentials(cx, &backend, obj, &view, &clients, &mut out).await?)
+    } else {
+        None
+    };
+    decide_ready(&mut out, &view, usable, keys.as_ref());
+    Ok(out)
+}
+
+/// Decides Ready once, from what the storage half and the credentials half found
+/// ([`plan::ready`]).
+pub fn decide_ready(
+    out: &mut Outcome<S3BucketStatus>,
+    view: &View<'_>,
+    usable: Usable,
+    keys: Option<&KeysVerdict>,
+) {
+    let obj = view.obj;
+    let secret = bucket_credentials_secret_name(&obj.name_any());
+    let before = obj.status.clone().unwrap_or_default();
+    let subject = ready::Subject {
+        before: &before,
+        bucket: &view.desired.name,
+        secret: &secret,
+        generation: obj.metadata.generation,
+        now: view.now,
+    };
+    ready::decide(out, &subject, usable, keys);
+}
