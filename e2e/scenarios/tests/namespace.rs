@@ -254,6 +254,61 @@ async fn deleting_a_namespace_with_every_kind_completes_and_leaves_nothing_on_th
     created.assert_gone(&env).await;
 }
 
+/// A StorageGRID tenant whose root-credentials Secret an older keeper wrote without the cleanup
+/// hold (or `keeper release-finalizers` left so): keeper holds it again while the tenant lives,
+/// so that a namespace deletion does not take the password the buckets' and the tenant's cleanup
+/// sign in with (safety audit 2, HIGH 2; before, the bucket waited on TenantCredentialsMissing,
+/// the tenant on the bucket, and the namespace stayed Terminating).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_namespace_with_a_tenant_an_older_keeper_left_unheld_is_deleted() {
+    let env = Env::from_env().unwrap();
+    let ns: Namespace = env.namespace("e2e-nsold").unwrap();
+    let n = ns.name.as_str();
+    let keeper = Keeper::start(&env).unwrap();
+    env.apply(n, &tenant("grid", "default", "")).unwrap();
+    env.apply(n, &bucket("grid-b", "grid")).unwrap();
+    let mut created = Created::default();
+    created.record(&env, n, "s3tenant/grid");
+    created.record(&env, n, "s3bucket/grid-b");
+    keeper.terminate().unwrap();
+
+    // As the release before the hold left it.
+    let secret = "secret/grid-root-credentials";
+    env.kubectl(&[
+        "patch",
+        "-n",
+        n,
+        secret,
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"remove","path":"/metadata/finalizers"}]"#,
+    ])
+    .unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    let held = wait_for(
+        &env,
+        n,
+        secret,
+        "the cleanup hold",
+        Duration::from_secs(60),
+        |s| {
+            s["metadata"]["finalizers"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|f| f == "keeper.dev/needed-for-cleanup"))
+        },
+    );
+    assert_eq!(
+        held["metadata"]["ownerReferences"][0]["kind"], "S3Tenant",
+        "still the tenant's: {held:#}"
+    );
+
+    env.kubectl(&["delete", "namespace", n, "--wait=false"])
+        .unwrap();
+    wait_namespace_gone(&env, n, Duration::from_secs(180));
+    created.assert_gone(&env).await;
+}
+
 /// Waits for `resource` to show condition DeletionBlocked with `reason`, naming `command`. Only
 /// the condition: in a namespace being deleted the API refuses every new object, events
 /// included (NamespaceLifecycle admission), so the DeletionBlocked Warning keeper publishes

@@ -401,6 +401,31 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
             .as_ref()
             .and_then(|s| secret_data(s).remove("password"))
             .filter(|p| !p.is_empty());
+        // A Secret written before keeper held it for cleanup (an older release, or after
+        // `keeper release-finalizers`) gets its hold while the tenant lives: without it a
+        // namespace deletion takes the password before the buckets' and the tenant's cleanup,
+        // which sign in with it. Written only when the hold is missing, and only if the Secret
+        // is still as read. Never while the tenant is deleted: cleanup lets go of holds.
+        let secret = match secret {
+            Some(read)
+                if password.is_some() && self.tenant.metadata.deletion_timestamp.is_none() =>
+            {
+                let written = self
+                    .cx
+                    .kube()
+                    .swap_secret(
+                        &Target::of(self.tenant),
+                        &tenant_root_secret_name(&self.tenant.name_any()),
+                        Some(&read),
+                        secret_data(&read),
+                        Hold::UntilReleased,
+                        None,
+                    )
+                    .await?;
+                Some(written)
+            }
+            other => other,
+        };
         *self.root_secret.lock().expect("root secret lock") = secret;
         Ok(password)
     }

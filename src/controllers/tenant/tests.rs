@@ -279,6 +279,15 @@ fn grid_tenant_with_a_stored_password(h: &Harness) -> S3Tenant {
         "t-root-credentials",
         data(&[("password", &"p".repeat(32))]),
     );
+    // Held for cleanup, as keeper stores it.
+    h.kube
+        .secrets
+        .lock()
+        .unwrap()
+        .get_mut(&("ns".to_string(), "t-root-credentials".to_string()))
+        .unwrap()
+        .metadata
+        .finalizers = Some(vec![CLEANUP_HOLD.to_string()]);
     t
 }
 
@@ -703,6 +712,51 @@ async fn the_tenant_secrets_are_held_for_cleanup_while_the_tenant_lives() {
     assert_eq!(
         h.secret_finalizers("t-s3-credentials"),
         Some(vec![CLEANUP_HOLD.to_string()])
+    );
+}
+
+#[tokio::test]
+async fn a_root_secret_written_without_the_hold_gets_it_while_the_tenant_lives() {
+    let h = harness();
+    let t = h.ready(grid_tenant()).await;
+    // As an older release wrote it, or as `keeper release-finalizers` left it.
+    let unheld = |h: &Harness| {
+        let mut secrets = h.kube.secrets.lock().unwrap();
+        let root = secrets
+            .get_mut(&("ns".to_string(), "t-root-credentials".to_string()))
+            .unwrap();
+        root.metadata.finalizers = None;
+    };
+    unheld(&h);
+    let password = h.kube.secret_data("ns", "t-root-credentials").unwrap();
+    h.reconcile(&t).await.unwrap();
+    assert_eq!(
+        h.secret_finalizers("t-root-credentials"),
+        Some(vec![CLEANUP_HOLD.to_string()])
+    );
+    assert_eq!(
+        h.kube.secret_data("ns", "t-root-credentials").unwrap(),
+        password,
+        "the data stays as it was"
+    );
+    // Held already: no write.
+    let writes = h.kube.calls().len();
+    h.reconcile(&t).await.unwrap();
+    assert!(
+        !h.kube.calls()[writes..]
+            .iter()
+            .any(|c| matches!(c, Call::ApplySecret { name, .. } if name == "t-root-credentials")),
+        "{:#?}",
+        &h.kube.calls()[writes..]
+    );
+    // Never during cleanup: the cleanup lets go of holds.
+    unheld(&h);
+    h.kube.buckets.lock().unwrap().push(bucket("alpha", "t"));
+    h.reconcile(&deleting(t)).await.unwrap();
+    assert_eq!(
+        h.secret_finalizers("t-root-credentials"),
+        Some(vec![]),
+        "not held again"
     );
 }
 
