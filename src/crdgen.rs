@@ -67,7 +67,7 @@ mod tests {
     fn committed_crds_match_the_types() {
         // crds/ is what users apply by hand; the chart ships the same files in its crds/.
         for dir in ["crds", "charts/keeper/crds"] {
-            let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+            let path = Path::new(&crate::test_support::manifest_dir()).join(dir);
             for (name, yaml) in render() {
                 let committed = std::fs::read_to_string(path.join(&name)).unwrap_or_default();
                 assert!(

@@ -10,6 +10,12 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
+/// The checkout under test, read when the test runs: a binary cargo reuses from another checkout
+/// of the same shared target dir would otherwise read that checkout.
+pub(crate) fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")
+}
+
 /// A moto server (S3 and RDS) on 127.0.0.1 for tests of the real backends, killed when dropped.
 pub(crate) struct MotoServer {
     child: Child,

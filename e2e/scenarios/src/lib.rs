@@ -283,7 +283,15 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 fn stack_script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../stack.sh")
+    repo_root().join("e2e/stack.sh")
+}
+
+/// The repository under test, read when the scenario runs (cargo and nextest set
+/// `CARGO_MANIFEST_DIR` for every test): a test binary cargo reuses from another checkout of the
+/// same shared target dir would otherwise point into that checkout.
+pub fn repo_root() -> PathBuf {
+    let scenarios = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo");
+    Path::new(&scenarios).join("../..")
 }
 
 /// The admission webhook of a keeper process, registered with the API server while it lives.
@@ -612,6 +620,33 @@ pub async fn iam_client(env: &Env) -> aws_sdk_iam::Client {
         config = config.endpoint_url(endpoint);
     }
     aws_sdk_iam::Client::from_conf(config.build())
+}
+
+/// keeper's IAM users (path `/keeper/`) tagged with `bucket`.
+pub async fn iam_users_of(iam: &aws_sdk_iam::Client, bucket: &str) -> Vec<String> {
+    let users = iam
+        .list_users()
+        .path_prefix("/keeper/")
+        .send()
+        .await
+        .expect("list users");
+    let mut out = Vec::new();
+    for user in users.users() {
+        let tags = iam
+            .list_user_tags()
+            .user_name(user.user_name())
+            .send()
+            .await
+            .expect("list user tags");
+        if tags
+            .tags()
+            .iter()
+            .any(|t| t.key() == "keeper.dev/bucket" && t.value() == bucket)
+        {
+            out.push(user.user_name().to_string());
+        }
+    }
+    out
 }
 
 /// Keys reaching every bucket of a tenant on `provider`, as an operator holds them: the

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
 use keeper_e2e_scenarios::{
-    Env, Keeper, client_for, condition, condition_is, iam_client, s3_client, secret_data, wait_for,
-    wait_until,
+    Env, Keeper, client_for, condition, condition_is, iam_client, iam_users_of, s3_client,
+    secret_data, wait_for, wait_until,
 };
 
 fn manifest(kind: &str, name: &str, spec: &str) -> String {
@@ -36,33 +36,6 @@ fn ready_bucket(env: &Env, ns: &str) -> BTreeMap<String, String> {
         |b| condition_is(b, "Ready", "True"),
     );
     secret_data(env, ns, "data-credentials").unwrap()
-}
-
-/// keeper's IAM users (path `/keeper/`) tagged with `bucket`.
-async fn users_of(iam: &aws_sdk_iam::Client, bucket: &str) -> Vec<String> {
-    let users = iam
-        .list_users()
-        .path_prefix("/keeper/")
-        .send()
-        .await
-        .expect("list users");
-    let mut out = Vec::new();
-    for user in users.users() {
-        let tags = iam
-            .list_user_tags()
-            .user_name(user.user_name())
-            .send()
-            .await
-            .expect("list user tags");
-        if tags
-            .tags()
-            .iter()
-            .any(|t| t.key() == "keeper.dev/bucket" && t.value() == bucket)
-        {
-            out.push(user.user_name().to_string());
-        }
-    }
-    out
 }
 
 /// The error code of a refused S3 call (panics if it succeeded).
@@ -182,7 +155,7 @@ async fn bucket_keys_reach_their_own_bucket_only_and_their_user_goes_with_the_bu
 
     // Deleting the S3Bucket deletes its IAM user (keys, policy, user); the other stays.
     let iam = iam_client(&env).await;
-    assert_eq!(users_of(&iam, &bucket).await.len(), 1);
+    assert_eq!(iam_users_of(&iam, &bucket).await.len(), 1);
     env.kubectl(&[
         "delete",
         "-n",
@@ -193,8 +166,8 @@ async fn bucket_keys_reach_their_own_bucket_only_and_their_user_goes_with_the_bu
     ])
     .unwrap();
     // The finalizer deletes the user before it lets the resource go.
-    assert_eq!(users_of(&iam, &bucket).await, Vec::<String>::new());
-    assert_eq!(users_of(&iam, &other).await.len(), 1);
+    assert_eq!(iam_users_of(&iam, &bucket).await, Vec::<String>::new());
+    assert_eq!(iam_users_of(&iam, &other).await.len(), 1);
     let code = refused(
         "ListBuckets with a deleted bucket's keys",
         s3.list_buckets().send().await,
@@ -248,7 +221,7 @@ async fn rotating_a_buckets_keys_replaces_them_and_the_old_key_stops_working() {
     assert_eq!(code, "InvalidAccessKeyId", "the old key is deleted");
     // One user, one key: the rotation left nothing behind.
     let iam = iam_client(&env).await;
-    let users = users_of(&iam, &bucket).await;
+    let users = iam_users_of(&iam, &bucket).await;
     assert_eq!(users.len(), 1);
     let keys = iam
         .list_access_keys()

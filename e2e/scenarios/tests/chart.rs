@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use keeper_e2e_scenarios::Env;
+use keeper_e2e_scenarios::{Env, repo_root};
 
 fn helm(env: &Env, args: &[&str]) -> String {
     let helm = std::env::var("KEEPER_HELM").expect("KEEPER_HELM is set by e2e/run-e2e.sh");
@@ -25,9 +25,12 @@ fn helm(env: &Env, args: &[&str]) -> String {
 fn the_chart_installs_renders_a_valid_configuration_and_uninstalls() {
     let env = Env::from_env().unwrap();
     let ns = env.namespace("e2e-chart").unwrap();
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let chart = format!("{root}/charts/keeper");
-    let values = format!("{root}/charts/keeper/ci/demo-values.yaml");
+    let root = repo_root();
+    let chart = root.join("charts/keeper").display().to_string();
+    let values = root
+        .join("charts/keeper/ci/demo-values.yaml")
+        .display()
+        .to_string();
     // The webhook would register cluster-wide and point at a Service nothing serves here.
     helm(
         &env,
