@@ -218,6 +218,16 @@ impl Provider {
             Provider::S3Compatible(p) => p.allowed_namespaces.as_ref(),
         }
     }
+
+    /// Who may adopt an existing bucket that keeper did not create.
+    pub fn adoption(&self) -> AdoptionScope<'_> {
+        match self {
+            Provider::StorageGrid(_) => AdoptionScope::TenantAccount,
+            Provider::S3Compatible(p) => {
+                AdoptionScope::Namespaces(p.adoption.as_ref().map(|a| &a.allowed_namespaces))
+            }
+        }
+    }
 }
 
 #[derive(Deserialize, Debug, Clone, PartialEq)]
@@ -285,6 +295,31 @@ pub struct S3CompatibleProvider {
     /// Requests that may go at once after a quiet spell (default: one second's worth).
     #[serde(default)]
     pub request_burst: Option<NonZeroU32>,
+    /// Which namespaces' S3Buckets may adopt an existing bucket of the store that keeper did not
+    /// create (`keeper.dev/adopt`). Absent: none. keeper manages buckets with the provider's
+    /// keys, which reach every bucket of the store, so adoption would let any namespace take any
+    /// bucket (and delete it); it is allowed only where the platform team says.
+    #[serde(default)]
+    pub adoption: Option<AdoptionConfig>,
+}
+
+/// `adoption` of an S3-compatible provider.
+#[derive(Deserialize, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AdoptionConfig {
+    /// The namespaces that may adopt: by name and/or by a label selector.
+    pub allowed_namespaces: AllowedNamespaces,
+}
+
+/// Who may adopt an existing bucket of a provider that keeper did not create.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum AdoptionScope<'a> {
+    /// Any S3Bucket of a tenant, within the tenant's own account (StorageGRID): the account
+    /// bounds what it can reach.
+    TenantAccount,
+    /// S3Buckets in the namespaces these admit, none without (an S3-compatible store, whose
+    /// keys reach every bucket).
+    Namespaces(Option<&'a AllowedNamespaces>),
 }
 
 /// Where the IAM API of an S3-compatible provider is (AWS IAM is not at the S3 endpoint).
@@ -605,9 +640,12 @@ fn burst_without_rate(section: &str) -> String {
 impl OperatorConfig {
     /// Whether some provider admits namespaces by label: keeper then watches namespaces.
     pub fn uses_namespace_selector(&self) -> bool {
+        let by_label = |allowed: Option<&AllowedNamespaces>| {
+            allowed.is_some_and(|allowed| allowed.selector.is_some())
+        };
         self.providers.values().any(|p| {
-            p.allowed_namespaces()
-                .is_some_and(|allowed| allowed.selector.is_some())
+            by_label(p.allowed_namespaces())
+                || matches!(p.adoption(), AdoptionScope::Namespaces(allowed) if by_label(allowed))
         })
     }
 
@@ -707,6 +745,11 @@ impl OperatorConfig {
                 crate::namespaces::Restriction::new(allowed).map_err(|e| {
                     let kind = kind.split('.').next().unwrap_or_default();
                     format!("providers.{name}.{kind}.allowedNamespaces: {e}")
+                })?;
+            }
+            if let AdoptionScope::Namespaces(Some(allowed)) = provider.adoption() {
+                crate::namespaces::Restriction::new(allowed).map_err(|e| {
+                    format!("providers.{name}.s3Compatible.adoption.allowedNamespaces: {e}")
                 })?;
             }
             if let (None, Some(_)) = provider.rate_settings() {
@@ -916,6 +959,43 @@ mod tests {
             err.contains("providers.g.storageGrid.allowedNamespaces: selector"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn adoption_is_off_unless_namespaces_are_named_and_only_s3_compatible_stores_have_it() {
+        const STORE: &str = "providers:\n  s3:\n    s3Compatible:\n      endpoint: https://s3\n      credentialsSecret: {name: x}\n";
+        let config = OperatorConfig::parse(STORE).unwrap();
+        assert_eq!(
+            config.providers["s3"].adoption(),
+            AdoptionScope::Namespaces(None)
+        );
+        let config = OperatorConfig::parse(&format!(
+            "{STORE}      adoption:\n        allowedNamespaces: {{selector: {{matchLabels: {{adopt: yes}}}}}}\n"
+        ))
+        .unwrap();
+        assert!(matches!(
+            config.providers["s3"].adoption(),
+            AdoptionScope::Namespaces(Some(allowed)) if allowed.selector.is_some()
+        ));
+        assert!(config.uses_namespace_selector(), "labels are read for it");
+        let err = OperatorConfig::parse(&format!(
+            "{STORE}      adoption:\n        allowedNamespaces: {{}}\n"
+        ))
+        .unwrap_err();
+        assert!(
+            err.contains("providers.s3.s3Compatible.adoption.allowedNamespaces"),
+            "{err}"
+        );
+        let grid = OperatorConfig::parse(SAMPLE).unwrap();
+        assert_eq!(
+            grid.providers["default"].adoption(),
+            AdoptionScope::TenantAccount
+        );
+        let err = OperatorConfig::parse(
+            "providers:\n  g:\n    storageGrid:\n      adminEndpoint: https://grid\n      adminCredentialsSecret: {name: x}\n      s3Endpoint: https://s3\n      adoption: {allowedNamespaces: {names: [a]}}\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("adoption"), "{err}");
     }
 
     #[test]

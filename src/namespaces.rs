@@ -63,22 +63,15 @@ impl Restriction {
         self.selector.is_some()
     }
 
-    /// The decision for `namespace`, whose labels are `labels` (`None`: unknown, such as a
-    /// namespace that does not exist; a selector never admits it).
-    pub fn access(
-        &self,
-        provider: &str,
-        namespace: &str,
-        labels: Option<&BTreeMap<String, String>>,
-    ) -> Access {
-        if self.names.iter().any(|n| n == namespace) {
-            return Access::Allowed;
-        }
-        if let (Some(selector), Some(labels)) = (&self.selector, labels)
-            && selector.matches(labels)
-        {
-            return Access::Allowed;
-        }
+    /// Whether `namespace`, whose labels are `labels` (`None`: unknown, such as a namespace that
+    /// does not exist; a selector never admits it), is admitted.
+    pub fn admits(&self, namespace: &str, labels: Option<&BTreeMap<String, String>>) -> bool {
+        self.names.iter().any(|n| n == namespace)
+            || matches!((&self.selector, labels), (Some(selector), Some(labels)) if selector.matches(labels))
+    }
+
+    /// What it admits, for messages: `the namespaces a, b and namespaces labelled team=a`.
+    pub fn describe(&self) -> String {
         let mut admits = Vec::new();
         if !self.names.is_empty() {
             admits.push(format!("the namespaces {}", self.names.join(", ")));
@@ -90,11 +83,24 @@ impl Restriction {
                 format!("namespaces labelled {text}")
             });
         }
+        admits.join(" and ")
+    }
+
+    /// The decision for a tenant of `provider` in `namespace`, whose labels are `labels`.
+    pub fn access(
+        &self,
+        provider: &str,
+        namespace: &str,
+        labels: Option<&BTreeMap<String, String>>,
+    ) -> Access {
+        if self.admits(namespace, labels) {
+            return Access::Allowed;
+        }
         Access::Denied(format!(
             "provider {provider:?} may not be used from namespace {namespace:?}: keeper's \
              configuration allows it only for {}; nothing was created or changed on the backend. \
              Ask the platform team to allow this namespace, or use another provider",
-            admits.join(" and ")
+            self.describe()
         ))
     }
 }

@@ -71,4 +71,9 @@ lacks 'name: keeper-webhook-cert'
 has 'resources: \[namespaces\]'
 has 'verbs: \[get, list, watch\]'
 
-echo "render: defaults, demo, single-replica and external-webhook value sets render what they promise"
+set=adoption-by-label
+out=$(render --set-json 'config.providers.s3.s3Compatible={"endpoint":"https://s3","credentialsSecret":{"name":"s3"},"iam":{},"adoption":{"allowedNamespaces":{"selector":{"matchLabels":{"adopt":"yes"}}}}}')
+has 'adoption:'
+has 'resources: \[namespaces\]'
+
+echo "render: defaults, demo, single-replica and external-webhook value sets render what they promise; adoption by label reads namespaces"

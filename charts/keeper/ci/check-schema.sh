@@ -33,6 +33,9 @@ refused "/config/providers/p/storageGrid/requestsPerSecond" --set config.provide
 refused "/config/rds/requestsPerSecond" --set-string config.rds.requestsPerSecond=fast
 refused "/config/rds/requestBurst" --set config.rds.requestsPerSecond=5 --set config.rds.requestBurst=0
 refused "requestsPerSecond" --set config.rds.requestBurst=10
+refused "/config/providers/p/s3Compatible/adoption" --set config.providers.p.s3Compatible.adoption.namespaces=a
+refused "/config/providers/p/s3Compatible/adoption/allowedNamespaces/names" --set config.providers.p.s3Compatible.adoption.allowedNamespaces.names=a
+refused "/config/providers/p/s3Compatible/adoption/allowedNamespaces" --set-json 'config.providers.p.s3Compatible.adoption.allowedNamespaces={}'
 # A rate renders into keeper's configuration as given (a fraction needs --set-json: --set makes it a string).
 rendered=$("$helm" template keeper "$chart" --set-json config.providers.p.s3Compatible.requestsPerSecond=2.5 \
   --set config.rds.requestsPerSecond=20 --set config.rds.requestBurst=40)

@@ -29,13 +29,15 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 
 {{/*
 Non-empty when some provider in config.providers admits namespaces by label selector
-(allowedNamespaces.selector): keeper then needs to read namespaces.
+(allowedNamespaces.selector, or adoption.allowedNamespaces.selector): keeper then needs to read
+namespaces.
 */}}
 {{- define "keeper.namespaceSelector" -}}
 {{- range $name, $provider := (.Values.config.providers | default dict) }}
 {{- range $kind, $settings := $provider }}
-{{- if and (kindIs "map" $settings) $settings.allowedNamespaces }}
-{{- if $settings.allowedNamespaces.selector }}true{{ end }}
+{{- if kindIs "map" $settings }}
+{{- if and $settings.allowedNamespaces $settings.allowedNamespaces.selector }}true{{ end }}
+{{- if and $settings.adoption $settings.adoption.allowedNamespaces $settings.adoption.allowedNamespaces.selector }}true{{ end }}
 {{- end }}
 {{- end }}
 {{- end }}

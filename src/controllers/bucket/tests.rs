@@ -111,6 +111,7 @@ fn view<'a>(obj: &'a S3Bucket, now: Timestamp, cached: Option<Observed>) -> View
             adopt: annotated(obj, ADOPT_ANNOTATION),
         },
         only_key: None,
+        adoption_refused: None,
         drain: drain::settings(obj.spec.drain.as_ref(), &DrainDefaults::default()).unwrap(),
         now,
         cached,
@@ -187,8 +188,29 @@ async fn a_foreign_bucket_is_refused_unless_adoption_is_asked() {
     // No event storm on the next reconcile.
     let out = applied(&fake, &view(&obj, at(60), None)).await.unwrap();
     assert!(out.notes.is_empty());
-    // Adoption.
+    // Adoption asked where the provider's setting does not allow it: refused, saying which
+    // setting would, and the bucket left as it is.
     annotate(&mut obj, ADOPT_ANNOTATION);
+    let refused = View {
+        adoption_refused: Some("adoption is not allowed from namespace \"ns\"".into()),
+        desired: DesiredBucket {
+            adopt: false,
+            ..view(&obj, at(90), None).desired
+        },
+        ..view(&obj, at(90), None)
+    };
+    let out = applied(&fake, &refused).await.unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Failed));
+    let ready = &condition(&out.status.conditions, "Ready");
+    assert_eq!(ready.reason, "AdoptionNotAllowed");
+    assert!(
+        ready.message.contains("adoption is not allowed"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(out.notes.len(), 1, "a Warning event says so");
+    assert_eq!(fake.bucket(NAME).unwrap().owner, None, "not marked");
+    // Adoption allowed.
     let out = applied(&fake, &view(&obj, at(120), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Ready));
     assert_eq!(out.status.object_count, Some(3));

@@ -27,7 +27,7 @@ use kube::ResourceExt;
 
 use super::backend::{BucketBackend, Connect, DesiredBucket, Ensured, Observed, Owner, Wait};
 use super::plan::drain::{self as drain_plan, DrainSettings};
-use super::plan::lifecycle::{self, TenantGate};
+use super::plan::lifecycle::{self, Adoption, TenantGate};
 use super::plan::ready::{self, KeysVerdict, Usable};
 use super::plan::requests::{self, Kind, Request};
 use super::{ADOPT_ANNOTATION, CREATE_INTENT_ANNOTATION, Error, S3BucketReconciler, USAGE_REFRESH};
@@ -36,6 +36,7 @@ use crate::api::names::{
 };
 use crate::api::{BucketPhase, S3Bucket, S3BucketStatus};
 use crate::backends::s3::OwnerMark;
+use crate::config::AdoptionScope;
 use crate::providers::ProviderClients;
 use crate::runtime::{Context, Next, Outcome};
 
@@ -81,6 +82,8 @@ pub struct View<'a> {
     /// reconcile ended Ready (it left that key the bucket user's only one, see [`settle_keys`]).
     /// It is deleted without listing the user's keys.
     pub only_key: Option<String>,
+    /// Why an adoption asked for is refused (the provider's `adoption` setting), if it is.
+    pub adoption_refused: Option<String>,
 }
 
 /// What a reconcile decided: the [`Outcome`] the runtime writes, plus what only this controller
@@ -163,13 +166,14 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
             if obj.annotations().contains_key(CREATE_INTENT_ANNOTATION) {
                 out.remove_annotations.push(CREATE_INTENT_ANNOTATION);
             }
-            let (reason, message) = match owner {
-                Owner::Taken(_) => (
+            let (reason, message) = match (&owner, &view.adoption_refused) {
+                (Owner::Taken(_), _) => (
                     "BucketOwnedElsewhere",
                     format!(
                         "{message}; keeper never takes a bucket from another owner, {ADOPT_ANNOTATION} or not"
                     ),
                 ),
+                (_, Some(refused)) => ("AdoptionNotAllowed", format!("{message}; {refused}")),
                 _ => (
                     "BucketNotOwned",
                     format!(
@@ -295,6 +299,7 @@ async fn resolve<'a, C: Connect>(
         Ok(backend) => backend,
         Err(wait) => return Ok(Err(wait)),
     };
+    let adoption = adoption(cx, obj, &clients).await?;
     let uid = obj.uid().unwrap_or_default();
     let status = obj.status.as_ref();
     let recorded = status.and_then(|s| s.bucket_name.as_deref()) == Some(bucket.as_str());
@@ -311,18 +316,47 @@ async fn resolve<'a, C: Connect>(
                 && (status.and_then(|s| s.create_intent.as_deref()) == Some(bucket.as_str())
                     || obj.annotations().get(CREATE_INTENT_ANNOTATION) == Some(&bucket)),
             owner: OwnerMark::new(&namespace, &obj.name_any(), &uid),
-            adopt: annotated(obj, ADOPT_ANNOTATION),
+            adopt: adoption == Adoption::Allowed,
         },
         drain,
         now: Timestamp::now(),
         cached: cx.reconciler.cached(&uid),
         only_key: None,
+        adoption_refused: match adoption {
+            Adoption::Refused(why) => Some(why),
+            Adoption::NotAsked | Adoption::Allowed => None,
+        },
     };
     Ok(Ok(Resolved {
         backend,
         view,
         clients,
     }))
+}
+
+/// Whether the bucket may adopt an existing bucket, as asked (the namespace's labels are read
+/// only when the provider's adoption setting selects by label).
+async fn adoption<C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &S3Bucket,
+    clients: &ProviderClients,
+) -> Result<Adoption, Error> {
+    let asked = annotated(obj, ADOPT_ANNOTATION);
+    let scope = clients.config.adoption();
+    let namespace = obj.namespace().unwrap_or_default();
+    let labels = match scope {
+        AdoptionScope::Namespaces(Some(allowed)) if asked && allowed.selector.is_some() => {
+            cx.kube().namespace_labels(&namespace).await?
+        }
+        _ => None,
+    };
+    Ok(lifecycle::adoption(
+        asked,
+        scope,
+        &clients.name,
+        &namespace,
+        labels.as_ref(),
+    ))
 }
 
 /// Reconciles a live bucket: create or converge it, refresh usage, run the drain machine, and
