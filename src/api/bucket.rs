@@ -187,10 +187,10 @@ pub struct S3BucketStatus {
     /// Name of the bucket on the backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket_name: Option<String>,
-    /// The bucket keeper is about to create, recorded before the create when annotation
-    /// `keeper.dev/create-intent` (written with the finalizer) does not record it already: a
-    /// bucket of this name found without keeper's ownership tags (its tagging failed right after
-    /// the create) is keeper's. It only counts while `bucketName` does not record the bucket.
+    /// The bucket keeper is about to create, recorded before the create: a bucket of this name
+    /// found without keeper's ownership tags (its tagging failed right after the create) is
+    /// keeper's. It only counts while `bucketName` does not record the bucket. Only here, in
+    /// status: an annotation saying so could be written by whoever may edit the S3Bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub create_intent: Option<String>,
     /// Number of objects in the bucket at the last usage refresh.

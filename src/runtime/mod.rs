@@ -95,18 +95,6 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
         cx: &Context<Self>,
     ) -> impl Future<Output = Result<Outcome<StatusOf<Self>>, Self::Error>> + Send;
 
-    /// Annotations written with the finalizer, in the same patch (none by default): what must be
-    /// on record before the first backend create and can be known before it (a bucket's create
-    /// intent), saving a write of its own. Best effort: when it returns nothing, `apply` records
-    /// what it needs itself.
-    fn with_finalizer(
-        &self,
-        _obj: &Self::Resource,
-        _cx: &Context<Self>,
-    ) -> impl Future<Output = Vec<(&'static str, String)>> + Send {
-        async { Vec::new() }
-    }
-
     /// Cleans up after an object being deleted; [`Next::Release`] lets the finalizer go. Must be
     /// idempotent and must tolerate `apply` never having run.
     fn cleanup(
@@ -321,7 +309,7 @@ async fn reconcile<R: Reconciler>(
     let deleting = obj.meta().deletion_timestamp.is_some();
     let result = match next_step(deleting, position.is_some()) {
         Step::AddFinalizer => {
-            let mut ops = if obj.meta().finalizers.is_none() {
+            let ops = if obj.meta().finalizers.is_none() {
                 vec![
                     serde_json::json!({"op": "test", "path": "/metadata/finalizers", "value": null}),
                     serde_json::json!({"op": "add", "path": "/metadata/finalizers", "value": [R::FINALIZER]}),
@@ -332,8 +320,6 @@ async fn reconcile<R: Reconciler>(
                     serde_json::json!({"op": "add", "path": "/metadata/finalizers/-", "value": R::FINALIZER}),
                 ]
             };
-            let annotations = cx.reconciler.with_finalizer(obj.as_ref(), &cx).await;
-            ops.extend(set_annotation_ops(obj.as_ref(), &annotations));
             kube.patch_json(&target, json_patch(Value::Array(ops)))
                 .await
                 .map_err(Error::Kube)?;

@@ -41,10 +41,6 @@ pub const ROTATE_ANNOTATION: &str = "keeper.dev/rotate-credentials";
 pub const DRAIN_HANDLED_ANNOTATION: &str = "keeper.dev/drain-handled";
 /// keeper's record of the last `keeper.dev/rotate-credentials` value it handled.
 pub const ROTATE_HANDLED_ANNOTATION: &str = "keeper.dev/rotate-credentials-handled";
-/// keeper's record, written with its finalizer, that it set out to create the bucket this
-/// names, which did not exist then (status `createIntent` records the same when the tenant was
-/// not ready at that point). Only counts while the bucket is not recorded in `bucketName`.
-pub const CREATE_INTENT_ANNOTATION: &str = "keeper.dev/create-intent";
 
 /// Usage is listed at most this often outside drains (listing can be expensive).
 const USAGE_REFRESH: Duration = runtime::RESYNC;
@@ -194,14 +190,6 @@ impl<C: Connect> Reconciler for S3BucketReconciler<C> {
         cx: &Context<Self>,
     ) -> Result<Outcome<S3BucketStatus>, Error> {
         reconcile::apply(cx, &obj).await
-    }
-
-    async fn with_finalizer(
-        &self,
-        obj: &S3Bucket,
-        cx: &Context<Self>,
-    ) -> Vec<(&'static str, String)> {
-        reconcile::intent_with_finalizer(cx, obj).await
     }
 
     async fn cleanup(

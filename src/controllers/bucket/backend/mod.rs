@@ -40,7 +40,7 @@ pub struct DesiredBucket {
     pub owner: OwnerMark,
     /// `status.bucketName` records that keeper created this bucket (for backends without tags).
     pub recorded: bool,
-    /// The create intent (annotation `keeper.dev/create-intent` or `status.createIntent`) names
+    /// The create intent (`status.createIntent`) names
     /// this bucket: keeper recorded that it was about to create it,
     /// so the bucket found without a mark is one whose create succeeded but whose tagging did
     /// not (see [`super::reconcile`]).

@@ -1,10 +1,10 @@
-//! F16: the create intent, recorded before keeper creates a bucket.
+//! F16: the create intent, recorded in status before keeper creates a bucket.
 
 use super::super::backend::{BucketBackend, Connect, Owner};
 use super::super::plan::lifecycle::{self};
-use super::super::{CREATE_INTENT_ANNOTATION, Error, S3BucketReconciler};
-use super::{Resolved, View, resolve};
-use crate::api::{S3Bucket, S3BucketStatus};
+use super::super::{Error, S3BucketReconciler};
+use super::View;
+use crate::api::S3BucketStatus;
 use crate::runtime::Context;
 
 /// F16: before keeper creates a bucket it records so, so that when the create succeeds and the
@@ -20,28 +20,11 @@ async fn needs_intent<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result<
         && backend.owner(desired).await? == Owner::Missing)
 }
 
-/// The intent as an annotation written with the finalizer, in its patch (a write saved); none
-/// when the bucket cannot be looked at yet (its tenant not ready, its backend failing), in which
-/// case [`record_create_intent`] records it in status before the create.
-pub async fn intent_with_finalizer<C: Connect>(
-    cx: &Context<S3BucketReconciler<C>>,
-    obj: &S3Bucket,
-) -> Vec<(&'static str, String)> {
-    let Ok(Ok(Resolved { backend, view, .. })) = resolve(cx, obj).await else {
-        return Vec::new();
-    };
-    match needs_intent(&backend, &view).await {
-        Ok(true) => vec![(CREATE_INTENT_ANNOTATION, view.desired.name.clone())],
-        Ok(false) => Vec::new(),
-        Err(e) => {
-            tracing::debug!(error = %e, "no create intent with the finalizer");
-            Vec::new()
-        }
-    }
-}
-
-/// The intent in status (`createIntent`, written now, not with the outcome) when the finalizer
-/// did not bring one.
+/// Records the intent in status (`createIntent`, written now, before the create, not with the
+/// outcome). Status only (audit 2, MEDIUM 4): the intent makes an untagged bucket keeper's, so it
+/// must live where those who may edit the S3Bucket cannot write it; an annotation (as keeper
+/// wrote with its finalizer before, a write saved) could be set by any of them to take someone's
+/// bucket past the adoption rules. One API write more per new bucket.
 pub(super) async fn record_create_intent<C: Connect>(
     cx: &Context<S3BucketReconciler<C>>,
     backend: &C::Backend,

@@ -6,7 +6,7 @@
 //! converge the bucket, refresh usage, run the drain machine, in [`drain`]) and its credentials
 //! ([`credentials`]); whether it is Ready is decided once, from both, by [`plan::ready`].
 //! A deleted bucket's ([`deletion`]) drains if asked, refuses while objects remain and deletes
-//! the bucket once empty. [`intent`] records a create before it happens.
+//! the bucket once empty. [`intent`] records a create in status before it happens.
 //!
 //! The storage halves talk to the storage only through the backend trait, so they are tested
 //! against an in-memory fake; the rest adds what needs Kubernetes (tenant, Secrets).
@@ -17,7 +17,6 @@ mod drain;
 mod intent;
 
 pub use deletion::cleanup;
-pub use intent::intent_with_finalizer;
 
 use std::ops::{Deref, DerefMut};
 use std::time::Duration;
@@ -30,7 +29,7 @@ use super::plan::drain::{self as drain_plan, DrainSettings};
 use super::plan::lifecycle::{self, Adoption, TenantGate};
 use super::plan::ready::{self, KeysVerdict, Usable};
 use super::plan::requests::{self, Kind, Request};
-use super::{ADOPT_ANNOTATION, CREATE_INTENT_ANNOTATION, Error, S3BucketReconciler, USAGE_REFRESH};
+use super::{ADOPT_ANNOTATION, Error, S3BucketReconciler, USAGE_REFRESH};
 use crate::api::names::{
     bucket_credentials_secret_name, default_bucket_name, validate_bucket_name,
 };
@@ -163,9 +162,6 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
             .await?;
             // An intent must not make a bucket someone else created meanwhile ours later.
             out.status.create_intent = None;
-            if obj.annotations().contains_key(CREATE_INTENT_ANNOTATION) {
-                out.remove_annotations.push(CREATE_INTENT_ANNOTATION);
-            }
             let (reason, message) = match (&owner, &view.adoption_refused) {
                 (Owner::Taken(_), _) => (
                     "BucketOwnedElsewhere",
@@ -313,8 +309,7 @@ async fn resolve<'a, C: Connect>(
             recorded,
             // Only until the bucket is recorded: from then on the mark alone decides.
             intent: !recorded
-                && (status.and_then(|s| s.create_intent.as_deref()) == Some(bucket.as_str())
-                    || obj.annotations().get(CREATE_INTENT_ANNOTATION) == Some(&bucket)),
+                && status.and_then(|s| s.create_intent.as_deref()) == Some(bucket.as_str()),
             owner: OwnerMark::new(&namespace, &obj.name_any(), &uid),
             adopt: adoption == Adoption::Allowed,
         },

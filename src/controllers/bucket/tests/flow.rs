@@ -17,8 +17,8 @@ use crate::api::{BucketPhase, DrainMode, S3Bucket, S3Tenant, S3TenantStatus, Ten
 use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
 use crate::controllers::bucket::{
-    CREATE_INTENT_ANNOTATION, DRAIN_ANNOTATION, ROTATE_ANNOTATION, ROTATE_HANDLED_ANNOTATION,
-    S3BucketReconciler, USAGE_REFRESH,
+    DRAIN_ANNOTATION, ROTATE_ANNOTATION, ROTATE_HANDLED_ANNOTATION, S3BucketReconciler,
+    USAGE_REFRESH,
 };
 use crate::error::ErrorClass;
 use crate::runtime::policy::{CONFLICT_RETRY, PERMANENT_RETRY};
@@ -144,61 +144,48 @@ async fn a_new_bucket_becomes_ready_with_an_event_and_its_credentials_secret() {
 }
 
 #[tokio::test]
-async fn a_new_bucket_records_its_create_intent_with_the_finalizer_and_needs_three_writes_to_ready()
-{
+async fn a_new_bucket_records_its_create_intent_in_status_and_needs_four_writes_to_ready() {
     let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
     testing::reconcile(&cx, s3bucket()).await.unwrap();
     let patches = json_patches(&kube);
     assert_eq!(patches.len(), 1, "{patches:?}");
     let patch = patches[0].to_string();
     assert!(patch.contains("keeper.dev/bucket-cleanup"), "{patch}");
+    assert!(!patch.contains("intent"), "the finalizer alone: {patch}");
     assert!(
-        patch.contains(&format!(r#""{CREATE_INTENT_ANNOTATION}":"{NAME}""#)),
-        "{patch}"
-    );
-    assert!(
-        fake.bucket(NAME).is_none(),
-        "nothing created before the finalizer"
+        fake.take_calls().is_empty() && fake.bucket(NAME).is_none(),
+        "no backend call before the finalizer"
     );
     assert_eq!(kube.calls().len(), 1);
 
-    // The next reconcile sees both and creates: one Secret and one status write.
-    let mut obj = finalized();
-    super::annotate_with(&mut obj, CREATE_INTENT_ANNOTATION, NAME);
-    testing::reconcile(&cx, obj).await.unwrap();
+    // The next reconcile records the intent in status, then creates: one Secret and the status.
+    testing::reconcile(&cx, finalized()).await.unwrap();
     let writes: Vec<Call> = kube
         .calls()
         .into_iter()
         .filter(|c| !matches!(c, Call::Publish { .. }))
         .collect();
-    assert_eq!(writes.len(), 3, "{writes:?}");
+    assert_eq!(writes.len(), 4, "{writes:?}");
     let patches = status_patches(&kube);
-    assert_eq!(patches.len(), 1, "{patches:?}");
-    assert_eq!(patches[0]["status"]["phase"], "Ready");
-    assert_eq!(patches[0]["status"]["bucketName"], NAME);
+    assert_eq!(patches.len(), 2, "{patches:?}");
+    assert_eq!(patches[0]["status"]["createIntent"], NAME);
+    assert_eq!(patches[1]["status"]["phase"], "Ready");
+    assert_eq!(patches[1]["status"]["bucketName"], NAME);
     assert_eq!(fake.bucket(NAME).unwrap().owner.as_deref(), Some(UID));
 }
 
 #[tokio::test]
-async fn a_bucket_whose_tenant_is_not_ready_gets_the_finalizer_alone_and_its_intent_later() {
-    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Pending);
-    testing::reconcile(&cx, s3bucket()).await.unwrap();
-    let patch = json_patches(&kube)[0].to_string();
-    assert!(patch.contains("keeper.dev/bucket-cleanup"), "{patch}");
-    assert!(!patch.contains(CREATE_INTENT_ANNOTATION), "{patch}");
-    assert!(
-        fake.take_calls().is_empty(),
-        "no backend call without a tenant"
-    );
-}
-
-#[tokio::test]
-async fn an_existing_bucket_gets_no_create_intent_with_the_finalizer() {
+async fn an_existing_bucket_gets_no_create_intent() {
     let fake = Fake::new(DrainMode::ClientSide).with(NAME, FakeBucket::default());
     let (kube, _fake, cx) = context(fake, TenantPhase::Ready);
-    testing::reconcile(&cx, s3bucket()).await.unwrap();
-    let patch = json_patches(&kube)[0].to_string();
-    assert!(!patch.contains(CREATE_INTENT_ANNOTATION), "{patch}");
+    testing::reconcile(&cx, finalized()).await.unwrap();
+    assert!(
+        status_patches(&kube)
+            .iter()
+            .all(|p| p["status"]["createIntent"].is_null()),
+        "{:?}",
+        status_patches(&kube)
+    );
 }
 
 #[tokio::test]
@@ -660,34 +647,19 @@ async fn a_tagging_failure_right_after_the_create_does_not_orphan_the_bucket() {
 }
 
 #[tokio::test]
-async fn the_intent_written_with_the_finalizer_also_claims_an_untagged_bucket_after_a_failed_tagging()
- {
-    let fake = Fake::new(DrainMode::ClientSide);
-    *fake.fail_tag_after_create.lock().unwrap() = true;
+async fn an_intent_annotation_claims_nothing() {
+    // Anyone who may edit the S3Bucket can write an annotation: one naming the bucket (as older
+    // keepers wrote with the finalizer) must not make someone's untagged bucket keeper's.
+    let fake = Fake::new(DrainMode::ClientSide).with(NAME, FakeBucket::default());
     let (kube, fake, cx) = context(fake, TenantPhase::Ready);
     let mut obj = finalized();
-    super::annotate_with(&mut obj, CREATE_INTENT_ANNOTATION, NAME);
-    assert!(testing::reconcile(&cx, obj.clone()).await.is_err());
-    assert_eq!(fake.bucket(NAME).unwrap().owner, None);
-    testing::reconcile(&cx, obj).await.unwrap();
-    let last = status_patches(&kube).pop().unwrap();
-    assert_eq!(last["status"]["phase"], "Ready", "{last}");
-    assert_eq!(fake.bucket(NAME).unwrap().owner.as_deref(), Some(UID));
-}
-
-#[tokio::test]
-async fn an_intent_annotation_does_not_claim_a_bucket_someone_else_made_and_is_removed() {
-    let fake = Fake::new(DrainMode::ClientSide).with(NAME, FakeBucket::default());
-    let (kube, _fake, cx) = context(fake, TenantPhase::Ready);
-    let mut obj = finalized();
-    // Recorded for another name: the bucket of this name existed before keeper looked.
-    super::annotate_with(&mut obj, CREATE_INTENT_ANNOTATION, "another-name");
+    super::annotate_with(&mut obj, "keeper.dev/create-intent", NAME);
     testing::reconcile(&cx, obj).await.unwrap();
     let last = status_patches(&kube).pop().unwrap();
     assert_eq!(last["status"]["phase"], "Failed", "{last}");
-    let removal = json_patches(&kube).pop().unwrap().to_string();
-    assert!(
-        removal.contains("remove") && removal.contains("create-intent"),
-        "{removal}"
+    assert_eq!(
+        last["status"]["conditions"][0]["reason"], "BucketNotOwned",
+        "{last}"
     );
+    assert_eq!(fake.bucket(NAME).unwrap().owner, None, "not marked");
 }
