@@ -62,6 +62,17 @@ pub struct Election {
     pub identity: String,
 }
 
+/// Registers `keeper_leader`, at 0. Exported by every process, with leader election or without
+/// (then always 1: the process reconciles), so that "no replica leads" is an alert that means it.
+pub fn leader_gauge(metrics: &Metrics) -> anyhow::Result<IntGauge> {
+    let gauge = IntGauge::new(
+        "keeper_leader",
+        "1 while this keeper process is the leader (the one that reconciles), else 0; always 1 without leader election.",
+    )?;
+    metrics.register(gauge.clone());
+    Ok(gauge)
+}
+
 /// Joins the election and keeps taking part until `shutdown`, then releases the lease so a
 /// standby takes over at once. `keeper_leader` shows the state.
 pub async fn elect(
@@ -70,11 +81,7 @@ pub async fn elect(
     metrics: &Metrics,
     shutdown: CancellationToken,
 ) -> anyhow::Result<(Leadership, tokio::task::JoinHandle<()>)> {
-    let gauge = IntGauge::new(
-        "keeper_leader",
-        "1 while this keeper process is the leader (the one that reconciles), else 0.",
-    )?;
-    metrics.register(gauge.clone());
+    let gauge = leader_gauge(metrics)?;
     let manager = LeaseManagerBuilder::new(client, &election.lease_name)
         .with_namespace(&election.namespace)
         .with_identity(&election.identity)

@@ -179,6 +179,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         (leadership, Some(task))
     } else {
         tracing::info!("leader election off (--leader-election=false): this process reconciles");
+        leader::leader_gauge(&metrics)?.set(1);
         (Leadership::always(), None)
     };
     let shared = Shared {

@@ -99,3 +99,15 @@ fn only_the_leader_reconciles_and_a_standby_takes_over_after_the_leader_is_kille
     env.kubectl(&["delete", "lease", "-n", &env.operator_namespace, &lease])
         .unwrap();
 }
+
+/// Without leader election the process reconciles, and says so: `keeper_leader 1`, so that the
+/// chart's KeeperNoLeader alert does not fire for an install that runs one replica unelected.
+#[test]
+fn a_keeper_without_leader_election_reports_itself_the_leader() {
+    let env = Env::from_env().unwrap();
+    let keeper = Keeper::start(&env).unwrap();
+    wait_until(Duration::from_secs(30), "keeper_leader 1", || {
+        Ok(metric(&keeper, "keeper_leader ") == 1.0)
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", keeper.log_text()));
+}
