@@ -3,8 +3,7 @@
 //! webhook and `/readyz`; only the leader's controllers act. A replica that becomes leader
 //! reconciles every object at once (the previous leader may have died mid-way).
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::Stream;
 use kube_lease_manager::LeaseManagerBuilder;
@@ -82,52 +81,73 @@ pub async fn elect(
     shutdown: CancellationToken,
 ) -> anyhow::Result<(Leadership, tokio::task::JoinHandle<()>)> {
     let gauge = leader_gauge(metrics)?;
-    let manager = LeaseManagerBuilder::new(client, &election.lease_name)
-        .with_namespace(&election.namespace)
-        .with_identity(&election.identity)
-        .with_duration(LEASE_DURATION_SECONDS)
-        .with_grace(LEASE_RENEW_BEFORE_SECONDS)
-        .build()
+    let lease = format!("{}/{}", election.namespace, election.lease_name);
+    let join = move || {
+        LeaseManagerBuilder::new(client.clone(), &election.lease_name)
+            .with_namespace(&election.namespace)
+            .with_identity(&election.identity)
+            .with_duration(LEASE_DURATION_SECONDS)
+            .with_grace(LEASE_RENEW_BEFORE_SECONDS)
+            .build()
+    };
+    let mut manager = join()
         .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "leader election: cannot use Lease {}/{}: {e}",
-                election.namespace,
-                election.lease_name
-            )
-        })?;
-    tracing::info!(
-        lease = %format!("{}/{}", election.namespace, election.lease_name),
-        identity = %election.identity,
-        "joined leader election; waiting for the lease"
-    );
+        .map_err(|e| anyhow::anyhow!("leader election: cannot use Lease {lease}: {e}"))?;
+    tracing::info!(%lease, "joined leader election; waiting for the lease");
     let (sender, leading) = watch::channel(false);
+    let publish = move |leader: bool| {
+        gauge.set(i64::from(leader));
+        let _ = sender.send(leader);
+    };
     let task = tokio::spawn(async move {
-        let manager = Arc::new(manager);
-        loop {
-            tokio::select! {
+        let mut renewal = Renewal::default();
+        let mut leader = false;
+        'elect: loop {
+            let answer = tokio::select! {
                 () = shutdown.cancelled() => break,
-                changed = manager.changed() => match changed {
-                    Ok(leader) => {
-                        gauge.set(i64::from(leader));
-                        if leader {
-                            tracing::info!("became the leader: reconciling");
-                        } else {
-                            tracing::warn!("lost the lease: no longer reconciling");
-                        }
-                        let _ = sender.send(leader);
+                changed = manager.changed() => changed,
+            };
+            match renewal.answered(answer.as_ref().ok().copied(), leader, Instant::now()) {
+                Verdict::Lead(now_leader) => {
+                    if now_leader {
+                        tracing::info!("became the leader: reconciling");
+                    } else {
+                        tracing::warn!("lost the lease: no longer reconciling");
                     }
-                    Err(e) => {
-                        // The lease could not be read or renewed: keep the last state (the lease
-                        // manager steps down once the lease is seen lost) and try again.
+                    leader = now_leader;
+                    publish(leader);
+                }
+                Verdict::Retry => {
+                    if let Err(e) = &answer {
                         tracing::warn!(error = %e, "leader election: lease not renewed; retrying");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
                     }
-                },
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+                Verdict::StepDown => {
+                    tracing::warn!(
+                        "leader election: the lease was not renewed for {LEASE_RENEW_BEFORE_SECONDS}s, so it may have expired and another replica may lead: stepping down (no new reconciles) until this process holds it again"
+                    );
+                    leader = false;
+                    publish(false);
+                    // A new manager starts from "not leader": its first look reports the lease
+                    // held again (this identity still holds it) or waits to acquire it. The old
+                    // one would report nothing, as it never saw the lease lost.
+                    manager = loop {
+                        match join().await {
+                            Ok(manager) => break manager,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "leader election: cannot use the Lease; retrying");
+                                tokio::select! {
+                                    () = shutdown.cancelled() => break 'elect,
+                                    () = tokio::time::sleep(Duration::from_secs(1)) => {}
+                                }
+                            }
+                        }
+                    };
+                }
             }
         }
-        let _ = sender.send(false);
-        gauge.set(0);
+        publish(false);
         if let Err(e) = manager.release().await {
             tracing::warn!(error = %e, "could not release the lease; it expires by itself");
         } else {
@@ -135,6 +155,44 @@ pub async fn elect(
         }
     });
     Ok((Leadership { leading }, task))
+}
+
+/// What the election loop does with one answer about the lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    /// The lease holder changed: this process leads, or no longer does.
+    Lead(bool),
+    /// The lease could not be read or renewed: look again.
+    Retry,
+    /// The lease has not been renewed for so long that it may have expired, and a standby may
+    /// lead already: stop reconciling (audit 2, MEDIUM 6: a leader cut off from the API server
+    /// but not from its backends must not go on draining and deleting beside the new leader).
+    StepDown,
+}
+
+/// Since when the lease has not been renewed.
+#[derive(Debug, Default)]
+struct Renewal {
+    failing_since: Option<Instant>,
+}
+
+impl Renewal {
+    /// `answer`: the lease manager's report (`Some(leads)`) or its failure (`None`). The manager
+    /// renews the lease [`LEASE_RENEW_BEFORE_SECONDS`] before it expires, so failures for that
+    /// long mean it may have expired by now (by this process's clock).
+    fn answered(&mut self, answer: Option<bool>, leading: bool, now: Instant) -> Verdict {
+        let Some(leads) = answer else {
+            let since = *self.failing_since.get_or_insert(now);
+            let renew_window = Duration::from_secs(LEASE_RENEW_BEFORE_SECONDS);
+            if leading && now.duration_since(since) >= renew_window {
+                self.failing_since = None;
+                return Verdict::StepDown;
+            }
+            return Verdict::Retry;
+        };
+        self.failing_since = None;
+        Verdict::Lead(leads)
+    }
 }
 
 #[cfg(test)]
@@ -152,6 +210,32 @@ mod tests {
             1,
             "one full reconcile at start, then the stream ends"
         );
+    }
+
+    #[test]
+    fn a_leader_steps_down_once_the_lease_may_have_expired_and_a_standby_never_does() {
+        let start = Instant::now();
+        let at = |seconds: u64| start + Duration::from_secs(seconds);
+        let mut renewal = Renewal::default();
+        assert_eq!(
+            renewal.answered(Some(true), false, at(0)),
+            Verdict::Lead(true)
+        );
+        // Failures shorter than the renewal window: still leading.
+        assert_eq!(renewal.answered(None, true, at(1)), Verdict::Retry);
+        assert_eq!(renewal.answered(None, true, at(5)), Verdict::Retry);
+        // A renewal in between starts the count again.
+        assert_eq!(
+            renewal.answered(Some(true), true, at(6)),
+            Verdict::Lead(true)
+        );
+        assert_eq!(renewal.answered(None, true, at(7)), Verdict::Retry);
+        assert_eq!(renewal.answered(None, true, at(11)), Verdict::Retry);
+        assert_eq!(renewal.answered(None, true, at(12)), Verdict::StepDown);
+        // Stepped down, it waits for the lease like a standby; a standby has nothing to give up.
+        let mut standby = Renewal::default();
+        assert_eq!(standby.answered(None, false, at(0)), Verdict::Retry);
+        assert_eq!(standby.answered(None, false, at(60)), Verdict::Retry);
     }
 
     #[tokio::test]

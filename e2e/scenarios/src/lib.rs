@@ -393,6 +393,23 @@ impl Keeper {
         )
     }
 
+    /// Starts keeper taking part in leader election on Lease `lease`, its API requests going
+    /// through `proxy` (to cut it off from the API server while it leads).
+    pub fn start_elected_through(
+        env: &Env,
+        lease: &str,
+        proxy: &ApiProxy,
+    ) -> anyhow::Result<Keeper> {
+        Self::launch(
+            env,
+            Launch {
+                lease: Some(lease),
+                through: Some(proxy),
+                ..Launch::default()
+            },
+        )
+    }
+
     /// Starts keeper with its admission webhook registered (local control plane only: a real
     /// cluster's API server cannot reach a webhook on this machine's loopback).
     pub fn start_with_webhook(env: &Env) -> anyhow::Result<Keeper> {

@@ -3,7 +3,10 @@
 
 use std::time::{Duration, Instant};
 
-use keeper_e2e_scenarios::{Env, Keeper, condition_is, http_get, jitter, wait_for, wait_until};
+use keeper_e2e_scenarios::{
+    Env, Keeper, client_for, condition_is, http_get, jitter, put_objects, secret_data, wait_for,
+    wait_until,
+};
 
 /// The value of a metric line such as `keeper_leader 1`, summed over label sets that start with
 /// `prefix` (`keeper_reconcile_total{controller="s3tenant"`).
@@ -110,4 +113,134 @@ fn a_keeper_without_leader_election_reports_itself_the_leader() {
         Ok(metric(&keeper, "keeper_leader ") == 1.0)
     })
     .unwrap_or_else(|e| panic!("{e:#}\n{}", keeper.log_text()));
+}
+
+/// A leader cut off from the API server but not from its backends (audit 2, MEDIUM 6) must stop
+/// acting once its lease may have expired by its own clock, since a standby may lead by then:
+/// here a client-side drain is running when every API request of the leader is refused (its own
+/// fault proxy), and the bucket's object count must stop falling, `keeper_leader` go to 0 and the
+/// log say why; once the API answers again it leads again and the drain finishes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_cut_off_from_the_api_stops_acting_once_its_lease_may_have_expired() {
+    let env = Env::from_env().unwrap();
+    if env.apiserver_url.is_none() {
+        keeper_e2e_scenarios::skip("cutting keeper off needs the local control plane's API proxy");
+        return;
+    }
+    let ns = env.namespace("e2e-cutoff").unwrap();
+    let n = ns.name.as_str();
+    // A slow drain, so that it is still running long after the cut.
+    let config = std::fs::read_to_string(&env.keeper_config).unwrap();
+    assert!(
+        config.contains("drain: {maxDeletesPerSecond: 200}"),
+        "{config}"
+    );
+    let slow = std::env::temp_dir().join(format!("keeper-e2e-cutoff-{}.yaml", std::process::id()));
+    std::fs::write(
+        &slow,
+        config.replace("maxDeletesPerSecond: 200", "maxDeletesPerSecond: 20"),
+    )
+    .unwrap();
+    let mut configured = env.clone();
+    configured.keeper_config = slow;
+    let proxy = env.api_proxy().unwrap();
+    let lease = format!("keeper-e2e-cutoff-{}", std::process::id());
+    let keeper = Keeper::start_elected_through(&configured, &lease, &proxy).unwrap();
+    wait_until(Duration::from_secs(30), "keeper to lead", || {
+        Ok(metric(&keeper, "keeper_leader ") == 1.0)
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", keeper.log_text()));
+
+    env.apply(n, &tenant("t")).unwrap();
+    ready(&env, n, "t");
+    env.apply(
+        n,
+        "apiVersion: keeper.dev/v1alpha1\nkind: S3Bucket\nmetadata:\n  name: big\nspec:\n  tenantRef:\n    name: t\n",
+    )
+    .unwrap();
+    let big = wait_for(
+        &env,
+        n,
+        "s3bucket/big",
+        "Ready",
+        Duration::from_secs(60),
+        |b| condition_is(b, "Ready", "True"),
+    );
+    let bucket = big["status"]["bucketName"].as_str().unwrap().to_string();
+    let keys = secret_data(&env, n, "big-credentials").unwrap();
+    let s3 = client_for(&keys);
+    put_objects(&s3, &bucket, "o", 2000).await;
+    env.kubectl(&[
+        "annotate",
+        "-n",
+        n,
+        "s3bucket/big",
+        "keeper.dev/drain=cut-off",
+    ])
+    .unwrap();
+    wait_until(Duration::from_secs(60), "the drain to delete", || {
+        Ok(count_now(&s3, &bucket) < 2000)
+    })
+    .unwrap();
+
+    proxy.set_faults(
+        keeper_e2e_apiproxy::Settings::from_json(serde_json::json!({
+            "seed": 1,
+            "rules": [{"share": 1.0, "codes": [503], "closeWatchAfterSeconds": 1}]
+        }))
+        .unwrap(),
+    );
+    // The lease is renewed every 10 s and lasts 15: within ~20 s keeper gives it up.
+    wait_until(Duration::from_secs(40), "keeper to step down", || {
+        Ok(metric(&keeper, "keeper_leader ") == 0.0)
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", keeper.log_text()));
+    assert!(
+        keeper.log_text().contains("stepping down"),
+        "{}",
+        keeper.log_text()
+    );
+    // A drain round under way when it stepped down ends within its 5 s budget; after that no
+    // object may go.
+    std::thread::sleep(Duration::from_secs(6));
+    let after = object_count(&s3, &bucket).await;
+    assert!(after > 0, "the drain finished before the cut took effect");
+    std::thread::sleep(Duration::from_secs(10));
+    assert_eq!(
+        object_count(&s3, &bucket).await,
+        after,
+        "objects were deleted after keeper stepped down"
+    );
+
+    // The API answers again: keeper leads again and the drain finishes.
+    proxy.clear_faults();
+    wait_until(Duration::from_secs(60), "keeper to lead again", || {
+        Ok(metric(&keeper, "keeper_leader ") == 1.0)
+    })
+    .unwrap_or_else(|e| panic!("{e:#}\n{}", keeper.log_text()));
+    wait_for(
+        &env,
+        n,
+        "s3bucket/big",
+        "drained",
+        Duration::from_secs(240),
+        |b| b["status"]["objectCount"] == 0 && b["status"]["drainStatus"].is_null(),
+    );
+}
+
+/// [`object_count`] from the synchronous polling helpers.
+fn count_now(s3: &aws_sdk_s3::Client, bucket: &str) -> usize {
+    tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current().block_on(object_count(s3, bucket))
+    })
+}
+
+/// The objects in `bucket`.
+async fn object_count(s3: &aws_sdk_s3::Client, bucket: &str) -> usize {
+    let mut count = 0;
+    let mut pages = s3.list_objects_v2().bucket(bucket).into_paginator().send();
+    while let Some(page) = pages.next().await {
+        count += page.expect("list objects").contents().len();
+    }
+    count
 }
