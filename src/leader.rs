@@ -61,6 +61,21 @@ pub struct Election {
     pub identity: String,
 }
 
+/// How long one request about the lease may take before it counts as failed.
+const LEASE_REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The client the election talks to the API with: each request fails within
+/// [`LEASE_REQUEST_TIMEOUT`] and is not retried by the client (kube's default retries a 503 or
+/// 429 up to 15 times with growing waits, minutes in all), so that a renewal that cannot be made
+/// is known in time to step down before the lease expires.
+pub fn lease_client(mut config: kube::Config) -> anyhow::Result<kube::Client> {
+    config.default_retry = false;
+    config.connect_timeout = Some(LEASE_REQUEST_TIMEOUT);
+    config.read_timeout = Some(LEASE_REQUEST_TIMEOUT);
+    config.write_timeout = Some(LEASE_REQUEST_TIMEOUT);
+    kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("leader election client: {e}"))
+}
+
 /// Registers `keeper_leader`, at 0. Exported by every process, with leader election or without
 /// (then always 1: the process reconciles), so that "no replica leads" is an alert that means it.
 pub fn leader_gauge(metrics: &Metrics) -> anyhow::Result<IntGauge> {
@@ -125,7 +140,7 @@ pub async fn elect(
                 }
                 Verdict::StepDown => {
                     tracing::warn!(
-                        "leader election: the lease was not renewed for {LEASE_RENEW_BEFORE_SECONDS}s, so it may have expired and another replica may lead: stepping down (no new reconciles) until this process holds it again"
+                        "leader election: the lease could not be renewed and may expire any moment, after which another replica may lead: stepping down (no new reconciles) until this process holds it again"
                     );
                     leader = false;
                     publish(false);
@@ -178,12 +193,14 @@ struct Renewal {
 
 impl Renewal {
     /// `answer`: the lease manager's report (`Some(leads)`) or its failure (`None`). The manager
-    /// renews the lease [`LEASE_RENEW_BEFORE_SECONDS`] before it expires, so failures for that
-    /// long mean it may have expired by now (by this process's clock).
+    /// renews the lease [`LEASE_RENEW_BEFORE_SECONDS`] before it expires and a failed request
+    /// is known within [`LEASE_REQUEST_TIMEOUT`], so failures for the difference mean the lease
+    /// may expire any moment (by this process's clock).
     fn answered(&mut self, answer: Option<bool>, leading: bool, now: Instant) -> Verdict {
         let Some(leads) = answer else {
             let since = *self.failing_since.get_or_insert(now);
-            let renew_window = Duration::from_secs(LEASE_RENEW_BEFORE_SECONDS);
+            let renew_window = Duration::from_secs(LEASE_RENEW_BEFORE_SECONDS)
+                .saturating_sub(LEASE_REQUEST_TIMEOUT);
             if leading && now.duration_since(since) >= renew_window {
                 self.failing_since = None;
                 return Verdict::StepDown;
@@ -221,17 +238,17 @@ mod tests {
             renewal.answered(Some(true), false, at(0)),
             Verdict::Lead(true)
         );
-        // Failures shorter than the renewal window: still leading.
+        // Failures for less than the renewal window less a request's timeout: still leading.
         assert_eq!(renewal.answered(None, true, at(1)), Verdict::Retry);
-        assert_eq!(renewal.answered(None, true, at(5)), Verdict::Retry);
+        assert_eq!(renewal.answered(None, true, at(3)), Verdict::Retry);
         // A renewal in between starts the count again.
         assert_eq!(
-            renewal.answered(Some(true), true, at(6)),
+            renewal.answered(Some(true), true, at(4)),
             Verdict::Lead(true)
         );
+        assert_eq!(renewal.answered(None, true, at(5)), Verdict::Retry);
         assert_eq!(renewal.answered(None, true, at(7)), Verdict::Retry);
-        assert_eq!(renewal.answered(None, true, at(11)), Verdict::Retry);
-        assert_eq!(renewal.answered(None, true, at(12)), Verdict::StepDown);
+        assert_eq!(renewal.answered(None, true, at(8)), Verdict::StepDown);
         // Stepped down, it waits for the lease like a standby; a standby has nothing to give up.
         let mut standby = Renewal::default();
         assert_eq!(standby.answered(None, false, at(0)), Verdict::Retry);

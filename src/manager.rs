@@ -110,8 +110,9 @@ impl RunArgs {
     }
 }
 
-/// The kube client, identified as `keeper/<version>` in API-server logs.
-async fn kube_client() -> anyhow::Result<kube::Client> {
+/// The kube configuration (in-cluster or kubeconfig), identified as `keeper/<version>` in
+/// API-server logs.
+async fn kube_config() -> anyhow::Result<kube::Config> {
     let mut config = kube::Config::infer()
         .await
         .context("cannot find a Kubernetes configuration (in-cluster or kubeconfig)")?;
@@ -119,7 +120,7 @@ async fn kube_client() -> anyhow::Result<kube::Client> {
         http::header::USER_AGENT,
         http::HeaderValue::from_static(concat!("keeper/", env!("CARGO_PKG_VERSION"))),
     ));
-    kube::Client::try_from(config).context("cannot build the Kubernetes client")
+    Ok(config)
 }
 
 /// This machine's host name (a pod's name in a cluster), for the leader-election identity.
@@ -141,7 +142,9 @@ async fn shutdown_signal() {
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let config = args.load_config()?;
-    let client = kube_client().await?;
+    let kube_config = kube_config().await?;
+    let client = kube::Client::try_from(kube_config.clone())
+        .context("cannot build the Kubernetes client")?;
     let metrics = Arc::new(Metrics::new());
     let mut controllers = args.controllers.clone();
     controllers.sort();
@@ -166,7 +169,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         let identity = std::env::var("POD_NAME")
             .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
         let (leadership, task) = leader::elect(
-            client.clone(),
+            leader::lease_client(kube_config)?,
             leader::Election {
                 namespace: args.namespace.clone(),
                 lease_name: args.leader_election_lease.clone(),
