@@ -1,0 +1,147 @@
+//! `runtime`: how the controllers run (reconciles at once per kind) and how long backend calls may
+//! take.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ControllerKind, duration};
+use crate::api::names::format_duration;
+
+/// How the controllers run (audit F17: these were fixed in code).
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RuntimeConfig {
+    /// Reconciles of one kind that run at once (default 4, at most 64). Each holds at most one
+    /// backend call at a time, so this also bounds the load keeper puts on a backend.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: u16,
+    /// Per controller (`tenant`, `bucket`, `database`), what differs from the above.
+    #[serde(default)]
+    pub controllers: ControllerSettings,
+    #[serde(default)]
+    pub backend_timeouts: BackendTimeouts,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            concurrency: default_concurrency(),
+            controllers: ControllerSettings::default(),
+            backend_timeouts: BackendTimeouts::default(),
+        }
+    }
+}
+
+impl RuntimeConfig {
+    /// Reconciles of `kind` that run at once.
+    pub fn concurrency_of(&self, kind: ControllerKind) -> u16 {
+        self.controllers
+            .of(kind)
+            .and_then(|c| c.concurrency)
+            .unwrap_or(self.concurrency)
+    }
+}
+
+/// Settings of single controllers.
+#[derive(Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerSettings {
+    pub tenant: Option<ControllerRuntime>,
+    pub bucket: Option<ControllerRuntime>,
+    pub database: Option<ControllerRuntime>,
+}
+
+impl ControllerSettings {
+    fn of(&self, kind: ControllerKind) -> Option<&ControllerRuntime> {
+        match kind {
+            ControllerKind::Tenant => self.tenant.as_ref(),
+            ControllerKind::Bucket => self.bucket.as_ref(),
+            ControllerKind::Database => self.database.as_ref(),
+        }
+    }
+}
+
+/// How one controller runs.
+#[derive(Deserialize, Debug, Clone, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ControllerRuntime {
+    /// Reconciles of this kind that run at once (1-64), instead of `runtime.concurrency`.
+    pub concurrency: Option<u16>,
+}
+
+fn default_concurrency() -> u16 {
+    4
+}
+
+/// How long a backend call may take before it counts as a (transient) failure and is retried
+/// with backoff, so a stalled backend never holds a reconcile slot for long.
+#[derive(Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackendTimeouts {
+    /// Establishing a connection (default 10s).
+    #[serde(default = "default_connect_timeout", deserialize_with = "duration")]
+    pub connect: Duration,
+    /// One request: a StorageGRID management call, one S3 or RDS attempt (default 60s; an RDS
+    /// call with the SDK's retries may take three times this).
+    #[serde(default = "default_request_timeout", deserialize_with = "duration")]
+    pub request: Duration,
+}
+
+impl Default for BackendTimeouts {
+    fn default() -> Self {
+        BackendTimeouts {
+            connect: default_connect_timeout(),
+            request: default_request_timeout(),
+        }
+    }
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_request_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+
+impl RuntimeConfig {
+    pub(super) fn validate(&self) -> Result<(), String> {
+        let per_controller = [
+            ("tenant", &self.controllers.tenant),
+            ("bucket", &self.controllers.bucket),
+            ("database", &self.controllers.database),
+        ]
+        .into_iter()
+        .filter_map(|(name, c)| {
+            Some((
+                format!("runtime.controllers.{name}.concurrency"),
+                c.as_ref()?.concurrency?,
+            ))
+        });
+        for (field, concurrency) in
+            std::iter::once(("runtime.concurrency".to_string(), self.concurrency))
+                .chain(per_controller)
+        {
+            if !(1..=64).contains(&concurrency) {
+                return Err(format!(
+                    "{field}: must be between 1 and 64, got {concurrency}"
+                ));
+            }
+        }
+        let BackendTimeouts { connect, request } = self.backend_timeouts;
+        if !(Duration::from_secs(1)..=Duration::from_secs(60)).contains(&connect) {
+            return Err(format!(
+                "runtime.backendTimeouts.connect: must be between 1s and 1m, got {}",
+                format_duration(connect)
+            ));
+        }
+        if !(Duration::from_secs(5)..=Duration::from_secs(600)).contains(&request) {
+            return Err(format!(
+                "runtime.backendTimeouts.request: must be between 5s and 10m, got {}",
+                format_duration(request)
+            ));
+        }
+        Ok(())
+    }
+}
