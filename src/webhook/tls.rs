@@ -1,0 +1,97 @@
+//! The webhook's serving certificate: `<dir>/tls.crt` and `<dir>/tls.key`, read again when they
+//! change, so that a rotated certificate is served without a restart.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use anyhow::Context as _;
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+/// The webhook's certificate, read again from its files when they change, so that a rotated
+/// certificate (cert-manager renews the mounted Secret in place) is served without a restart.
+#[derive(Debug)]
+struct CertFiles {
+    dir: PathBuf,
+    provider: Arc<CryptoProvider>,
+    current: Mutex<(Option<SystemTime>, Arc<CertifiedKey>)>,
+}
+
+impl CertFiles {
+    /// The newest modification time of the two files (a Secret volume swaps both at once).
+    fn modified(dir: &Path) -> Option<SystemTime> {
+        let crt = std::fs::metadata(dir.join("tls.crt"))
+            .ok()?
+            .modified()
+            .ok()?;
+        let key = std::fs::metadata(dir.join("tls.key"))
+            .ok()?
+            .modified()
+            .ok()?;
+        Some(crt.max(key))
+    }
+
+    fn load(dir: &Path, provider: &CryptoProvider) -> anyhow::Result<Arc<CertifiedKey>> {
+        let cert_file = dir.join("tls.crt");
+        let key_file = dir.join("tls.key");
+        let certs = CertificateDer::pem_file_iter(&cert_file)
+            .with_context(|| format!("cannot read {}", cert_file.display()))?
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("invalid certificate in {}", cert_file.display()))?;
+        anyhow::ensure!(
+            !certs.is_empty(),
+            "no certificate in {}",
+            cert_file.display()
+        );
+        let key = PrivateKeyDer::from_pem_file(&key_file)
+            .with_context(|| format!("cannot read a private key from {}", key_file.display()))?;
+        let certified = CertifiedKey::from_der(certs, key, provider)
+            .context("the webhook certificate and key do not match")?;
+        Ok(Arc::new(certified))
+    }
+}
+
+impl ResolvesServerCert for CertFiles {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let mut current = self.current.lock().expect("certificate lock");
+        let modified = Self::modified(&self.dir);
+        if modified.is_some() && modified != current.0 {
+            match Self::load(&self.dir, &self.provider) {
+                Ok(key) => {
+                    tracing::info!(dir = %self.dir.display(), "webhook certificate reloaded");
+                    *current = (modified, key);
+                }
+                // Keep serving the previous certificate; a half-written rotation is retried.
+                Err(e) => tracing::warn!(
+                    error = format!("{e:#}"),
+                    "cannot reload the webhook certificate"
+                ),
+            }
+        }
+        Some(current.1.clone())
+    }
+}
+
+/// TLS from `<dir>/tls.crt` (chain) and `<dir>/tls.key`, the layout of a mounted
+/// `kubernetes.io/tls` Secret; the files are read again when they change.
+pub fn tls_config(cert_dir: &Path) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let modified = CertFiles::modified(cert_dir);
+    let key = CertFiles::load(cert_dir, &provider)?;
+    let resolver = CertFiles {
+        dir: cert_dir.to_path_buf(),
+        provider: provider.clone(),
+        current: Mutex::new((modified, key)),
+    };
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(resolver));
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
