@@ -20,6 +20,20 @@ pub struct Metrics {
     retry_delay: HistogramVec,
 }
 
+/// `keeper_build_info{version} 1`: which keeper a scrape came from, joinable with any series.
+fn build_info() -> prometheus::IntGaugeVec {
+    let info = prometheus::IntGaugeVec::new(
+        Opts::new(
+            "keeper_build_info",
+            "Always 1; its labels say which keeper build is running.",
+        ),
+        &["version"],
+    )
+    .expect("valid metric");
+    info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+    info
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
@@ -106,6 +120,10 @@ impl Metrics {
         metrics.register(metrics.backend_duration.clone());
         metrics.register(metrics.rate_limited.clone());
         metrics.register(metrics.retry_delay.clone());
+        metrics.register(build_info());
+        // The standard process_* metrics (CPU seconds, resident memory, open files, start time):
+        // what a platform team's dashboards and capacity alerts read for every process.
+        metrics.register(prometheus::process_collector::ProcessCollector::for_self());
         metrics
     }
 
@@ -180,6 +198,29 @@ impl Default for Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_build_and_the_process_are_exported() {
+        let text = Metrics::new().encode();
+        assert!(
+            text.contains(&format!(
+                "keeper_build_info{{version=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+        for name in [
+            "process_cpu_seconds_total",
+            "process_resident_memory_bytes",
+            "process_open_fds",
+            "process_start_time_seconds",
+        ] {
+            assert!(
+                text.contains(&format!("\n{name} ")),
+                "{name} missing:\n{text}"
+            );
+        }
+    }
 
     #[test]
     fn reconciles_are_counted_with_error_reasons() {
