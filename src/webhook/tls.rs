@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
 use rustls::crypto::CryptoProvider;
@@ -18,8 +18,21 @@ use rustls::sign::CertifiedKey;
 struct CertFiles {
     dir: PathBuf,
     provider: Arc<CryptoProvider>,
-    current: Mutex<(Option<SystemTime>, Arc<CertifiedKey>)>,
+    current: Mutex<Served>,
 }
+
+/// The certificate served, the files' modification time it was read at, and when the files were
+/// last looked at.
+#[derive(Debug)]
+struct Served {
+    modified: Option<SystemTime>,
+    key: Arc<CertifiedKey>,
+    looked: Instant,
+}
+
+/// How often the files are looked at, at most: not at every handshake (two `stat`s under the
+/// lock), yet a rotation is served within a second.
+const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 impl CertFiles {
     /// The newest modification time of the two files (a Secret volume swaps both at once).
@@ -58,12 +71,18 @@ impl CertFiles {
 impl ResolvesServerCert for CertFiles {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let mut current = self.current.lock().expect("certificate lock");
+        let now = Instant::now();
+        if now.duration_since(current.looked) < LOOK_EVERY {
+            return Some(current.key.clone());
+        }
+        current.looked = now;
         let modified = Self::modified(&self.dir);
-        if modified.is_some() && modified != current.0 {
+        if modified.is_some() && modified != current.modified {
             match Self::load(&self.dir, &self.provider) {
                 Ok(key) => {
                     tracing::info!(dir = %self.dir.display(), "webhook certificate reloaded");
-                    *current = (modified, key);
+                    current.modified = modified;
+                    current.key = key;
                 }
                 // Keep serving the previous certificate; a half-written rotation is retried.
                 Err(e) => tracing::warn!(
@@ -72,7 +91,7 @@ impl ResolvesServerCert for CertFiles {
                 ),
             }
         }
-        Some(current.1.clone())
+        Some(current.key.clone())
     }
 }
 
@@ -85,7 +104,11 @@ pub fn tls_config(cert_dir: &Path) -> anyhow::Result<Arc<rustls::ServerConfig>> 
     let resolver = CertFiles {
         dir: cert_dir.to_path_buf(),
         provider: provider.clone(),
-        current: Mutex::new((modified, key)),
+        current: Mutex::new(Served {
+            modified,
+            key,
+            looked: Instant::now(),
+        }),
     };
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
