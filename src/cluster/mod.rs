@@ -24,7 +24,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Resource;
-use kube::api::ApiResource;
+use kube::api::{ApiResource, ObjectMeta};
 use kube::runtime::events::EventType;
 use serde_json::Value;
 
@@ -72,11 +72,16 @@ pub struct Target {
 
 impl Target {
     pub fn of<K: Resource<DynamicType = ()>>(obj: &K) -> Self {
+        Self::named::<K>(obj.meta())
+    }
+
+    /// The object of kind `K` that `meta` describes (one that may not decode as `K`).
+    pub fn named<K: Resource<DynamicType = ()>>(meta: &ObjectMeta) -> Self {
         Target {
             resource: ApiResource::erase::<K>(&()),
-            namespace: obj.meta().namespace.clone().unwrap_or_default(),
-            name: obj.meta().name.clone().unwrap_or_default(),
-            uid: obj.meta().uid.clone().unwrap_or_default(),
+            namespace: meta.namespace.clone().unwrap_or_default(),
+            name: meta.name.clone().unwrap_or_default(),
+            uid: meta.uid.clone().unwrap_or_default(),
         }
     }
 

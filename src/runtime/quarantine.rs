@@ -12,7 +12,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
-use kube::api::ApiResource;
 use kube::core::error_boundary::InvalidObject;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -89,13 +88,7 @@ pub async fn report_invalid<K: Keeper + crate::cluster::informer::Watched>(
 
 /// Reports one object; whether it is done (written, or gone).
 async fn report_one<K: Keeper>(kube: &dyn Kube, invalid: &InvalidObject) -> bool {
-    let meta = &invalid.metadata;
-    let target = Target {
-        resource: ApiResource::erase::<K>(&()),
-        namespace: meta.namespace.clone().unwrap_or_default(),
-        name: meta.name.clone().unwrap_or_default(),
-        uid: meta.uid.clone().unwrap_or_default(),
-    };
+    let target = Target::named::<K>(&invalid.metadata);
     tracing::warn!(kind = %K::kind(&()), namespace = %target.namespace, name = %target.name,
         error = %invalid.error, "object does not decode; left alone until it is fixed");
     let detail = match kube.raw_object(&target).await {

@@ -380,6 +380,28 @@ impl<'a, B: Backends> KubeStore<'a, B> {
         }
     }
 
+    /// Writes the root-credentials Secret as `data`, held for cleanup (the tenant's own cleanup
+    /// and its buckets' sign in with it), only if it is still as `read` (see
+    /// [`crate::cluster::Kube::swap_secret`]); nothing when it already is so.
+    async fn swap_root_secret(
+        &self,
+        read: Option<&Secret>,
+        data: BTreeMap<String, String>,
+    ) -> Result<Secret, Error> {
+        Ok(self
+            .cx
+            .kube()
+            .swap_secret(
+                &Target::of(self.tenant),
+                &tenant_root_secret_name(&self.tenant.name_any()),
+                read,
+                data,
+                Hold::UntilReleased,
+                None,
+            )
+            .await?)
+    }
+
     /// A Secret keeper created for the tenant, decoded (a foreign Secret of that name is a
     /// conflict: its data is never used).
     async fn read(&self, name: &str) -> Result<Option<BTreeMap<String, String>>, Error> {
@@ -410,19 +432,10 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
             Some(read)
                 if password.is_some() && self.tenant.metadata.deletion_timestamp.is_none() =>
             {
-                let written = self
-                    .cx
-                    .kube()
-                    .swap_secret(
-                        &Target::of(self.tenant),
-                        &tenant_root_secret_name(&self.tenant.name_any()),
-                        Some(&read),
-                        secret_data(&read),
-                        Hold::UntilReleased,
-                        None,
-                    )
-                    .await?;
-                Some(written)
+                Some(
+                    self.swap_root_secret(Some(&read), secret_data(&read))
+                        .await?,
+                )
             }
             other => other,
         };
@@ -435,19 +448,7 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
         let read = self.root_secret.lock().expect("root secret lock").clone();
         // Another writer's password stored since the read makes this write fail (409): the next
         // reconcile uses that one.
-        let written = self
-            .cx
-            .kube()
-            .swap_secret(
-                &Target::of(self.tenant),
-                &tenant_root_secret_name(&self.tenant.name_any()),
-                read.as_ref(),
-                data,
-                // Held: the tenant's own cleanup and its buckets' cleanup sign in with it.
-                Hold::UntilReleased,
-                None,
-            )
-            .await?;
+        let written = self.swap_root_secret(read.as_ref(), data).await?;
         *self.root_secret.lock().expect("root secret lock") = Some(written);
         Ok(())
     }
