@@ -639,6 +639,25 @@ pub async fn iam_client(env: &Env) -> aws_sdk_iam::Client {
     aws_sdk_iam::Client::from_conf(config.build())
 }
 
+/// The objects in `bucket`; `None` when the bucket does not exist.
+pub async fn count_objects(s3: &aws_sdk_s3::Client, bucket: &str) -> Option<usize> {
+    let mut pages = s3
+        .list_objects_v2()
+        .bucket(bucket)
+        .into_paginator()
+        .page_size(1000)
+        .send();
+    let mut count = 0;
+    while let Some(page) = pages.next().await {
+        match page {
+            Ok(page) => count += page.contents().len(),
+            Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_bucket()) => return None,
+            Err(e) => panic!("list {bucket}: {e:?}"),
+        }
+    }
+    Some(count)
+}
+
 /// keeper's IAM users (path `/keeper/`) tagged with `bucket`.
 pub async fn iam_users_of(iam: &aws_sdk_iam::Client, bucket: &str) -> Vec<String> {
     let users = iam

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use keeper_e2e_scenarios::{
-    ApiRequest, AuditLog, Env, Keeper, client_for, condition, condition_is, jitter, put_objects,
-    secret_data, tenant_wide_credentials, wait_for, wait_until,
+    ApiRequest, AuditLog, Env, Keeper, client_for, condition, condition_is, count_objects, jitter,
+    put_objects, secret_data, tenant_wide_credentials, wait_for, wait_until,
 };
 use serde_json::Value;
 
@@ -34,24 +34,6 @@ fn get(env: &Env, ns: &str, resource: &str) -> Option<Value> {
 
 fn ready(obj: &Value) -> bool {
     condition_is(obj, "Ready", "True")
-}
-
-async fn count_objects(s3: &aws_sdk_s3::Client, bucket: &str) -> Option<usize> {
-    let mut pages = s3
-        .list_objects_v2()
-        .bucket(bucket)
-        .into_paginator()
-        .page_size(1000)
-        .send();
-    let mut count = 0;
-    while let Some(page) = pages.next().await {
-        match page {
-            Ok(page) => count += page.contents().len(),
-            Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_bucket()) => return None,
-            Err(e) => panic!("list {bucket}: {e:?}"),
-        }
-    }
-    Some(count)
 }
 
 fn events(env: &Env, ns: &str, name: &str) -> Vec<String> {

@@ -30,8 +30,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use keeper_e2e_scenarios::{
-    Env, Keeper, accounts_of, client_for, condition_is, jitter, put_objects, rds_client,
-    secret_data, wait_until,
+    Env, Keeper, accounts_of, client_for, condition_is, count_objects, iam_users_of, jitter,
+    put_objects, rds_client, secret_data, wait_until,
 };
 
 use faults::{Faults, Sampler, assert_bounded, longest_observed, metric_sum};
@@ -198,51 +198,17 @@ fn all_of<'a>(planned: &'a [Planned], kind: &str) -> impl Iterator<Item = &'a Pl
     planned.iter().filter(move |p| p.kind == kind)
 }
 
-async fn bucket_object_count(s3: &aws_sdk_s3::Client, bucket: &str) -> Option<usize> {
-    let mut pages = s3.list_objects_v2().bucket(bucket).into_paginator().send();
-    let mut count = 0;
-    while let Some(page) = pages.next().await {
-        match page {
-            Ok(page) => count += page.contents().len(),
-            Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_bucket()) => return None,
-            Err(e) => panic!("list {bucket}: {e:?}"),
-        }
-    }
-    Some(count)
-}
-
-/// IAM users of provider `s3` tagged with `bucket` (keeper's per-bucket users).
-async fn iam_users_of(iam: &aws_sdk_iam::Client, bucket: &str) -> Vec<(String, usize)> {
-    let users = iam
-        .list_users()
-        .path_prefix("/keeper/")
-        .send()
-        .await
-        .expect("list IAM users");
+/// keeper's IAM users of `bucket` (provider `s3`), each with how many access keys it has.
+async fn iam_users_and_keys(iam: &aws_sdk_iam::Client, bucket: &str) -> Vec<(String, usize)> {
     let mut out = Vec::new();
-    for user in users.users() {
-        let tags = iam
-            .list_user_tags()
-            .user_name(user.user_name())
+    for user in iam_users_of(iam, bucket).await {
+        let keys = iam
+            .list_access_keys()
+            .user_name(&user)
             .send()
             .await
-            .expect("list user tags");
-        if tags
-            .tags()
-            .iter()
-            .any(|t| t.key() == "keeper.dev/bucket" && t.value() == bucket)
-        {
-            let keys = iam
-                .list_access_keys()
-                .user_name(user.user_name())
-                .send()
-                .await
-                .expect("list access keys");
-            out.push((
-                user.user_name().to_string(),
-                keys.access_key_metadata().len(),
-            ));
-        }
+            .expect("list access keys");
+        out.push((user, keys.access_key_metadata().len()));
     }
     out
 }
@@ -652,12 +618,12 @@ async fn round(env: &Env, kind: &str, round: usize, objects: usize, managers: us
     for p in all_of(&planned, "S3Bucket") {
         if tenant_provider(&planned, p) == "s3" {
             let bucket = &bucket_names[&p.name];
-            let mut users = iam_users_of(&iam, bucket).await;
+            let mut users = iam_users_and_keys(&iam, bucket).await;
             if managers > 1 {
                 let deadline = Instant::now() + SECOND_KEY_GOES_WITHIN;
                 while users.iter().any(|(_, keys)| *keys > 1) && Instant::now() < deadline {
                     tokio::time::sleep(Duration::from_millis(500)).await;
-                    users = iam_users_of(&iam, bucket).await;
+                    users = iam_users_and_keys(&iam, bucket).await;
                 }
             }
             assert_eq!(
@@ -745,14 +711,14 @@ async fn round(env: &Env, kind: &str, round: usize, objects: usize, managers: us
                 let bucket = &bucket_names[&p.name];
                 let s3_provider = tenant_provider(&planned, p) == "s3";
                 let users = if s3_provider {
-                    iam_users_of(&iam, bucket).await
+                    iam_users_and_keys(&iam, bucket).await
                 } else {
                     Vec::new()
                 };
                 if p.retain {
                     // Released as it was: the bucket, every object in it and its key.
                     if s3_provider {
-                        let count = bucket_object_count(&admin_s3, bucket).await;
+                        let count = count_objects(&admin_s3, bucket).await;
                         assert_eq!(
                             count,
                             Some(filled_counts[&p.name]),
@@ -762,7 +728,7 @@ async fn round(env: &Env, kind: &str, round: usize, objects: usize, managers: us
                         remove_retained(&admin_s3, &iam, bucket, &users[0].0).await;
                     }
                 } else {
-                    if s3_provider && bucket_object_count(&admin_s3, bucket).await.is_some() {
+                    if s3_provider && count_objects(&admin_s3, bucket).await.is_some() {
                         orphans.push(format!("bucket {bucket} of {}", p.name));
                     }
                     for (user, _) in users {

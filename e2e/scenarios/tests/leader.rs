@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use keeper_e2e_scenarios::{
-    Env, Keeper, client_for, condition_is, http_get, jitter, put_objects, secret_data, wait_for,
-    wait_until,
+    Env, Keeper, client_for, condition_is, count_objects, http_get, jitter, put_objects,
+    secret_data, wait_for, wait_until,
 };
 
 /// The value of a metric line such as `keeper_leader 1`, summed over label sets that start with
@@ -203,12 +203,14 @@ async fn a_leader_cut_off_from_the_api_stops_acting_once_its_lease_may_have_expi
     // A drain round under way when it stepped down ends within its 5 s budget; after that no
     // object may go.
     std::thread::sleep(Duration::from_secs(6));
-    let after = object_count(&s3, &bucket).await;
+    let after = count_objects(&s3, &bucket)
+        .await
+        .expect("the bucket exists");
     assert!(after > 0, "the drain finished before the cut took effect");
     std::thread::sleep(Duration::from_secs(10));
     assert_eq!(
-        object_count(&s3, &bucket).await,
-        after,
+        count_objects(&s3, &bucket).await,
+        Some(after),
         "objects were deleted after keeper stepped down"
     );
 
@@ -228,19 +230,10 @@ async fn a_leader_cut_off_from_the_api_stops_acting_once_its_lease_may_have_expi
     );
 }
 
-/// [`object_count`] from the synchronous polling helpers.
+/// The objects in `bucket` (which must exist), from the synchronous polling helpers.
 fn count_now(s3: &aws_sdk_s3::Client, bucket: &str) -> usize {
     tokio::task::block_in_place(|| {
-        tokio::runtime::Handle::current().block_on(object_count(s3, bucket))
+        tokio::runtime::Handle::current().block_on(count_objects(s3, bucket))
     })
-}
-
-/// The objects in `bucket`.
-async fn object_count(s3: &aws_sdk_s3::Client, bucket: &str) -> usize {
-    let mut count = 0;
-    let mut pages = s3.list_objects_v2().bucket(bucket).into_paginator().send();
-    while let Some(page) = pages.next().await {
-        count += page.expect("list objects").contents().len();
-    }
-    count
+    .expect("the bucket exists")
 }
