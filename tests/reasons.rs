@@ -12,8 +12,7 @@ use std::path::{Path, PathBuf};
 /// CamelCase literals in controller code that are not reasons: backend error codes keeper
 /// creates or matches (they appear inside a reason's message), and IAM policy statement ids.
 const NOT_REASONS: &[&str] = &[
-    // StorageGRID / S3 error codes keeper matches or raises inside a `BackendRejected` /
-    // `BackendError` message.
+    // StorageGRID / S3 error codes keeper matches or raises inside a `BackendError` message.
     "AccountNotOwned",
     "AccountsMarkedTwice",
     "RecordedAccountGone",

@@ -73,6 +73,16 @@ impl Backoff {
         }
     }
 
+    /// How many times in a row `key` has failed (0 after a success).
+    pub fn failures(&self, key: &str) -> u32 {
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .failures
+            .get(key)
+            .map_or(0, |(count, _)| *count)
+    }
+
     /// Forgets the failures of `key` after a success.
     pub fn reset(&self, key: &str) {
         self.state
@@ -107,7 +117,9 @@ mod tests {
         assert_eq!(delays, [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]);
         // Another object has its own count.
         assert_eq!(secs(backoff.next_delay_at("ns/b", now, 0.0)), 1.0);
+        assert_eq!(backoff.failures("ns/a"), 6);
         backoff.reset("ns/a");
+        assert_eq!(backoff.failures("ns/a"), 0);
         assert_eq!(secs(backoff.next_delay_at("ns/a", now, 0.0)), 1.0);
     }
 

@@ -1,11 +1,23 @@
 //! Standard `metav1.Condition` handling: `lastTransitionTime` changes only when the status flips,
 //! so rewriting the same condition is a no-op and steady state makes no status writes.
+//!
+//! Every kind carries the same conditions, the ones users' tools read:
+//! - `Ready`: the backend resource is usable (False with why not: waiting, retrying, failed);
+//! - `Synced`: the last reconcile succeeded, or (False) the error keeper retries, with its reason
+//!   and message (Crossplane's convention);
+//! - `Reconciling` and `Stalled`: kstatus' "abnormal-true" pair, present only while true, so that
+//!   Flux and `kstatus` judge health without custom expressions: `Reconciling` while the object is
+//!   neither Ready nor stalled, `Stalled` when only a change by a person can help;
+//! - `DeletionBlocked`: a deletion keeper refuses, and what unblocks it.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 pub const READY: &str = "Ready";
 pub const DELETION_BLOCKED: &str = "DeletionBlocked";
+pub const SYNCED: &str = "Synced";
+pub const RECONCILING: &str = "Reconciling";
+pub const STALLED: &str = "Stalled";
 
 /// Sets condition `type_`; returns true when its status, reason or message changed
 /// (callers publish an event only then, which keeps events from storming).
@@ -45,6 +57,60 @@ pub fn set(
             true
         }
     }
+}
+
+/// Like [`set`], but a condition whose status and reason stay is left as it is, message included:
+/// for reports that repeat with a changing message (an error's text, a request id), which must
+/// not cost a status write per attempt.
+pub fn set_on_reason_change(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: impl Into<String>,
+    observed_generation: Option<i64>,
+) -> bool {
+    let wanted = if status { "True" } else { "False" };
+    let unchanged = conditions
+        .iter()
+        .any(|c| c.type_ == type_ && c.status == wanted && c.reason == reason);
+    !unchanged
+        && set(
+            conditions,
+            type_,
+            status,
+            reason,
+            message,
+            observed_generation,
+        )
+}
+
+/// Derives kstatus' `Reconciling` from the others: present (True, with `Ready`'s reason and
+/// message) while the object is neither Ready nor `Stalled`, absent otherwise. Called on every
+/// status keeper writes, so the pair never contradicts `Ready`.
+pub fn derive_reconciling(conditions: &mut Vec<Condition>, observed_generation: Option<i64>) {
+    if is_true(conditions, READY) || is_true(conditions, STALLED) {
+        remove(conditions, RECONCILING);
+        return;
+    }
+    let (reason, message) = conditions
+        .iter()
+        .find(|c| c.type_ == READY)
+        .map(|c| (c.reason.clone(), c.message.clone()))
+        .unwrap_or_else(|| {
+            (
+                "Reconciling".to_string(),
+                "keeper is working on it".to_string(),
+            )
+        });
+    set(
+        conditions,
+        RECONCILING,
+        true,
+        &reason,
+        message,
+        observed_generation,
+    );
 }
 
 /// Removes condition `type_`; returns true if it was there.
@@ -107,6 +173,55 @@ mod tests {
         ));
         assert_ne!(conditions[0].last_transition_time, first);
         assert!(!is_true(&conditions, READY));
+    }
+
+    #[test]
+    fn a_report_with_the_same_reason_keeps_its_first_message() {
+        let mut conditions = Vec::new();
+        let mut report = |status, reason, message| {
+            set_on_reason_change(&mut conditions, SYNCED, status, reason, message, Some(1))
+        };
+        assert!(report(false, "BackendError", "request 1 failed"));
+        assert!(!report(false, "BackendError", "request 2 failed"));
+        assert!(report(false, "KubernetesError", "forbidden"));
+        assert!(report(true, "KubernetesError", ""));
+        assert!(!report(true, "KubernetesError", "another message"));
+        assert_eq!(conditions[0].message, "");
+    }
+
+    #[test]
+    fn reconciling_is_there_only_while_neither_ready_nor_stalled() {
+        let mut conditions = Vec::new();
+        derive_reconciling(&mut conditions, Some(1));
+        assert!(is_true(&conditions, RECONCILING), "no status yet: working");
+        set(
+            &mut conditions,
+            READY,
+            false,
+            "WaitingForTenant",
+            "tenant t",
+            Some(1),
+        );
+        derive_reconciling(&mut conditions, Some(1));
+        let reconciling = conditions.iter().find(|c| c.type_ == RECONCILING).unwrap();
+        assert_eq!(
+            (reconciling.reason.as_str(), reconciling.message.as_str()),
+            ("WaitingForTenant", "tenant t")
+        );
+        set(
+            &mut conditions,
+            STALLED,
+            true,
+            "InvalidSpec",
+            "bad",
+            Some(1),
+        );
+        derive_reconciling(&mut conditions, Some(1));
+        assert!(!conditions.iter().any(|c| c.type_ == RECONCILING));
+        remove(&mut conditions, STALLED);
+        set(&mut conditions, READY, true, "Provisioned", "ok", Some(1));
+        derive_reconciling(&mut conditions, Some(1));
+        assert!(!conditions.iter().any(|c| c.type_ == RECONCILING));
     }
 
     #[test]

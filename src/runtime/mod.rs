@@ -331,12 +331,17 @@ async fn reconcile<R: Reconciler>(
         Step::Cleanup => cx.reconciler.cleanup(obj.clone(), &cx).await,
     };
     let outcome = match result {
-        Ok(outcome) => outcome,
+        Ok(mut outcome) => {
+            // An object on its way out is not told it is synced: that write would be its last.
+            if !matches!(outcome.next, Next::Release) {
+                outcome.succeeded(obj.meta().generation);
+            }
+            outcome
+        }
         Err(e) => match policy(e.class()) {
-            Policy::Backoff => return Err(Error::Reconciler(e)),
-            Policy::Requeue(after) => {
-                tracing::info!(error = %e, "looking again shortly");
-                return Ok(Action::requeue(after));
+            Policy::Backoff => {
+                report_retrying(&cx, obj.as_ref(), &e).await;
+                return Err(Error::Reconciler(e));
             }
             Policy::Fail(after) => {
                 tracing::warn!(error = %e, "reconcile failed permanently");
@@ -380,6 +385,32 @@ async fn reconcile<R: Reconciler>(
             Action::requeue(RESYNC)
         }
     })
+}
+
+/// Failed attempts in a row after which a failure keeper retries shows on the object: the first
+/// ones are often a blip (a conflict, a restarting backend) that the next attempt settles, and
+/// reporting them would cost two status writes each.
+const REPORT_AFTER: u32 = 3;
+
+/// Shows a failure that repeats on the object ([`Outcome::retrying`]): from the
+/// [`REPORT_AFTER`]th attempt in a row, and then written only when its reason changes. Best
+/// effort: a report that cannot be written (the API server is what fails) is logged, and the
+/// retry goes on.
+async fn report_retrying<R: Reconciler>(cx: &Context<R>, obj: &R::Resource, error: &R::Error) {
+    let attempt = cx.backoff.failures(&object_key(obj)) + 1;
+    if attempt < REPORT_AFTER {
+        return;
+    }
+    let status = obj.status().cloned().unwrap_or_default();
+    let mut outcome = Outcome::new(status, Next::AwaitChange);
+    outcome.retrying(
+        error.condition_reason(),
+        &error.to_string(),
+        obj.meta().generation,
+    );
+    if let Err(e) = write_outcome(cx.kube(), obj, &outcome).await {
+        tracing::warn!(error = %e, "could not show the failure on the object");
+    }
 }
 
 fn object_key<K: Resource>(obj: &K) -> String {

@@ -11,6 +11,9 @@ use crate::cluster::Note;
 
 use super::conditions;
 
+/// `Synced`'s reason after a reconcile that succeeded.
+pub const SYNCED_REASON: &str = "ReconcileSuccess";
+
 /// What happens after the outcome is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
@@ -53,6 +56,8 @@ pub struct Outcome<S> {
     /// when the object's value differs.
     pub set_annotations: Vec<(&'static str, String)>,
     pub next: Next,
+    /// Whether the reconcile reported a permanent failure ([`Outcome::fail`]).
+    failed: bool,
 }
 
 impl<S: KeeperStatus> Outcome<S> {
@@ -63,6 +68,7 @@ impl<S: KeeperStatus> Outcome<S> {
             remove_annotations: Vec::new(),
             set_annotations: Vec::new(),
             next,
+            failed: false,
         }
     }
 
@@ -110,8 +116,8 @@ impl<S: KeeperStatus> Outcome<S> {
         }
     }
 
-    /// A permanent failure: the kind's failed phase, `Ready=False` with the reason and message,
-    /// one Warning event per change.
+    /// A permanent failure: the kind's failed phase, `Ready=False`, `Synced=False` and `Stalled`
+    /// with the reason and message, one Warning event per change.
     pub fn fail(
         &mut self,
         reason: &'static str,
@@ -119,8 +125,62 @@ impl<S: KeeperStatus> Outcome<S> {
         generation: Option<i64>,
         deleting: bool,
     ) {
+        let message = message.into();
+        self.failed = true;
         self.status.mark_failed(deleting);
-        self.ready(false, reason, message, generation, true);
+        self.ready(false, reason, message.clone(), generation, true);
+        self.condition(
+            conditions::SYNCED,
+            false,
+            reason,
+            message.clone(),
+            generation,
+        );
+        self.condition(conditions::STALLED, true, reason, message, generation);
+        conditions::derive_reconciling(self.status.conditions_mut(), generation);
+    }
+
+    /// A reconcile that succeeded: `Synced=True`, `Stalled` gone, `Reconciling` derived from
+    /// `Ready`. Costs no write of its own: it rides on the outcome's status patch, and a status
+    /// that already says so is not written again. An outcome that reported a permanent failure
+    /// itself ([`Outcome::fail`]) stays as it said.
+    pub fn succeeded(&mut self, generation: Option<i64>) {
+        if self.failed {
+            return;
+        }
+        self.condition(conditions::SYNCED, true, SYNCED_REASON, "", generation);
+        conditions::remove(self.status.conditions_mut(), conditions::STALLED);
+        conditions::derive_reconciling(self.status.conditions_mut(), generation);
+    }
+
+    /// A failure keeper retries, reported once it repeats: `Synced=False` with the error's reason
+    /// and message and, unless the object is Ready, `Ready=False` with the same; one Warning
+    /// event when the reason changes. Written only when the reason changes, never for a new
+    /// message alone, so a failure that repeats costs no write per attempt.
+    pub fn retrying(&mut self, reason: &'static str, message: &str, generation: Option<i64>) {
+        let conditions = self.status.conditions_mut();
+        if conditions::set_on_reason_change(
+            conditions,
+            conditions::SYNCED,
+            false,
+            reason,
+            message,
+            generation,
+        ) {
+            self.notes.push(Note::warning(reason, message));
+        }
+        let conditions = self.status.conditions_mut();
+        if !conditions::is_true(conditions, conditions::READY) {
+            conditions::set_on_reason_change(
+                conditions,
+                conditions::READY,
+                false,
+                reason,
+                message,
+                generation,
+            );
+        }
+        conditions::derive_reconciling(conditions, generation);
     }
 
     /// The one "deletion blocked" report: the deleting phase, `DeletionBlocked=True` with the
@@ -176,7 +236,7 @@ mod tests {
     #[test]
     fn failures_show_failed_unless_deleting() {
         let mut out = Outcome::new(S3TenantStatus::default(), Next::AwaitChange);
-        out.fail("BackendRejected", "no", Some(2), false);
+        out.fail("BackendError", "no", Some(2), false);
         assert_eq!(out.status.phase, Some(TenantPhase::Failed));
         assert!(conditions::is_false(
             &out.status.conditions,
@@ -184,8 +244,71 @@ mod tests {
         ));
         assert_eq!(out.notes[0].type_, EventType::Warning);
         let mut deleting = Outcome::new(S3TenantStatus::default(), Next::AwaitChange);
-        deleting.fail("BackendRejected", "no", Some(2), true);
+        deleting.fail("BackendError", "no", Some(2), true);
         assert_eq!(deleting.status.phase, Some(TenantPhase::Deleting));
+    }
+
+    #[test]
+    fn a_permanent_failure_is_stalled_and_not_synced_until_a_success() {
+        let mut out = Outcome::new(S3TenantStatus::default(), Next::AwaitChange);
+        out.fail("InvalidSpec", "bad size", Some(2), false);
+        let c = &out.status.conditions;
+        assert!(conditions::is_true(c, conditions::STALLED));
+        assert!(conditions::is_false(c, conditions::SYNCED));
+        assert!(!c.iter().any(|c| c.type_ == conditions::RECONCILING));
+        let mut fixed = Outcome::new(out.status.clone(), Next::AwaitChange);
+        fixed.ready(true, "Provisioned", "ok", Some(3), false);
+        fixed.succeeded(Some(3));
+        let c = &fixed.status.conditions;
+        assert!(conditions::is_true(c, conditions::SYNCED));
+        assert!(!c.iter().any(|c| c.type_ == conditions::STALLED));
+        assert!(!c.iter().any(|c| c.type_ == conditions::RECONCILING));
+    }
+
+    #[test]
+    fn an_outcome_that_failed_is_not_made_synced() {
+        let mut out = Outcome::new(S3TenantStatus::default(), Next::AwaitChange);
+        out.fail("InvalidBucketName", "bad name", Some(1), false);
+        out.succeeded(Some(1));
+        assert!(conditions::is_true(
+            &out.status.conditions,
+            conditions::STALLED
+        ));
+        assert!(conditions::is_false(
+            &out.status.conditions,
+            conditions::SYNCED
+        ));
+    }
+
+    #[test]
+    fn a_retried_failure_warns_once_per_reason_and_keeps_ready_if_ready() {
+        let mut out = Outcome::new(S3TenantStatus::default(), Next::AwaitChange);
+        out.retrying("BackendError", "connection refused (1)", Some(1));
+        let c = &out.status.conditions;
+        assert!(conditions::is_false(c, conditions::SYNCED));
+        assert!(conditions::is_false(c, conditions::READY));
+        assert!(conditions::is_true(c, conditions::RECONCILING));
+        assert_eq!(
+            out.notes,
+            vec![Note::warning("BackendError", "connection refused (1)")]
+        );
+        // The same reason again, with another message: nothing changes, nothing is published.
+        let mut again = Outcome::new(out.status.clone(), Next::AwaitChange);
+        again.retrying("BackendError", "connection refused (2)", Some(1));
+        assert_eq!(again.status, out.status);
+        assert!(again.notes.is_empty());
+        // Another reason is news.
+        again.retrying("KubernetesError", "forbidden", Some(1));
+        assert_eq!(again.notes.len(), 1);
+        // A Ready object stays Ready: the resource exists, keeper only cannot check it.
+        let mut ready = Outcome::new(S3TenantStatus::default(), Next::AwaitChange);
+        ready.ready(true, "Provisioned", "ok", Some(1), false);
+        ready.succeeded(Some(1));
+        ready.retrying("BackendError", "timeout", Some(1));
+        let c = &ready.status.conditions;
+        assert!(conditions::is_true(c, conditions::READY));
+        assert!(conditions::is_false(c, conditions::SYNCED));
+        assert!(!c.iter().any(|c| c.type_ == conditions::RECONCILING));
     }
 
     #[test]

@@ -6,26 +6,25 @@ use crate::error::ErrorClass;
 /// What the shared reconcile flow does with an error of a class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
-    /// Retry with the object's exponential backoff.
+    /// Retry with the object's exponential backoff; a failure that repeats shows on the object
+    /// (`Synced=False`, one Warning event per reason).
     Backoff,
-    /// Look again after this long; nothing is reported as failed.
-    Requeue(std::time::Duration),
     /// Set `Ready=False` with the error's reason and message (phase `Failed` unless deleting),
     /// one Warning event per change, and retry after this long (a spec change retries at once).
     Fail(std::time::Duration),
 }
 
-/// How soon a conflict or a vanished dependency is looked at again.
-pub const CONFLICT_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 /// How often an object in a permanent error looks again on its own.
 pub const PERMANENT_RETRY: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The one policy: every controller's errors go through it.
 pub fn policy(class: ErrorClass) -> Policy {
     match class {
-        ErrorClass::Transient => Policy::Backoff,
-        // Something moved between our look and our call: the next look decides.
-        ErrorClass::Conflict | ErrorClass::NotFound => Policy::Requeue(CONFLICT_RETRY),
+        // A conflict (something moved between our look and our call) or a vanished dependency
+        // is usually settled by the next look; one that is not (an IAM limit reached, a policy
+        // attached by hand) must not loop at a fixed pace nor stay invisible: it backs off and
+        // shows like any other failure that repeats.
+        ErrorClass::Transient | ErrorClass::Conflict | ErrorClass::NotFound => Policy::Backoff,
         ErrorClass::Permanent => Policy::Fail(PERMANENT_RETRY),
     }
 }
@@ -35,16 +34,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_policy_backs_off_transient_fails_permanent_and_requeues_the_rest() {
-        assert_eq!(policy(ErrorClass::Transient), Policy::Backoff);
+    fn the_policy_fails_permanent_errors_and_backs_off_the_rest() {
         assert_eq!(policy(ErrorClass::Permanent), Policy::Fail(PERMANENT_RETRY));
-        assert_eq!(
-            policy(ErrorClass::Conflict),
-            Policy::Requeue(CONFLICT_RETRY)
-        );
-        assert_eq!(
-            policy(ErrorClass::NotFound),
-            Policy::Requeue(CONFLICT_RETRY)
-        );
+        for class in [
+            ErrorClass::Transient,
+            ErrorClass::Conflict,
+            ErrorClass::NotFound,
+        ] {
+            assert_eq!(policy(class), Policy::Backoff);
+        }
     }
 }

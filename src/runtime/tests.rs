@@ -12,7 +12,7 @@ use super::*;
 use crate::api::{S3Tenant, S3TenantSpec, S3TenantStatus, TenantPhase};
 use crate::cluster::fake::{Call, FakeKube};
 use crate::error::BackendError;
-use crate::runtime::policy::{CONFLICT_RETRY, PERMANENT_RETRY};
+use crate::runtime::policy::PERMANENT_RETRY;
 
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
@@ -26,7 +26,7 @@ impl ReconcileError for TestError {
         self.0.class
     }
     fn condition_reason(&self) -> &'static str {
-        "BackendRejected"
+        "BackendError"
     }
 }
 
@@ -231,7 +231,9 @@ async fn set_annotations_are_written_test_guarded_and_only_when_they_differ() {
 async fn an_unchanged_status_writes_nothing() {
     let (kube, cx) = context(Ok(ready()));
     let mut obj = tenant(true, false);
-    obj.status = Some(ready().status);
+    let mut synced = ready();
+    synced.succeeded(Some(3));
+    obj.status = Some(synced.status);
     obj.metadata.annotations = None;
     let mut steady = ready();
     steady.notes.clear();
@@ -240,11 +242,81 @@ async fn an_unchanged_status_writes_nothing() {
     assert!(kube.calls().is_empty(), "{:?}", kube.calls());
 }
 
+/// The status patches `kube` saw.
+fn status_patches(kube: &FakeKube) -> Vec<serde_json::Value> {
+    kube.calls()
+        .into_iter()
+        .filter_map(|c| match c {
+            Call::PatchStatus { patch, .. } => Some(patch),
+            _ => None,
+        })
+        .collect()
+}
+
 #[tokio::test]
-async fn a_transient_error_backs_off_and_writes_nothing() {
-    let (kube, cx) = context(Err(ErrorClass::Transient));
-    assert!(testing::reconcile(&cx, tenant(true, false)).await.is_err());
-    assert!(kube.calls().is_empty());
+async fn a_retried_error_shows_on_the_object_from_the_third_attempt_once_per_reason() {
+    for class in [
+        ErrorClass::Transient,
+        ErrorClass::Conflict,
+        ErrorClass::NotFound,
+    ] {
+        let (kube, cx) = context(Err(class));
+        let obj = tenant(true, false);
+        let key = object_key(&obj);
+        // The first two attempts back off and write nothing: most failures are a blip.
+        for _ in 0..2 {
+            assert!(testing::reconcile(&cx, obj.clone()).await.is_err());
+            cx.backoff.next_delay(&key);
+        }
+        assert!(kube.calls().is_empty(), "{class:?}: {:?}", kube.calls());
+        // The third shows: Synced and Ready False with the error, Reconciling, one Warning.
+        assert!(testing::reconcile(&cx, obj.clone()).await.is_err());
+        let patches = status_patches(&kube);
+        assert_eq!(patches.len(), 1, "{class:?}");
+        let conditions = &patches[0]["status"]["conditions"];
+        let of = |t: &str| {
+            conditions
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == t)
+                .cloned()
+                .unwrap_or_else(|| panic!("no {t} in {conditions}"))
+        };
+        assert_eq!(of("Synced")["status"], "False");
+        assert_eq!(of("Synced")["reason"], "BackendError");
+        assert!(
+            of("Synced")["message"]
+                .as_str()
+                .unwrap()
+                .contains("it failed")
+        );
+        assert_eq!(of("Ready")["status"], "False");
+        assert_eq!(of("Reconciling")["status"], "True");
+        assert_eq!(kube.notes().len(), 1);
+        assert_eq!(kube.notes()[0].reason, "BackendError");
+        assert_eq!(
+            kube.notes()[0].type_,
+            kube::runtime::events::EventType::Warning
+        );
+        // Once shown, the same failure writes nothing more.
+        cx.backoff.next_delay(&key);
+        let mut shown = obj.clone();
+        let mut status: S3TenantStatus =
+            serde_json::from_value(patches[0]["status"].clone()).unwrap();
+        status.phase = None;
+        shown.status = Some(status);
+        assert!(testing::reconcile(&cx, shown.clone()).await.is_err());
+        assert_eq!(status_patches(&kube).len(), 1, "{class:?}: nothing new");
+        assert_eq!(kube.notes().len(), 1);
+        // A success afterwards says so in the same patch as its outcome.
+        *cx.reconciler.0.lock().unwrap() = Some(Ok(ready()));
+        testing::reconcile(&cx, shown).await.unwrap();
+        let patches = status_patches(&kube);
+        assert_eq!(patches.len(), 2);
+        let text = patches[1].to_string();
+        assert!(text.contains("ReconcileSuccess"), "{text}");
+    }
 }
 
 #[tokio::test]
@@ -254,7 +326,7 @@ async fn a_permanent_error_sets_failed_with_one_warning() {
     assert_eq!(action, Action::requeue(PERMANENT_RETRY));
     let notes = kube.notes();
     assert_eq!(notes.len(), 1);
-    assert_eq!(notes[0].reason, "BackendRejected");
+    assert_eq!(notes[0].reason, "BackendError");
     assert!(notes[0].message.contains("it failed"));
     let patch = kube
         .calls()
@@ -284,13 +356,26 @@ async fn a_permanent_error_during_deletion_shows_deleting_not_failed() {
 }
 
 #[tokio::test]
-async fn conflicts_and_not_found_look_again_soon_without_failing() {
-    for class in [ErrorClass::Conflict, ErrorClass::NotFound] {
-        let (kube, cx) = context(Err(class));
-        let action = testing::reconcile(&cx, tenant(true, true)).await.unwrap();
-        assert_eq!(action, Action::requeue(CONFLICT_RETRY));
-        assert!(kube.calls().is_empty(), "{class:?} reports nothing");
-    }
+async fn a_success_is_synced_and_a_release_writes_no_status() {
+    let (kube, cx) = context(Ok(ready()));
+    testing::reconcile(&cx, tenant(true, false)).await.unwrap();
+    let patch = &status_patches(&kube)[0];
+    let conditions = patch["status"]["conditions"].as_array().unwrap();
+    let types: Vec<&str> = conditions
+        .iter()
+        .map(|c| c["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        types,
+        ["Ready", "Synced"],
+        "Ready: no Reconciling, no Stalled"
+    );
+    // The last reconcile of an object being deleted writes only what its outcome says.
+    let (kube, cx) = context(Ok(Outcome::new(S3TenantStatus::default(), Next::Release)));
+    let mut leaving = tenant(true, true);
+    leaving.status = Some(S3TenantStatus::default());
+    testing::reconcile(&cx, leaving).await.unwrap();
+    assert!(status_patches(&kube).is_empty(), "{:?}", kube.calls());
 }
 
 #[tokio::test]

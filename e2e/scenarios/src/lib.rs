@@ -242,6 +242,34 @@ impl Env {
         })
     }
 
+    /// Writes the environment's keeper configuration with one provider more, `name`, whose
+    /// settings are `settings` (YAML, as under the provider's name, without indentation), to a
+    /// file of its own, and returns its path. The environment's configuration lists its providers
+    /// as a block under `providers:`.
+    pub fn config_with_provider(&self, name: &str, settings: &str) -> anyhow::Result<PathBuf> {
+        let config = std::fs::read_to_string(&self.keeper_config)?;
+        let lines: Vec<&str> = config.lines().collect();
+        let at = lines
+            .iter()
+            .position(|l| l.trim_end() == "providers:")
+            .context("the keeper configuration has no block `providers:`")?;
+        let indent = lines[at + 1..]
+            .iter()
+            .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .map(|l| l.len() - l.trim_start().len())
+            .filter(|n| *n > 0)
+            .context("the keeper configuration's `providers:` block is empty")?;
+        let pad = " ".repeat(indent);
+        let mut block = vec![format!("{pad}{name}:")];
+        block.extend(settings.lines().map(|l| format!("{pad}{pad}{l}")));
+        let mut out: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        out.splice(at + 1..at + 1, block);
+        let path =
+            std::env::temp_dir().join(format!("keeper-e2e-{}-{name}.yaml", std::process::id()));
+        std::fs::write(&path, out.join("\n") + "\n")?;
+        Ok(path)
+    }
+
     /// Creates a fresh namespace for one scenario; it is deleted when the guard drops.
     ///
     /// Names are unique per call, not only per process: a namespace deleted by an earlier
@@ -361,6 +389,8 @@ struct Launch<'a> {
     webhook: bool,
     lease: Option<&'a str>,
     through: Option<&'a ApiProxy>,
+    /// A configuration of the scenario's own instead of the environment's.
+    config: Option<&'a Path>,
 }
 
 impl Keeper {
@@ -410,6 +440,18 @@ impl Keeper {
         )
     }
 
+    /// Starts keeper (leader election off) with the configuration at `config` instead of the
+    /// environment's (see [`Env::config_with_provider`]).
+    pub fn start_with_config(env: &Env, config: &Path) -> anyhow::Result<Keeper> {
+        Self::launch(
+            env,
+            Launch {
+                config: Some(config),
+                ..Launch::default()
+            },
+        )
+    }
+
     /// Starts keeper with its admission webhook registered (local control plane only: a real
     /// cluster's API server cannot reach a webhook on this machine's loopback).
     pub fn start_with_webhook(env: &Env) -> anyhow::Result<Keeper> {
@@ -453,7 +495,7 @@ impl Keeper {
             ])
             .arg(format!("127.0.0.1:{port}"))
             .arg("--config")
-            .arg(&env.keeper_config)
+            .arg(how.config.unwrap_or(&env.keeper_config))
             .arg(format!("--leader-election={}", lease.is_some()))
             .args(lease.map(|l| format!("--leader-election-lease={l}")))
             .env(

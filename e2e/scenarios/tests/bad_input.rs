@@ -705,11 +705,11 @@ fn what_the_schema_lets_through_but_keeper_cannot_do_is_a_condition_and_keeper_d
         &env,
         n,
         "s3tenant/nowhere",
-        "Failed: UnknownProvider",
+        "Failed: ProviderNotConfigured",
         Duration::from_secs(60),
         |t| {
             t["status"]["phase"] == "Failed"
-                && condition(t, "Ready").is_some_and(|c| c["reason"] == "UnknownProvider")
+                && condition(t, "Ready").is_some_and(|c| c["reason"] == "ProviderNotConfigured")
         },
     );
     let message = condition(&nowhere, "Ready").unwrap()["message"].to_string();

@@ -77,7 +77,7 @@ impl ReconcileError for Error {
             Error::Kube(_) => "kube",
             Error::Backend(_) => "backend",
             Error::Secret(_) => "secret",
-            Error::Invalid { .. } => "invalid",
+            Error::Invalid { .. } => "invalid_spec",
             Error::Retry(_) => "retry",
         }
     }

@@ -78,9 +78,9 @@ impl ReconcileError for Error {
 
     fn condition_reason(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "KubernetesRejected",
+            Error::Kube(_) => "KubernetesError",
             Error::Rds(e) if rds::is_access_denied(e) => "AccessDenied",
-            Error::Rds(_) => "RdsRejected",
+            Error::Rds(_) => "BackendError",
             Error::Secret(e) => e.condition_reason(),
             Error::InvalidSpec(_) => "InvalidSpec",
         }

@@ -85,7 +85,7 @@ impl ReconcileError for Error {
             Error::Secret(_) => "secret",
             Error::UnknownProvider(_) | Error::ProviderClient { .. } => "config",
             Error::NamespaceNotAllowed(_) => "namespace_not_allowed",
-            Error::InvalidSpec(_) => "spec",
+            Error::InvalidSpec(_) => "invalid_spec",
             Error::ProviderSecret(_) | Error::ProviderUnavailable { .. } => "secret",
         }
     }
@@ -107,9 +107,9 @@ impl ReconcileError for Error {
     fn condition_reason(&self) -> &'static str {
         match self {
             Error::Backend(e) if is_bad_credentials(e) => "BackendCredentialsRefused",
-            Error::Backend(_) => "BackendRejected",
+            Error::Backend(_) => "BackendError",
             Error::Secret(e) => e.condition_reason(),
-            Error::UnknownProvider(_) => "UnknownProvider",
+            Error::UnknownProvider(_) => "ProviderNotConfigured",
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::ProviderSecret(_) => "ProviderSecretInvalid",
             Error::ProviderUnavailable { .. } => "ProviderSecretUnavailable",

@@ -20,7 +20,7 @@ use crate::api::{S3TenantStatus, TenantPhase};
 use crate::backends::{s3, storagegrid};
 use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
-use crate::runtime::policy::{CONFLICT_RETRY, PERMANENT_RETRY};
+use crate::runtime::policy::PERMANENT_RETRY;
 use crate::runtime::{Keeper, Note, conditions, testing};
 use crate::test_support;
 
@@ -249,10 +249,9 @@ async fn a_second_writer_never_stores_a_root_password_of_its_own_over_the_first(
         by_b
     });
     by_b.unwrap();
-    assert_eq!(
-        by_a.unwrap(),
-        Action::requeue(CONFLICT_RETRY),
-        "A's password was refused: it looks again"
+    assert!(
+        by_a.is_err(),
+        "A's password was refused: it backs off and looks again"
     );
     let stored = h.kube.secret_data("ns", "t-root-credentials").unwrap()["password"].clone();
     let grid = h.backends.grid.state.lock().unwrap();
@@ -319,12 +318,11 @@ async fn a_new_tenant_searches_no_account_before_its_first_create() {
 }
 
 #[tokio::test]
-async fn a_409_from_the_grid_looks_again_soon_without_reporting_a_failure() {
+async fn a_409_from_the_grid_backs_off_without_reporting_a_failure_at_once() {
     let h = harness();
     let t = grid_tenant_with_a_stored_password(&h);
     h.backends.grid.state.lock().unwrap().fail_lookups_with = Some(409);
-    let action = h.reconcile(&t).await.unwrap();
-    assert_eq!(action, Action::requeue(CONFLICT_RETRY));
+    assert!(h.reconcile(&t).await.is_err());
     assert_eq!(h.status_writes(), 0);
     assert!(h.kube.notes().is_empty());
 }
@@ -341,7 +339,7 @@ async fn a_rejected_create_fails_the_tenant_with_one_warning() {
     let ready = condition(&t, conditions::READY);
     assert_eq!(
         (ready.status.as_str(), ready.reason.as_str()),
-        ("False", "BackendRejected")
+        ("False", "BackendError")
     );
     assert!(
         ready.message.contains("quota too large"),
@@ -352,7 +350,7 @@ async fn a_rejected_create_fails_the_tenant_with_one_warning() {
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert_eq!(
         (notes[0].type_, notes[0].reason),
-        (EventType::Warning, "BackendRejected")
+        (EventType::Warning, "BackendError")
     );
     assert_eq!(h.accounts(), 0);
 }
@@ -376,7 +374,7 @@ async fn spec_and_configuration_errors_fail_the_tenant_with_their_reason() {
     assert!(message.contains("at least one byte"), "{message}");
 
     let (reason, message) = failure(&h, tenant("nowhere", Value::Null)).await;
-    assert_eq!(reason, "UnknownProvider");
+    assert_eq!(reason, "ProviderNotConfigured");
     assert!(message.contains("nowhere"), "{message}");
 
     h.kube.secrets.lock().unwrap().clear();
@@ -515,7 +513,7 @@ async fn refused_s3_keys_fail_the_tenant_and_an_unavailable_store_backs_off() {
     *h.backends.verify.lock().unwrap() =
         Some(s3_error(s3::ErrorClass::Permanent, "InvalidAccessKeyId"));
     let (reason, message) = failure(&h, tenant("store", Value::Null)).await;
-    assert_eq!(reason, "BackendRejected");
+    assert_eq!(reason, "BackendError");
     assert!(message.contains("InvalidAccessKeyId"), "{message}");
     assert!(h.kube.secret_data("ns", "t-s3-credentials").is_none());
 

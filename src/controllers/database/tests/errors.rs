@@ -49,13 +49,16 @@ async fn a_request_rds_rejects_fails_with_a_warning_and_keeps_what_was_recorded(
     );
     let status = cluster.status();
     assert_eq!(status.phase, Some(DatabasePhase::Failed));
-    assert_eq!(ready(&status), Some(("False".into(), "RdsRejected".into())));
+    assert_eq!(
+        ready(&status),
+        Some(("False".into(), "BackendError".into()))
+    );
     assert!(
         condition(&status.conditions, "Ready")
             .message
             .contains("Invalid DB instance class")
     );
-    assert_eq!(cluster.warnings(), ["RdsRejected"]);
+    assert_eq!(cluster.warnings(), ["BackendError"]);
     // The identity and the password were stored before the call: a retry reuses both.
     assert_eq!(
         status.instance_id,
@@ -85,15 +88,12 @@ async fn an_unconfigured_size_is_an_invalid_spec() {
 }
 
 #[tokio::test]
-async fn a_conflicting_secret_write_requeues_without_a_failure() {
+async fn a_conflicting_secret_write_backs_off_without_a_failure() {
     let cluster = Cluster::default();
     // The first write is the recorded identity; the second, the password Secret, conflicts.
     let db = recorded(postgres());
     *cluster.kube.fail_next_write.lock().unwrap() = Some(409);
-    assert_eq!(
-        cluster.apply(&db).await.unwrap(),
-        Action::requeue(CONFLICT_RETRY)
-    );
+    assert!(cluster.apply(&db).await.is_err());
     assert_eq!(cluster.writes(), (0, 0));
     assert!(cluster.events().is_empty());
     assert_eq!(cluster.rds().calls("create"), 0);
@@ -109,9 +109,9 @@ async fn an_instance_gone_between_two_calls_is_looked_at_again_soon() {
         "modify",
         rds_error(ErrorClass::NotFound, "DBInstanceNotFound", "gone"),
     );
-    assert_eq!(
-        cluster.apply(&db).await.unwrap(),
-        Action::requeue(CONFLICT_RETRY)
+    assert!(
+        cluster.apply(&db).await.is_err(),
+        "backs off and looks again"
     );
     assert_eq!(cluster.status().phase, Some(DatabasePhase::Ready));
     assert!(cluster.warnings().is_empty());
