@@ -103,6 +103,7 @@ labelled() {
 set=day2-defaults
 out=$(render)
 lacks 'imagePullSecrets|priorityClassName|topologySpreadConstraints|envFrom|RUST_LOG|@sha256:'
+lacks '^kind: NetworkPolicy$'
 labelled
 block '^  template:$' 8 '  template:
     metadata:
@@ -138,7 +139,7 @@ has 'chart requires kubeVersion: >=1.33.0-0'
 
 set=day2-values
 out=$(render -f "$chart/ci/day2-values.yaml")
-[ "$(kinds <<<"$out")" = "ClusterRole ClusterRoleBinding ConfigMap Deployment PodDisruptionBudget Role RoleBinding Secret Service ServiceAccount ValidatingWebhookConfiguration " ] \
+[ "$(kinds <<<"$out")" = "ClusterRole ClusterRoleBinding ConfigMap Deployment NetworkPolicy PodDisruptionBudget Role RoleBinding Secret Service ServiceAccount ValidatingWebhookConfiguration " ] \
   || fail "objects: $(kinds <<<"$out")"
 common
 # image.digest wins over image.tag.
@@ -201,6 +202,68 @@ block '^      topologySpreadConstraints:$' 13 '      topologySpreadConstraints:
           maxSkew: 2
           topologyKey: kubernetes.io/hostname
           whenUnsatisfiable: DoNotSchedule'
+# The NetworkPolicy: keeper's pods; metrics from the monitoring namespace, the webhook from
+# anywhere; egress only to DNS and the backends.
+block '^kind: NetworkPolicy$' 45 "$(cat <<'POLICY'
+kind: NetworkPolicy
+metadata:
+  name: platform-keeper
+  namespace: keeper-system
+  labels:
+    app.kubernetes.io/name: keeper
+    app.kubernetes.io/instance: keeper
+    app.kubernetes.io/version: "0.1.0"
+    app.kubernetes.io/managed-by: Helm
+    helm.sh/chart: keeper-0.1.0
+    team: platform
+spec:
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/name: keeper
+      app.kubernetes.io/instance: keeper
+  policyTypes:
+    - Ingress
+    - Egress
+  ingress:
+    - ports:
+        - {port: 8080, protocol: TCP}
+      from:
+        - namespaceSelector:
+            matchLabels:
+              kubernetes.io/metadata.name: monitoring
+    - ports:
+        - {port: 9443, protocol: TCP}
+  egress:
+    - ports:
+      - port: 53
+        protocol: UDP
+      - port: 53
+        protocol: TCP
+      to:
+      - namespaceSelector: {}
+        podSelector:
+          matchLabels:
+            k8s-app: kube-dns
+    - ports:
+      - port: 443
+        protocol: TCP
+      to:
+      - ipBlock:
+          cidr: 192.0.2.0/24
+---
+POLICY
+)"
+
+# A NetworkPolicy with the defaults otherwise: the metrics port from anywhere, egress left open;
+# no webhook port without the webhook.
+set=network-policy-only
+out=$(render --set networkPolicy.enabled=true --set webhook.enabled=false)
+block '^  policyTypes:$' 5 '  policyTypes:
+    - Ingress
+  ingress:
+    - ports:
+        - {port: 8080, protocol: TCP}
+---'
 
 # nameOverride replaces the chart's name in the objects' names and app.kubernetes.io/name; names
 # stay within 63 characters, without a trailing "-" (the release name is Helm's longest, 53).
@@ -215,4 +278,4 @@ set=fullname-override-length
 out=$(render --set fullnameOverride=keeper-for-the-platform-team-of-the-storage-departments-in-the-north-office)
 has '^  name: keeper-for-the-platform-team-of-the-storage-departments-in-the$'
 
-echo "render: day-2 values (image digest, pull secrets, names, labels, annotations, log level, priority, spread, extra volumes, envFrom) render what they say; the defaults render none of them"
+echo "render: day-2 values (image digest, pull secrets, names, labels, annotations, log level, priority, spread, extra volumes, envFrom, NetworkPolicy) render what they say; the defaults render none of them"

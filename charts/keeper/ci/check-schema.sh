@@ -57,4 +57,7 @@ refused "/priorityClassName" --set priorityClassName=High_Priority
 refused "/topologySpreadConstraints/0" --set-json 'topologySpreadConstraints=[{"maxSkew":1}]'
 refused "/envFrom/0" --set-json 'envFrom=[{"secretRef":{"name":"a"},"configMapRef":{"name":"b"}}]'
 refused "/extraVolumeMounts/0" --set-json 'extraVolumeMounts=[{"name":"grid-ca"}]'
-echo "values.schema.json: day-2 values (image digest, pull secrets, names, labels, annotations, log level, scheduling, volumes, envFrom) refused when wrong"
+refused "/networkPolicy" --set networkPolicy.ingress=x
+refused "/networkPolicy/metrics/from/0" --set-json 'networkPolicy.metrics.from=[{"pods":{}}]'
+refused "/networkPolicy/enabled" --set-string networkPolicy.enabled=yes
+echo "values.schema.json: day-2 values (image digest, pull secrets, names, labels, annotations, log level, scheduling, volumes, envFrom, NetworkPolicy) refused when wrong"
