@@ -139,7 +139,7 @@ has 'chart requires kubeVersion: >=1.33.0-0'
 
 set=day2-values
 out=$(render -f "$chart/ci/day2-values.yaml")
-[ "$(kinds <<<"$out")" = "ClusterRole ClusterRoleBinding ConfigMap Deployment NetworkPolicy PodDisruptionBudget Role RoleBinding Secret Service ServiceAccount ValidatingWebhookConfiguration " ] \
+[ "$(kinds <<<"$out")" = "ClusterRole ClusterRoleBinding ConfigMap Deployment NetworkPolicy PodDisruptionBudget PrometheusRule Role RoleBinding Secret Service ServiceAccount ValidatingWebhookConfiguration " ] \
   || fail "objects: $(kinds <<<"$out")"
 common
 # image.digest wins over image.tag.
@@ -253,6 +253,22 @@ spec:
 ---
 POLICY
 )"
+# Alert thresholds: each alert's `for`, its expression's threshold and the durations in its text.
+has '^          for: 10m$'
+has 'keeper_leader 1 for 10 minutes \(or no replica'
+has 'rate\(keeper_reconcile_total\[10m\]\)\) > 0\.5$'
+has '^          for: 30m$'
+has 'rate\(keeper_backend_requests_total\[10m\]\)\) > 0\.4$'
+has '^          for: 20m$'
+has 'max by \(namespace, job\) \(keeper_drains_stuck\) > 2$'
+has 'max by \(namespace, job, kind\) \(keeper_deletion_blocked\) > 3$'
+has '^          for: 2d$'
+has 'deletion has waited on its owner for 2 days"$'
+has 'blocked \(DeletionBlocked=True\) for 2 days\."$'
+has '^            \)\) > 1$'
+has 'in phase Failed for 1 hour\."$'
+[ "$(grep -c '^          for: 1h$' <<<"$out")" = 2 ] || fail "drainStuck and objectsFailed: for: 1h"
+lacks '^          for: (5m|15m|24h)$'
 
 # A NetworkPolicy with the defaults otherwise: the metrics port from anywhere, egress left open;
 # no webhook port without the webhook.
@@ -278,4 +294,4 @@ set=fullname-override-length
 out=$(render --set fullnameOverride=keeper-for-the-platform-team-of-the-storage-departments-in-the-north-office)
 has '^  name: keeper-for-the-platform-team-of-the-storage-departments-in-the$'
 
-echo "render: day-2 values (image digest, pull secrets, names, labels, annotations, log level, priority, spread, extra volumes, envFrom, NetworkPolicy) render what they say; the defaults render none of them"
+echo "render: day-2 values (image digest, pull secrets, names, labels, annotations, log level, priority, spread, extra volumes, envFrom, NetworkPolicy, alert thresholds) render what they say; the defaults render none of them"

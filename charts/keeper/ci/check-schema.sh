@@ -60,4 +60,8 @@ refused "/extraVolumeMounts/0" --set-json 'extraVolumeMounts=[{"name":"grid-ca"}
 refused "/networkPolicy" --set networkPolicy.ingress=x
 refused "/networkPolicy/metrics/from/0" --set-json 'networkPolicy.metrics.from=[{"pods":{}}]'
 refused "/networkPolicy/enabled" --set-string networkPolicy.enabled=yes
-echo "values.schema.json: day-2 values (image digest, pull secrets, names, labels, annotations, log level, scheduling, volumes, envFrom, NetworkPolicy) refused when wrong"
+refused "/metrics/prometheusRule/thresholds/noLeader/for" --set metrics.prometheusRule.thresholds.noLeader.for=5
+refused "/metrics/prometheusRule/thresholds/reconcileErrors/ratio" --set-json metrics.prometheusRule.thresholds.reconcileErrors.ratio=2
+refused "/metrics/prometheusRule/thresholds/drainStuck/count" --set metrics.prometheusRule.thresholds.drainStuck.count=-1
+refused "/metrics/prometheusRule/thresholds" --set metrics.prometheusRule.thresholds.leader.for=5m
+echo "values.schema.json: day-2 values (image digest, pull secrets, names, labels, annotations, log level, scheduling, volumes, envFrom, NetworkPolicy, alert thresholds) refused when wrong"

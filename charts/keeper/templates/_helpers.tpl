@@ -52,6 +52,15 @@ repository:tag (the tag defaults to the chart's appVersion).
 {{- end -}}
 {{- end -}}
 
+{{/*
+A Prometheus duration of one unit (5m, 24h) in words: "5 minutes", "24 hours", "1 hour".
+*/}}
+{{- define "keeper.durationWords" -}}
+{{- $n := regexFind "^[0-9]+" . | int -}}
+{{- $unit := get (dict "s" "second" "m" "minute" "h" "hour" "d" "day" "w" "week") (regexFind "[a-z]+$" .) -}}
+{{- printf "%d %s%s" $n $unit (ternary "" "s" (eq $n 1)) -}}
+{{- end -}}
+
 {{- define "keeper.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "keeper.fullname" .) .Values.serviceAccount.name -}}
