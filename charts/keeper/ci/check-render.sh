@@ -77,3 +77,221 @@ has 'adoption:'
 has 'resources: \[namespaces\]'
 
 echo "render: defaults, demo, single-replica and external-webhook value sets render what they promise; adoption by label reads namespaces"
+
+# Day-2 values (ci/day2-values.yaml sets them all): what each renders, and that the defaults render
+# none of them.
+block() {  # block REGEX N EXPECTED: the first line matching REGEX and the N after it are EXPECTED
+  local got
+  got=$(grep -m1 -A"$2" -E -- "$1" <<<"$out" | sed -E 's/(checksum\/config: ).*/\1HASH/')
+  [ "$got" = "$3" ] || fail "after /$1/ expected
+$3
+got
+$got"
+}
+# Every object carries the chart's labels, and LABEL right after them when given.
+labelled() {
+  local objects labels follow
+  objects=$(grep -c '^kind: ' <<<"$out")
+  labels=$(grep -c '^    helm.sh/chart: keeper-' <<<"$out")
+  [ "$objects" = "$labels" ] || fail "$labels of $objects objects carry the chart's labels"
+  follow=$(grep -A1 '^    helm.sh/chart: keeper-' <<<"$out" | grep -v '^    helm.sh/chart: ' \
+    | grep -cE -- "^    ${1:-[a-z][^ ]*}: " || true)
+  [ "$follow" = "$([ -n "${1:-}" ] && echo "$objects" || echo 0)" ] \
+    || fail "extra label ${1:-(none expected)} on $follow of $objects objects"
+}
+
+set=day2-defaults
+out=$(render)
+lacks 'imagePullSecrets|priorityClassName|topologySpreadConstraints|envFrom|RUST_LOG|@sha256:'
+lacks '^kind: NetworkPolicy$'
+labelled
+block '^  template:$' 8 '  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: keeper
+        app.kubernetes.io/instance: keeper
+      annotations:
+        checksum/config: HASH
+    spec:
+      serviceAccountName: keeper'
+block '^      serviceAccountName: ' 1 '      serviceAccountName: keeper
+      securityContext:'
+block '^          env:$' 5 '          env:
+            - name: POD_NAMESPACE
+              valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+            - name: POD_NAME
+              valueFrom: {fieldRef: {fieldPath: metadata.name}}
+          ports:'
+block '^          volumeMounts:$' 3 '          volumeMounts:
+            - {name: config, mountPath: /etc/keeper/keeper.yaml, subPath: keeper.yaml, readOnly: true}
+            - {name: webhook-cert, mountPath: /etc/keeper/webhook, readOnly: true}
+      volumes:'
+block '^      volumes:$' 5 '      volumes:
+        - name: config
+          configMap: {name: keeper-config}
+        - name: webhook-cert
+          secret: {secretName: keeper-webhook-cert}
+      # Replicas on different nodes where possible, so a node failure leaves a standby.'
+# Kubernetes versions: Chart.yaml's kubeVersion (keeper is tested on v1.33 and v1.37).
+render --kube-version 1.33.0 >/dev/null || fail "refused Kubernetes v1.33"
+if out=$(render --kube-version 1.32.9 2>&1); then fail "accepted Kubernetes v1.32"; fi
+has 'chart requires kubeVersion: >=1.33.0-0'
+
+set=day2-values
+out=$(render -f "$chart/ci/day2-values.yaml")
+[ "$(kinds <<<"$out")" = "ClusterRole ClusterRoleBinding ConfigMap Deployment NetworkPolicy PodDisruptionBudget PrometheusRule Role RoleBinding Secret Service ServiceAccount ValidatingWebhookConfiguration " ] \
+  || fail "objects: $(kinds <<<"$out")"
+common
+# image.digest wins over image.tag.
+has '^          image: "registry.example.com/platform/keeper@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"$'
+lacks '9\.9\.9'
+# fullnameOverride names every object; the Lease keeps its name.
+lacks '^  name: keeper'
+has '^  name: platform-keeper$'
+has 'configMap: \{name: platform-keeper-config\}'
+has 'secret: \{secretName: platform-keeper-webhook-cert\}'
+has '^        name: platform-keeper$'          # the webhook's Service
+# commonLabels on every object and on the pods; podLabels and podAnnotations on the pods only.
+labelled 'team'
+block '^  template:$' 10 '  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: keeper
+        app.kubernetes.io/instance: keeper
+        team: platform
+        tier: control-plane
+      annotations:
+        checksum/config: HASH
+        example.com/owner: platform
+    spec:'
+[ "$(grep -c 'tier: control-plane' <<<"$out")" = 1 ] || fail "podLabels outside the pod template"
+[ "$(grep -c 'example.com/owner' <<<"$out")" = 1 ] || fail "podAnnotations outside the pod template"
+block '^      serviceAccountName: ' 4 '      serviceAccountName: platform-keeper
+      imagePullSecrets:
+        - name: regcred
+      priorityClassName: platform-critical
+      securityContext:'
+# logLevel as RUST_LOG, envFrom after env.
+block '^            - name: RUST_LOG$' 4 '            - name: RUST_LOG
+              value: "info,keeper=debug"
+          envFrom:
+            - secretRef:
+                name: keeper-aws'
+# extraVolumes and extraVolumeMounts after the chart's own; the CA's path in keeper's configuration.
+block '^            - \{name: webhook-cert, mountPath' 3 '            - {name: webhook-cert, mountPath: /etc/keeper/webhook, readOnly: true}
+            - mountPath: /etc/keeper/ca
+              name: grid-ca
+              readOnly: true'
+block '^          secret: \{secretName: platform-keeper-webhook-cert\}$' 3 '          secret: {secretName: platform-keeper-webhook-cert}
+        - configMap:
+            name: grid-ca
+          name: grid-ca'
+has 'caBundleFile: /etc/keeper/ca/ca.crt'
+# topologySpreadConstraints: a constraint without a labelSelector gets the pods' selector labels.
+block '^      topologySpreadConstraints:$' 13 '      topologySpreadConstraints:
+        - labelSelector:
+            matchLabels:
+              app.kubernetes.io/instance: keeper
+              app.kubernetes.io/name: keeper
+          maxSkew: 1
+          topologyKey: topology.kubernetes.io/zone
+          whenUnsatisfiable: ScheduleAnyway
+        - labelSelector:
+            matchLabels:
+              app.kubernetes.io/name: keeper
+          maxSkew: 2
+          topologyKey: kubernetes.io/hostname
+          whenUnsatisfiable: DoNotSchedule'
+# The NetworkPolicy: keeper's pods; metrics from the monitoring namespace, the webhook from
+# anywhere; egress only to DNS and the backends.
+block '^kind: NetworkPolicy$' 45 "$(cat <<'POLICY'
+kind: NetworkPolicy
+metadata:
+  name: platform-keeper
+  namespace: keeper-system
+  labels:
+    app.kubernetes.io/name: keeper
+    app.kubernetes.io/instance: keeper
+    app.kubernetes.io/version: "0.1.0"
+    app.kubernetes.io/managed-by: Helm
+    helm.sh/chart: keeper-0.1.0
+    team: platform
+spec:
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/name: keeper
+      app.kubernetes.io/instance: keeper
+  policyTypes:
+    - Ingress
+    - Egress
+  ingress:
+    - ports:
+        - {port: 8080, protocol: TCP}
+      from:
+        - namespaceSelector:
+            matchLabels:
+              kubernetes.io/metadata.name: monitoring
+    - ports:
+        - {port: 9443, protocol: TCP}
+  egress:
+    - ports:
+      - port: 53
+        protocol: UDP
+      - port: 53
+        protocol: TCP
+      to:
+      - namespaceSelector: {}
+        podSelector:
+          matchLabels:
+            k8s-app: kube-dns
+    - ports:
+      - port: 443
+        protocol: TCP
+      to:
+      - ipBlock:
+          cidr: 192.0.2.0/24
+---
+POLICY
+)"
+# Alert thresholds: each alert's `for`, its expression's threshold and the durations in its text.
+has '^          for: 10m$'
+has 'keeper_leader 1 for 10 minutes \(or no replica'
+has 'rate\(keeper_reconcile_total\[10m\]\)\) > 0\.5$'
+has '^          for: 30m$'
+has 'rate\(keeper_backend_requests_total\[10m\]\)\) > 0\.4$'
+has '^          for: 20m$'
+has 'max by \(namespace, job\) \(keeper_drains_stuck\) > 2$'
+has 'max by \(namespace, job, kind\) \(keeper_deletion_blocked\) > 3$'
+has '^          for: 2d$'
+has 'deletion has waited on its owner for 2 days"$'
+has 'blocked \(DeletionBlocked=True\) for 2 days\."$'
+has '^            \)\) > 1$'
+has 'in phase Failed for 1 hour\."$'
+[ "$(grep -c '^          for: 1h$' <<<"$out")" = 2 ] || fail "drainStuck and objectsFailed: for: 1h"
+lacks '^          for: (5m|15m|24h)$'
+
+# A NetworkPolicy with the defaults otherwise: the metrics port from anywhere, egress left open;
+# no webhook port without the webhook.
+set=network-policy-only
+out=$(render --set networkPolicy.enabled=true --set webhook.enabled=false)
+block '^  policyTypes:$' 5 '  policyTypes:
+    - Ingress
+  ingress:
+    - ports:
+        - {port: 8080, protocol: TCP}
+---'
+
+# nameOverride replaces the chart's name in the objects' names and app.kubernetes.io/name; names
+# stay within 63 characters, without a trailing "-" (the release name is Helm's longest, 53).
+set=name-override
+release=a-release-name-of-fifty-three-characters-is-the-limit
+out=$("$helm" template "$release" "$chart" -n keeper-system --set nameOverride=platform-storage-keeper)
+has "^  name: $release-platform\$"
+lacks "name: $release-platform-(\$|-)"
+has '^    app.kubernetes.io/name: platform-storage-keeper$'
+has '^      app.kubernetes.io/name: platform-storage-keeper$'  # the Deployment's selector
+set=fullname-override-length
+out=$(render --set fullnameOverride=keeper-for-the-platform-team-of-the-storage-departments-in-the-north-office)
+has '^  name: keeper-for-the-platform-team-of-the-storage-departments-in-the$'
+
+echo "render: day-2 values (image digest, pull secrets, names, labels, annotations, log level, priority, spread, extra volumes, envFrom, NetworkPolicy, alert thresholds) render what they say; the defaults render none of them"

@@ -43,3 +43,25 @@ for line in 'requestsPerSecond: 2.5' 'requestBurst: 40' 'requestsPerSecond: 20';
   grep -qF "$line" <<<"$rendered" || { echo "request rate not rendered: $line" >&2; exit 1; }
 done
 echo "values.schema.json: wrong values refused (request rates included), chart value sets accepted; namespaces RBAC follows allowedNamespaces.selector"
+
+# Day-2 values (ci/day2-values.yaml, accepted above).
+refused "/imagePullSecrets" --set imagePullSecrets=regcred
+refused "/imagePullSecrets/0" --set-json 'imagePullSecrets=[{"secret":"regcred"}]'
+refused "/image/digest" --set image.digest=latest
+refused "/fullnameOverride" --set fullnameOverride=Keeper_1
+refused "/commonLabels" --set 'commonLabels.app\.kubernetes\.io/name=other'
+refused "/podLabels/tier" --set podLabels.tier=-x
+refused "/podAnnotations" --set podAnnotations.checksum/config=x
+refused "/logLevel" --set logLevel=verbose
+refused "/priorityClassName" --set priorityClassName=High_Priority
+refused "/topologySpreadConstraints/0" --set-json 'topologySpreadConstraints=[{"maxSkew":1}]'
+refused "/envFrom/0" --set-json 'envFrom=[{"secretRef":{"name":"a"},"configMapRef":{"name":"b"}}]'
+refused "/extraVolumeMounts/0" --set-json 'extraVolumeMounts=[{"name":"grid-ca"}]'
+refused "/networkPolicy" --set networkPolicy.ingress=x
+refused "/networkPolicy/metrics/from/0" --set-json 'networkPolicy.metrics.from=[{"pods":{}}]'
+refused "/networkPolicy/enabled" --set-string networkPolicy.enabled=yes
+refused "/metrics/prometheusRule/thresholds/noLeader/for" --set metrics.prometheusRule.thresholds.noLeader.for=5
+refused "/metrics/prometheusRule/thresholds/reconcileErrors/ratio" --set-json metrics.prometheusRule.thresholds.reconcileErrors.ratio=2
+refused "/metrics/prometheusRule/thresholds/drainStuck/count" --set metrics.prometheusRule.thresholds.drainStuck.count=-1
+refused "/metrics/prometheusRule/thresholds" --set metrics.prometheusRule.thresholds.leader.for=5m
+echo "values.schema.json: day-2 values (image digest, pull secrets, names, labels, annotations, log level, scheduling, volumes, envFrom, NetworkPolicy, alert thresholds) refused when wrong"

@@ -1,22 +1,64 @@
+{{/*
+The chart's name (nameOverride), for the app.kubernetes.io/name label and inside the fullname.
+*/}}
+{{- define "keeper.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The objects' name: fullnameOverride, else RELEASE-NAME (just RELEASE when it already contains the
+name); at most 63 characters (a Service name is a DNS label), without a trailing "-".
+*/}}
 {{- define "keeper.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "keeper.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
+{{/*
+Every object's labels, commonLabels included (the schema keeps commonLabels off these keys).
+*/}}
 {{- define "keeper.labels" -}}
-app.kubernetes.io/name: keeper
-app.kubernetes.io/instance: {{ .Release.Name }}
+{{ include "keeper.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "keeper.selectorLabels" -}}
-app.kubernetes.io/name: keeper
+app.kubernetes.io/name: {{ include "keeper.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/*
+The image: repository@digest when image.digest is set (the tag is then ignored), else
+repository:tag (the tag defaults to the chart's appVersion).
+*/}}
+{{- define "keeper.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A Prometheus duration of one unit (5m, 24h) in words: "5 minutes", "24 hours", "1 hour".
+*/}}
+{{- define "keeper.durationWords" -}}
+{{- $n := regexFind "^[0-9]+" . | int -}}
+{{- $unit := get (dict "s" "second" "m" "minute" "h" "hour" "d" "day" "w" "week") (regexFind "[a-z]+$" .) -}}
+{{- printf "%d %s%s" $n $unit (ternary "" "s" (eq $n 1)) -}}
 {{- end -}}
 
 {{- define "keeper.serviceAccountName" -}}
