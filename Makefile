@@ -67,14 +67,17 @@ bench-smoke: deps
 
 ## chart: lint and render the Helm chart, check that its values schema refuses wrong values, assert
 ## what four value sets render (check-render.sh), and check its alert rules (promtool check/test rules), dashboard and ServiceMonitor (helm is fetched
-## once into ~/.cache/keeper; promtool comes with Debian's prometheus, installed by deps)
+## once into ~/.cache/keeper; promtool comes with Debian's prometheus, installed by deps), and run
+## the Argo CD health check (charts/keeper/health/) on its samples under Lua 5.1 (check-health.py;
+## lupa, from PyPI, is installed by deps into keeper's venv)
 chart: deps
 	HELM=$$(e2e/stack.sh helm-path) && $$HELM lint --strict charts/keeper \
 	  && $$HELM lint --strict charts/keeper -f charts/keeper/ci/monitoring-values.yaml \
 	  && $$HELM template keeper charts/keeper -n keeper-system -f charts/keeper/ci/demo-values.yaml >/dev/null \
 	  && charts/keeper/ci/check-schema.sh $$HELM \
 	  && charts/keeper/ci/check-render.sh $$HELM \
-	  && charts/keeper/ci/check-monitoring.sh $$HELM
+	  && charts/keeper/ci/check-monitoring.sh $$HELM \
+	  && "$$(e2e/stack.sh python-path)" charts/keeper/ci/check-health.py
 
 ## image: the OCI image (release build + buildah, no daemon, no registry) as an OCI archive at
 ## $(CARGO_TARGET_DIR)/image/keeper.oci.tar (the last line printed)

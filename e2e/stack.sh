@@ -7,14 +7,16 @@
 # started as plain processes on free 127.0.0.1 ports. keeper and the scenarios reach S3, IAM and RDS
 # through the proxy (KEEPER_S3_ENDPOINT, KEEPER_RDS_ENDPOINT); KEEPER_MOTO_URL is moto itself.
 #
-#   e2e/stack.sh deps        install everything the stack needs: deps-moto, plus Debian's prometheus,
-#                            curl and openssl (apt-get when root), and the control plane (Go builds
-#                            it once into ~/.cache/keeper/k8s; see e2e/kube/build.sh)
+#   e2e/stack.sh deps        install everything the stack needs: deps-moto, plus lupa (the chart's
+#                            Argo CD health check runs under its Lua 5.1) in the same venv, Debian's
+#                            prometheus, curl and openssl (apt-get when root), and the control plane
+#                            (Go builds it once into ~/.cache/keeper/k8s; see e2e/kube/build.sh)
 #   e2e/stack.sh deps-moto   install only moto[server] into a Python venv (~/.cache/keeper/venv):
 #                            all that the unit tests and the emulators' suites need (`make unit`)
 #   e2e/stack.sh apt-install PKG...
 #                            install the Debian packages named (apt-get when root; else say how)
 #   e2e/stack.sh moto-path   print the path of that venv's moto_server (for KEEPER_MOTO_SERVER)
+#   e2e/stack.sh python-path print the path of that venv's python (moto, PyYAML and, after deps, lupa)
 #   e2e/stack.sh helm-path   print the path of helm, fetched once into ~/.cache/keeper/helm
 #   e2e/stack.sh kube-path   print the directory holding the control plane's binaries and kubectl
 #                            (built once; KEEPER_K8S picks the Kubernetes minor, default the newest)
@@ -64,6 +66,8 @@ DEV="${KEEPER_DEV_DIR:-$ROOT/.keeper-dev}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="${KEEPER_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/keeper/venv}"
 MOTO_VERSION="5.2.5"
+# lupa bundles Lua 5.1 (lupa.lua51), the Lua of Argo CD's gopher-lua: charts/keeper/ci/check-health.py.
+LUPA_VERSION="2.8"
 ADMIN_USER="root"
 
 log() { printf '==> %s\n' "$*" >&2; }
@@ -157,10 +161,19 @@ cmd_deps_moto() {
   fi
 }
 
-# Everything the stack needs: moto, Prometheus, curl and openssl from Debian, and the control plane
-# (etcd, kube-apiserver, kube-controller-manager and kubectl built from Go modules).
-cmd_deps() {
+# lupa, in moto's venv: `make chart` runs the Argo CD health check with its Lua 5.1.
+cmd_deps_lupa() {
   cmd_deps_moto
+  if [ "$("$VENV/bin/python" -c 'import lupa, lupa.lua51; print(lupa.__version__)' 2>/dev/null)" != "$LUPA_VERSION" ]; then
+    log "installing lupa==$LUPA_VERSION into $VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "lupa==$LUPA_VERSION"
+  fi
+}
+
+# Everything the stack needs: moto and lupa, Prometheus, curl and openssl from Debian, and the
+# control plane (etcd, kube-apiserver, kube-controller-manager and kubectl built from Go modules).
+cmd_deps() {
+  cmd_deps_lupa
   local missing=()
   command -v prometheus >/dev/null || missing+=(prometheus)
   command -v curl >/dev/null || missing+=(curl)
@@ -619,6 +632,7 @@ case "${1:-}" in
   deps-moto) cmd_deps_moto ;;
   apt-install) shift; cmd_apt_install "$@" ;;
   moto-path) echo "$VENV/bin/moto_server" ;;
+  python-path) echo "$VENV/bin/python" ;;
   helm-path) cmd_helm_path ;;
   kube-path) cmd_kube_path ;;
   webhook-cert) cmd_webhook_cert "${2:?directory}" ;;
@@ -628,5 +642,5 @@ case "${1:-}" in
   keeper) cmd_keeper ;;
   demo) cmd_demo ;;
   down) cmd_down ;;
-  *) echo "usage: $0 deps|deps-moto|moto-path|helm-path|kube-path|webhook-cert DIR|webhook-configuration NAME URL CA|up|config|keeper|demo|down" >&2; exit 2 ;;
+  *) echo "usage: $0 deps|deps-moto|apt-install PKG...|moto-path|python-path|helm-path|kube-path|webhook-cert DIR|webhook-configuration NAME URL CA|up|config|keeper|demo|down" >&2; exit 2 ;;
 esac
