@@ -181,6 +181,7 @@ mod tests {
         assert!(rules(&bucket["properties"]["bucketName"]).contains("IP address"));
         let db = &schema("CloudDatabase")["properties"]["spec"];
         assert!(rules(&db["properties"]["engine"]).contains("self == oldSelf"));
+        assert!(rules(db).contains("engineVersion is immutable"));
     }
 
     #[test]
@@ -195,12 +196,40 @@ mod tests {
         };
         assert_eq!(
             columns("S3Bucket"),
-            ["Phase", "Tenant", "Bucket", "Objects", "Age"]
+            [
+                "Phase", "Ready", "Reason", "Tenant", "Bucket", "Objects", "Age"
+            ]
         );
         assert_eq!(
             columns("CloudDatabase"),
-            ["Engine", "Size", "Phase", "Endpoint", "Age"]
+            [
+                "Engine", "Size", "Phase", "Ready", "Reason", "Endpoint", "Age"
+            ]
         );
-        assert!(columns("S3Tenant").contains(&"Phase".to_string()));
+        assert_eq!(
+            columns("S3Tenant"),
+            [
+                "Phase", "Ready", "Reason", "Provider", "Account", "Buckets", "Age"
+            ]
+        );
+    }
+
+    #[test]
+    fn every_kind_explains_itself_and_keys_its_conditions_by_type() {
+        for kind in ["S3Tenant", "S3Bucket", "CloudDatabase"] {
+            let root = schema(kind);
+            let description = root["description"].as_str().unwrap_or_default();
+            assert!(
+                description.contains("managed by keeper")
+                    && !description.contains("Auto-generated"),
+                "{kind}: {description}"
+            );
+            let conditions = &root["properties"]["status"]["properties"]["conditions"];
+            assert_eq!(conditions["x-kubernetes-list-type"], "map", "{kind}");
+            assert_eq!(
+                conditions["x-kubernetes-list-map-keys"],
+                serde_json::json!(["type"])
+            );
+        }
     }
 }

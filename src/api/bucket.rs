@@ -18,8 +18,19 @@ use super::names::{BUCKET_NAME_PATTERN, DURATION_PATTERN, POLL_INTERVAL_RULE};
     shortname = "s3b",
     category = "keeper",
     namespaced,
+    doc = "An S3 bucket in an S3Tenant, managed by keeper. Its access keys are published in a Secret; the annotation `keeper.dev/drain` deletes every object in it, with progress in status and events; deleting it waits until it is empty.",
     status = "S3BucketStatus",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
     printcolumn(name = "Tenant", type_ = "string", json_path = ".spec.tenantRef.name"),
     printcolumn(name = "Bucket", type_ = "string", json_path = ".status.bucketName"),
     printcolumn(name = "Objects", type_ = "integer", json_path = ".status.objectCount"),
@@ -206,7 +217,10 @@ pub struct S3BucketStatus {
     /// the annotations `keeper.dev/drain-handled` and `keeper.dev/rotate-credentials-handled`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_requests: Option<HandledRequests>,
-    /// Standard conditions: `Ready`, `DeletionBlocked`.
+    /// Standard conditions: `Ready` (usable), `Synced` (the last reconcile succeeded, or the error
+    /// keeper retries), kstatus' `Reconciling` and `Stalled` (present only while true), and
+    /// `DeletionBlocked`; one of each type.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status reflects.

@@ -14,10 +14,21 @@ use serde::{Deserialize, Serialize};
     shortname = "cdb",
     category = "keeper",
     namespaced,
+    doc = "An AWS RDS instance (postgres or mysql, size small, medium or large), managed by keeper. Its connection details are published in the Secret `connectionSecretName` (default `<name>-connection`).",
     status = "CloudDatabaseStatus",
     printcolumn(name = "Engine", type_ = "string", json_path = ".spec.engine"),
     printcolumn(name = "Size", type_ = "string", json_path = ".spec.size"),
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
     printcolumn(
         name = "Endpoint",
         type_ = "string",
@@ -31,6 +42,9 @@ use serde::{Deserialize, Serialize};
     )
 )]
 #[x_kube(validation = Rule::new(
+    "has(self.engineVersion) == has(oldSelf.engineVersion) && (!has(self.engineVersion) || self.engineVersion == oldSelf.engineVersion)"
+).message("engineVersion is immutable: keeper sets it when the instance is created and does not upgrade it; upgrade in RDS").field_path(".engineVersion"))]
+#[x_kube(validation = Rule::new(
     "has(self.databaseName) == has(oldSelf.databaseName) && (!has(self.databaseName) || self.databaseName == oldSelf.databaseName)"
 ).message("databaseName is immutable: it is fixed when the instance is created").field_path(".databaseName"))]
 #[x_kube(validation = Rule::new(
@@ -43,6 +57,7 @@ pub struct CloudDatabaseSpec {
     pub engine: Engine,
 
     /// Engine version, such as `16.4` for postgres or `8.0.39` for mysql. Defaults to the RDS default.
+    /// Immutable: used when the instance is created (a change would do nothing, so it is refused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 32))]
     pub engine_version: Option<String>,
@@ -170,7 +185,10 @@ pub struct CloudDatabaseStatus {
     /// Identifier of the final snapshot requested when the instance was deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub final_snapshot_id: Option<String>,
-    /// Standard conditions: `Ready`, `DeletionBlocked`.
+    /// Standard conditions: `Ready` (usable), `Synced` (the last reconcile succeeded, or the error
+    /// keeper retries), kstatus' `Reconciling` and `Stalled` (present only while true), and
+    /// `DeletionBlocked`; one of each type.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status reflects.

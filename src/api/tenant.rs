@@ -17,8 +17,19 @@ use super::names::QUANTITY_PATTERN;
     shortname = "s3t",
     category = "keeper",
     namespaced,
+    doc = "A tenant account on a StorageGRID grid, or a credential scope on an S3-compatible store, managed by keeper. Its S3 credentials are published in the Secret `<name>-s3-credentials`; deleting it is refused while S3Buckets of it remain.",
     status = "S3TenantStatus",
     printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].status"#
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = r#".status.conditions[?(@.type=="Ready")].reason"#
+    ),
     printcolumn(name = "Provider", type_ = "string", json_path = ".spec.provider"),
     printcolumn(
         name = "Account",
@@ -107,7 +118,10 @@ pub struct S3TenantStatus {
     /// Number of buckets the tenant holds (S3Bucket resources and buckets on the backend).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket_count: Option<i64>,
-    /// Standard conditions: `Ready`, `DeletionBlocked`.
+    /// Standard conditions: `Ready` (usable), `Synced` (the last reconcile succeeded, or the error
+    /// keeper retries), kstatus' `Reconciling` and `Stalled` (present only while true), and
+    /// `DeletionBlocked`; one of each type.
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// The `metadata.generation` this status reflects.

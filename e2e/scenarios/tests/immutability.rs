@@ -1,6 +1,7 @@
-//! Identity fields are immutable (issue 11): the CRDs' CEL transition rules make the API server
-//! refuse a change with the field path and the reason, and the object stays as it was. No keeper
-//! process is needed: the API server enforces this on its own.
+//! Identity fields are immutable (issue 11), and so is `engineVersion`, used only at create (issue
+//! 27): the CRDs' CEL transition rules make the API server refuse a change with the field path and
+//! the reason, and the object stays as it was. No keeper process is needed: the API server
+//! enforces this on its own.
 
 use keeper_e2e_scenarios::Env;
 use serde_json::Value;
@@ -37,6 +38,14 @@ fn says_one_of(stderr: &str, refusals: &[String]) -> bool {
     refusals.iter().any(|r| stderr.contains(r.as_str()))
 }
 
+/// `kubectl patch -n NS KIND NAME --type TYPE -p PATCH`, which must be refused; its stderr.
+fn patch_refused(env: &Env, ns: &str, kind: &str, name: &str, type_: &str, patch: &str) -> String {
+    refused(
+        env,
+        &["patch", "-n", ns, kind, name, "--type", type_, "-p", patch],
+    )
+}
+
 fn spec(env: &Env, ns: &str, resource: &str) -> Value {
     env.get_json(ns, resource).unwrap().expect("object exists")["spec"].clone()
 }
@@ -53,19 +62,13 @@ fn tenant_provider_cannot_change() {
     .unwrap();
     let before = spec(&env, n, "s3tenant/fixed");
 
-    let stderr = refused(
+    let stderr = patch_refused(
         &env,
-        &[
-            "patch",
-            "-n",
-            n,
-            "s3tenant",
-            "fixed",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"provider":"other"}}"#,
-        ],
+        n,
+        "s3tenant",
+        "fixed",
+        "merge",
+        r#"{"spec":{"provider":"other"}}"#,
     );
     assert!(stderr.contains("spec.provider"), "{stderr}");
     assert!(stderr.contains("provider is immutable"), "{stderr}");
@@ -102,19 +105,13 @@ fn database_name_cannot_change() {
     let before = spec(&env, n, "clouddatabase/orders");
     assert_eq!(before["databaseName"], "orders");
 
-    let stderr = refused(
+    let stderr = patch_refused(
         &env,
-        &[
-            "patch",
-            "-n",
-            n,
-            "clouddatabase",
-            "orders",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"databaseName":"other"}}"#,
-        ],
+        n,
+        "clouddatabase",
+        "orders",
+        "merge",
+        r#"{"spec":{"databaseName":"other"}}"#,
     );
     // The rule sits on `spec` (it compares presence too) with `fieldPath: .databaseName`, so
     // kube names that field and takes `spec`'s type, an object.
@@ -140,42 +137,54 @@ fn database_name_cannot_change() {
     let err = env.apply(n, &manifest("other")).unwrap_err().to_string();
     assert!(err.contains("databaseName is immutable"), "{err}");
     // Removing the field is a change too.
-    let stderr = refused(
+    let stderr = patch_refused(
         &env,
-        &[
-            "patch",
-            "-n",
-            n,
-            "clouddatabase",
-            "orders",
-            "--type",
-            "json",
-            "-p",
-            r#"[{"op":"remove","path":"/spec/databaseName"}]"#,
-        ],
+        n,
+        "clouddatabase",
+        "orders",
+        "json",
+        r#"[{"op":"remove","path":"/spec/databaseName"}]"#,
     );
     assert!(stderr.contains("databaseName is immutable"), "{stderr}");
     assert_eq!(spec(&env, n, "clouddatabase/orders"), before);
 
     // The engine is an immutable field of its own, with its own path.
-    let stderr = refused(
+    let stderr = patch_refused(
         &env,
-        &[
-            "patch",
-            "-n",
-            n,
-            "clouddatabase",
-            "orders",
-            "--type",
-            "merge",
-            "-p",
-            r#"{"spec":{"engine":"mysql"}}"#,
-        ],
+        n,
+        "clouddatabase",
+        "orders",
+        "merge",
+        r#"{"spec":{"engine":"mysql"}}"#,
     );
     assert!(
         says_one_of(
             &stderr,
             &cel_refusals("spec.engine", "string", "mysql", "engine is immutable")
+        ),
+        "{stderr}"
+    );
+    assert_eq!(spec(&env, n, "clouddatabase/orders"), before);
+
+    // The engine version is used only at create: setting it later would change nothing, so the
+    // API server refuses it (a spec change that does nothing would tell GitOps a lie).
+    let stderr = patch_refused(
+        &env,
+        n,
+        "clouddatabase",
+        "orders",
+        "merge",
+        r#"{"spec":{"engineVersion":"17.2"}}"#,
+    );
+    assert!(
+        says_one_of(
+            &stderr,
+            &cel_refusals(
+                "spec.engineVersion",
+                "object",
+                "",
+                "engineVersion is immutable"
+            )
         ),
         "{stderr}"
     );

@@ -148,6 +148,15 @@ fn a_tenant_on_an_unreachable_provider_shows_the_error_once_and_tools_judge_it()
         10
     ));
     assert_eq!(kstatus(&later), "InProgress");
+    // `kubectl get` shows it too, in the READY and REASON columns.
+    let row = env
+        .kubectl(&["get", "-n", &ns.name, "s3tenant", "down", "--no-headers"])
+        .unwrap();
+    let columns: Vec<&str> = row.split_whitespace().collect();
+    assert!(
+        columns.windows(2).any(|w| w == ["False", "BackendError"]),
+        "{row}"
+    );
 
     // A tenant that works is Current; one that only a change can fix is Failed (stalled).
     env.apply(&ns.name, &tenant("up", "default")).unwrap();
