@@ -3,7 +3,9 @@
 //! up; without a running keeper (or without the backend) they hold forever. This command lists what
 //! removing them would leave behind on the backends and, with `--confirm`, removes only keeper's
 //! own finalizers (`keeper.dev/...`), on objects of one kind and on the Secrets keeper protects for
-//! them. It refuses while a keeper leader holds the election Lease: a running keeper would race it.
+//! them. It refuses while a keeper leader holds the election Lease (a running keeper would race
+//! it), and, unless `--force`, when it finds no Lease at all: then it cannot tell a stopped keeper
+//! from one running without leader election or under another Lease.
 
 use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -54,12 +56,60 @@ pub struct Args {
     /// Remove the finalizers. Without it the command only lists what removing them would orphan.
     #[arg(long)]
     pub confirm: bool,
-    /// Namespace of keeper's election Lease (keeper's namespace).
-    #[arg(long, default_value = "keeper-system", env = "KEEPER_NAMESPACE")]
-    pub lease_namespace: String,
+    /// Namespace of keeper's election Lease (keeper's namespace). Unset: the Lease is looked for
+    /// in every namespace (keeper installed outside keeper-system), or in keeper-system when your
+    /// credentials cannot list Leases cluster-wide.
+    #[arg(long, env = "KEEPER_NAMESPACE")]
+    pub lease_namespace: Option<String>,
     /// Name of keeper's election Lease (`keeper run --leader-election-lease`).
     #[arg(long, default_value = "keeper")]
     pub lease_name: String,
+    /// Go on although no election Lease was found: only when you know no keeper runs (for
+    /// example one started with `--leader-election=false`, which holds no Lease).
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Where keeper's Lease is looked for when `--lease-namespace` is not given and Leases cannot be
+/// listed cluster-wide: the chart's documented namespace.
+const DEFAULT_LEASE_NAMESPACE: &str = "keeper-system";
+
+/// Why the command will not release anything.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A keeper leads: it would race the release.
+    #[error(
+        "keeper is running: {holder} holds Lease {lease}; stop keeper first (e.g. `kubectl -n {} scale deployment keeper --replicas=0`) so that it does not race this command",
+        lease.split('/').next().unwrap_or_default()
+    )]
+    Led { holder: String, lease: String },
+    /// No Lease found where it was looked for: a running keeper cannot be ruled out.
+    #[error(
+        "found no keeper election Lease ({looked_in}), so cannot tell whether keeper runs: a keeper started with --leader-election=false holds none, and one under another Lease name or namespace needs --lease-name / --lease-namespace. Make sure no keeper runs (`kubectl get deployments -A -l app.kubernetes.io/name=keeper`), then run again with --force"
+    )]
+    NoLease { looked_in: String },
+}
+
+/// Whether releasing may go on, given the Leases named like keeper's that were found (with their
+/// `namespace/name`): never while one is held; without any, only with `force`.
+pub fn may_release(
+    leases: &[(String, Lease)],
+    looked_in: &str,
+    now: Timestamp,
+    force: bool,
+) -> Result<(), Refusal> {
+    if let Some((lease, holder)) = leases
+        .iter()
+        .find_map(|(name, lease)| live_holder(lease, now).map(|h| (name.clone(), h)))
+    {
+        return Err(Refusal::Led { holder, lease });
+    }
+    if leases.is_empty() && !force {
+        return Err(Refusal::NoLease {
+            looked_in: looked_in.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Whether `finalizer` is one of keeper's.
@@ -196,25 +246,58 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 async fn refuse_while_led(client: &Client, args: &Args) -> anyhow::Result<()> {
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &args.lease_namespace);
-    let lease = leases.get_opt(&args.lease_name).await.with_context(|| {
-        format!(
-            "cannot read Lease {}/{}",
-            args.lease_namespace, args.lease_name
-        )
-    })?;
-    if let Some(holder) = lease
-        .as_ref()
-        .and_then(|l| live_holder(l, Timestamp::now()))
-    {
-        anyhow::bail!(
-            "keeper is running: {holder} holds Lease {}/{}; stop keeper first (e.g. `kubectl -n {} scale deployment keeper --replicas=0`) so that it does not race this command",
-            args.lease_namespace,
-            args.lease_name,
-            args.lease_namespace
+    let (leases, looked_in) = find_leases(client, args).await?;
+    may_release(&leases, &looked_in, Timestamp::now(), args.force)?;
+    if leases.is_empty() {
+        eprintln!(
+            "warning: no keeper election Lease found ({looked_in}); going on because of --force"
         );
     }
     Ok(())
+}
+
+/// The Leases named `--lease-name`: in `--lease-namespace` when given, else in every namespace
+/// (falling back to keeper-system when Leases cannot be listed cluster-wide); with where they
+/// were looked for.
+async fn find_leases(
+    client: &Client,
+    args: &Args,
+) -> anyhow::Result<(Vec<(String, Lease)>, String)> {
+    let named = |lease: Lease| {
+        (
+            format!(
+                "{}/{}",
+                lease.namespace().unwrap_or_default(),
+                lease.name_any()
+            ),
+            lease,
+        )
+    };
+    let in_namespace =
+        |namespace: &str| -> Api<Lease> { Api::namespaced(client.clone(), namespace) };
+    let one = |namespace: String| async move {
+        let lease = in_namespace(&namespace)
+            .get_opt(&args.lease_name)
+            .await
+            .with_context(|| format!("cannot read Lease {namespace}/{}", args.lease_name))?;
+        anyhow::Ok((
+            lease.into_iter().map(named).collect(),
+            format!("Lease {namespace}/{}", args.lease_name),
+        ))
+    };
+    if let Some(namespace) = &args.lease_namespace {
+        return one(namespace.clone()).await;
+    }
+    let everywhere: Api<Lease> = Api::all(client.clone());
+    let by_name = ListParams::default().fields(&format!("metadata.name={}", args.lease_name));
+    match everywhere.list(&by_name).await {
+        Ok(list) => Ok((
+            list.items.into_iter().map(named).collect(),
+            format!("Leases named {} in every namespace", args.lease_name),
+        )),
+        Err(kube::Error::Api(e)) if e.code == 403 => one(DEFAULT_LEASE_NAMESPACE.to_string()).await,
+        Err(e) => Err(e).context("cannot list Leases"),
+    }
 }
 
 /// Lists (and with `--confirm` releases) the objects of one kind and the Secrets keeper protects

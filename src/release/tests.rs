@@ -53,6 +53,42 @@ fn an_expired_released_or_empty_lease_is_not_held() {
     assert_eq!(live_holder(&Lease::default(), now), None, "no spec");
 }
 
+#[test]
+fn releasing_is_refused_while_led_and_without_a_lease_unless_forced() {
+    let now = Timestamp::now();
+    let held = ("ops/keeper".to_string(), lease(Some("keeper-0"), 5, now));
+    let expired = (
+        "keeper-system/keeper".to_string(),
+        lease(Some("keeper-0"), 60, now),
+    );
+    // A leader anywhere refuses, --force or not: it would race the release.
+    for force in [false, true] {
+        assert_eq!(
+            may_release(&[expired.clone(), held.clone()], "everywhere", now, force),
+            Err(Refusal::Led {
+                holder: "keeper-0".into(),
+                lease: "ops/keeper".into()
+            })
+        );
+    }
+    // An expired Lease is a keeper that stopped.
+    assert_eq!(may_release(&[expired], "everywhere", now, false), Ok(()));
+    // No Lease: a keeper without leader election cannot be ruled out.
+    let refusal = may_release(&[], "Lease keeper-system/keeper", now, false).unwrap_err();
+    assert_eq!(
+        refusal,
+        Refusal::NoLease {
+            looked_in: "Lease keeper-system/keeper".into()
+        }
+    );
+    let said = refusal.to_string();
+    assert!(
+        said.contains("--force") && said.contains("kubectl get deployments"),
+        "{said}"
+    );
+    assert_eq!(may_release(&[], "everywhere", now, true), Ok(()));
+}
+
 fn tenant(finalizers: &[&str], account: Option<&str>) -> S3Tenant {
     let mut t: S3Tenant = object(
         "S3Tenant",

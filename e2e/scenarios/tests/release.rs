@@ -73,6 +73,27 @@ fn release_finalizers_refuses_with_a_leader_lists_then_releases_only_keepers_fin
     assert!(!refused.status.success(), "{}", text(&refused));
     assert!(text(&refused).contains("holds Lease"), "{}", text(&refused));
     assert!(finalizers(&env, &ns.name, "stranded").contains(&"keeper.dev/tenant-cleanup".into()));
+    // Without --lease-namespace the command finds the Lease in whatever namespace it is (keeper
+    // installed outside keeper-system), and refuses just the same.
+    let found = Command::new(&env.keeper_bin)
+        .args([
+            "release-finalizers",
+            "--kind",
+            "s3tenant",
+            "--namespace",
+            &ns.name,
+        ])
+        .args(["--lease-name", &lease, "--confirm"])
+        .env("KUBECONFIG", &env.keeper_kubeconfig)
+        .env_remove("KEEPER_NAMESPACE")
+        .output()
+        .unwrap();
+    assert!(!found.status.success(), "{}", text(&found));
+    assert!(
+        text(&found).contains(&format!("holds Lease {}/{lease}", env.operator_namespace)),
+        "{}",
+        text(&found)
+    );
 
     // keeper is gone for good (SIGTERM releases the Lease); the tenant's deletion now waits forever.
     keeper.terminate().unwrap();

@@ -182,7 +182,8 @@ fn a_tenant_on_an_unreachable_provider_shows_the_error_once_and_tools_judge_it()
 
     // Cleanup: the working tenant goes the normal way; the unreachable one cannot be cleaned up
     // (its provider never answers), so, with keeper stopped, its finalizers are released as the
-    // README says to for a backend gone for good.
+    // README says to for a backend gone for good. The command looks for keeper's Lease in every
+    // namespace (by a name no other scenario uses, so that none of theirs counts).
     env.kubectl(&[
         "delete",
         "-n",
@@ -196,18 +197,39 @@ fn a_tenant_on_an_unreachable_provider_shows_the_error_once_and_tools_judge_it()
     env.kubectl(&["delete", "-n", &ns.name, "s3tenant", "down", "--wait=false"])
         .unwrap();
     drop(keeper);
-    let released = Command::new(&env.keeper_bin)
-        .args([
-            "release-finalizers",
-            "--kind",
-            "s3tenant",
-            "--namespace",
-            &ns.name,
-        ])
-        .args(["--lease-namespace", &env.operator_namespace, "--confirm"])
-        .env("KUBECONFIG", &env.keeper_kubeconfig)
-        .output()
-        .unwrap();
+    let release = |force: bool| {
+        Command::new(&env.keeper_bin)
+            .args([
+                "release-finalizers",
+                "--kind",
+                "s3tenant",
+                "--namespace",
+                &ns.name,
+            ])
+            .args(["--lease-name", "e2e-visible-failures", "--confirm"])
+            .args(force.then_some("--force"))
+            .env("KUBECONFIG", &env.keeper_kubeconfig)
+            .output()
+            .unwrap()
+    };
+    // The keeper of this scenario ran without leader election: it held no Lease, so the command
+    // cannot tell it stopped, and refuses until told.
+    let refused = release(false);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "released without a Lease");
+    assert!(
+        said.contains("no keeper election Lease") && said.contains("--force"),
+        "{said}"
+    );
+    assert!(
+        condition_is(
+            &env.get_json(&ns.name, "s3tenant/down").unwrap().unwrap(),
+            "Synced",
+            "False"
+        ),
+        "nothing released"
+    );
+    let released = release(true);
     assert!(
         released.status.success(),
         "{}",
