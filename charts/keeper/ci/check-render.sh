@@ -10,8 +10,9 @@ chart=$(cd "$(dirname "$0")/.." && pwd)
 fail() { echo "check-render ($set): $*" >&2; exit 1; }
 render() { "$helm" template keeper "$chart" -n keeper-system "$@"; }
 kinds() { grep -E '^kind: ' | sed 's/^kind: //' | sort | tr '\n' ' '; }
-has() { grep -qE -- "$1" <<<"$out" || fail "expected /$1/"; }
-lacks() { if grep -qE -- "$1" <<<"$out"; then fail "unexpected /$1/"; fi; }
+# A leading `--` (for a pattern that starts with a dash) is skipped: the pattern is the next word.
+has() { [ "$1" != -- ] || shift; grep -qE -- "$1" <<<"$out" || fail "expected /$1/"; }
+lacks() { [ "$1" != -- ] || shift; if grep -qE -- "$1" <<<"$out"; then fail "unexpected /$1/"; fi; }
 
 # Pod security and RBAC hold for every value set.
 common() {
