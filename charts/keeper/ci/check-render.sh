@@ -29,7 +29,7 @@ common() {
 
 set=defaults
 out=$(render)
-[ "$(kinds <<<"$out")" = "ClusterRole ClusterRoleBinding ConfigMap Deployment PodDisruptionBudget Role RoleBinding Secret Service ServiceAccount ValidatingWebhookConfiguration " ] \
+[ "$(kinds <<<"$out")" = "ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ConfigMap Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service ServiceAccount ValidatingWebhookConfiguration " ] \
   || fail "objects: $(kinds <<<"$out")"
 common
 has '^  replicas: 2$'
@@ -77,4 +77,90 @@ out=$(render --set-json 'config.providers.s3.s3Compatible={"endpoint":"https://s
 has 'adoption:'
 has 'resources: \[namespaces\]'
 
+# The webhook's certificate (webhook.tls.mode). Nothing random and nothing looked up in the cluster:
+# `helm template`, as Argo CD renders, gives the same output every time.
+has_block() { [[ "$out" == *"$1"* ]] || fail "expected the lines:"$'\n'"$1"; }
+lacks_block() { if [[ "$out" == *"$1"* ]]; then fail "unexpected lines:"$'\n'"$1"; fi; }
+set=webhook-templates
+if grep -nE 'lookup|genCA|genSelfSignedCert|genSignedCert|genPrivateKey|randAlpha|randNumeric|randBytes|uuidv4|\bnow\b' \
+    "$chart/templates/webhook.yaml" "$chart/templates/deployment.yaml" "$chart/templates/rbac.yaml" "$chart/templates/_helpers.tpl"; then
+  fail "a template looks the cluster up or makes something random"
+fi
+for values in "" "$chart/ci/webhook-cert-manager-values.yaml"; do
+  set="webhook-twice ${values:-defaults}"
+  first=$(render ${values:+-f "$values"}); second=$(render ${values:+-f "$values"})
+  [ "$first" = "$second" ] || fail "two renders differ: $(diff <(echo "$first") <(echo "$second") | head -5)"
+done
+
+set=webhook-self-managed
+out=$(render)
+has -- '- --webhook-cert-secret=keeper-webhook-tls$'
+has -- '- --webhook-configuration=keeper$'
+has -- '- --webhook-service=keeper$'
+has -- '- --webhook-cert-validity=8760h$'
+lacks -- '--webhook-cert-dir|name: webhook-cert,|caBundle:|inject-ca-from|cert-manager.io/v1|^kind: Secret$'
+# keeper's own configuration and Secret by name, get/patch only; create cannot be narrowed by name.
+has_block '    resources: [validatingwebhookconfigurations]
+    resourceNames: [keeper]
+    verbs: [get, patch]'
+has_block '  - apiGroups: [""]
+    resources: [secrets]
+    resourceNames: [keeper-webhook-tls]
+    verbs: [get, patch]
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [create]'
+[ "$(grep -c 'validatingwebhookconfigurations' <<<"$out")" = 1 ] || fail "validatingwebhookconfigurations granted more than once"
+has_block 'kind: RoleBinding
+metadata:
+  name: keeper-webhook
+  namespace: keeper-system'
+has_block 'kind: ClusterRoleBinding
+metadata:
+  name: keeper-webhook'
+# Outside the cluster (the e2e scenario): a URL and no caBundle, keeper sets it.
+out=$(render --set webhook.url=https://127.0.0.1:9443/validate)
+has 'url: "https://127.0.0.1:9443/validate"'
+lacks 'caBundle:|path: /validate'
+
+set=webhook-cert-manager
+out=$(render -f "$chart/ci/webhook-cert-manager-values.yaml")
+[ "$(kinds <<<"$out")" = "Certificate Certificate ClusterRole ClusterRoleBinding ConfigMap Deployment Issuer Issuer PodDisruptionBudget Role RoleBinding Service ServiceAccount ValidatingWebhookConfiguration " ] \
+  || fail "objects: $(kinds <<<"$out")"
+common
+has '^    cert-manager.io/inject-ca-from: keeper-system/keeper-webhook$'
+lacks 'caBundle:|validatingwebhookconfigurations|--webhook-cert-secret'
+has -- '- --webhook-cert-dir=/etc/keeper/webhook$'
+has 'secret: \{secretName: keeper-webhook-cert-manager\}'
+has_block 'spec:
+  secretName: keeper-webhook-cert-manager
+  commonName: keeper.keeper-system.svc
+  dnsNames:
+    - keeper.keeper-system.svc'
+has_block '  issuerRef:
+    name: keeper-webhook-ca
+    kind: Issuer'
+has 'selfSigned: \{\}'
+has 'isCA: true'
+out=$(render -f "$chart/ci/webhook-cert-manager-values.yaml" --set-json 'webhook.tls.certManager.issuerRef={"name":"corp-ca","kind":"ClusterIssuer"}')
+[ "$(kinds <<<"$out" | grep -o 'Certificate\|Issuer' | tr '\n' ' ')" = "Certificate " ] || fail "objects: $(kinds <<<"$out")"
+has_block '  issuerRef:
+    name: corp-ca
+    kind: ClusterIssuer
+    group: cert-manager.io'
+lacks 'selfSigned|isCA'
+
+set=webhook-secret
+out=$(render -f "$chart/ci/webhook-secret-values.yaml")
+common
+has 'caBundle: bXktY2E=$'
+has 'secret: \{secretName: my-webhook-tls\}'
+has -- '- --webhook-cert-dir=/etc/keeper/webhook$'
+has 'path: /validate'
+lacks 'inject-ca-from|validatingwebhookconfigurations|--webhook-cert-secret|cert-manager.io/v1'
+out=$(render -f "$chart/ci/webhook-secret-values.yaml" --set webhook.caBundle= --set webhook.caInjectFrom=certs/keeper-webhook)
+has '^    cert-manager.io/inject-ca-from: certs/keeper-webhook$'
+lacks 'caBundle:'
+
 echo "render: defaults, demo, single-replica and external-webhook value sets render what they promise; adoption by label reads namespaces"
+echo "render: webhook certificate modes selfManaged (RBAC by name), certManager (own CA chain or an issuer), secret (caBundle or CA injection); defaults and certManager render identically twice"
