@@ -23,9 +23,11 @@
 #   e2e/stack.sh webhook-cert DIR
 #                            write a throwaway CA and a serving certificate for 127.0.0.1 into DIR
 #                            (ca.crt, tls.crt, tls.key)
-#   e2e/stack.sh webhook-configuration NAME URL CA_FILE
+#   e2e/stack.sh webhook-configuration NAME URL [CA_FILE]
 #                            print the chart's ValidatingWebhookConfiguration (helm template) named
 #                            NAME (a release name containing "keeper"), calling URL, trusting CA_FILE
+#                            (webhook.tls.mode=secret); without CA_FILE, webhook.tls.mode=selfManaged:
+#                            no caBundle, keeper (--webhook-cert-secret) sets it
 #   e2e/stack.sh up          start the stack (safe to run twice), install the CRDs and keeper's RBAC
 #                            (the chart's, see install_keeper_rbac), write .keeper-dev/env
 #   e2e/stack.sh config      write keeper's configuration for the running stack (.keeper-dev/keeper.yaml)
@@ -550,12 +552,19 @@ cmd_webhook_cert() {
 
 # The chart's ValidatingWebhookConfiguration (charts/keeper/templates/webhook.yaml, so its rules and
 # failurePolicy are the chart's), rendered by `helm template` with webhook.url pointing at a keeper
-# process on this machine instead of a Service, and the CA in CA_FILE as its caBundle.
+# process on this machine instead of a Service, and the CA in CA_FILE as its caBundle; without
+# CA_FILE in mode selfManaged (no caBundle: keeper sets it).
 webhook_configuration() {
-  local name=$1 url=$2 ca_file=$3 helm
+  local name=$1 url=$2 ca_file=${3:-} helm
   helm=$(cmd_helm_path)
-  "$helm" template "$name" "$ROOT/charts/keeper" --show-only templates/webhook.yaml \
-    --set-string webhook.url="$url" --set-string webhook.caBundle="$(base64 -w0 <"$ca_file")"
+  if [ -n "$ca_file" ]; then
+    "$helm" template "$name" "$ROOT/charts/keeper" --show-only templates/webhook.yaml \
+      --set webhook.tls.mode=secret --set-string webhook.url="$url" \
+      --set-string webhook.caBundle="$(base64 -w0 <"$ca_file")"
+  else
+    "$helm" template "$name" "$ROOT/charts/keeper" --show-only templates/webhook.yaml \
+      --set webhook.tls.mode=selfManaged --set-string webhook.url="$url"
+  fi
 }
 
 cmd_keeper() {
@@ -636,11 +645,11 @@ case "${1:-}" in
   helm-path) cmd_helm_path ;;
   kube-path) cmd_kube_path ;;
   webhook-cert) cmd_webhook_cert "${2:?directory}" ;;
-  webhook-configuration) webhook_configuration "${2:?name}" "${3:?url}" "${4:?ca file}" ;;
+  webhook-configuration) webhook_configuration "${2:?name}" "${3:?url}" "${4:-}" ;;
   up) cmd_up ;;
   config) write_keeper_config ;;
   keeper) cmd_keeper ;;
   demo) cmd_demo ;;
   down) cmd_down ;;
-  *) echo "usage: $0 deps|deps-moto|apt-install PKG...|moto-path|python-path|helm-path|kube-path|webhook-cert DIR|webhook-configuration NAME URL CA|up|config|keeper|demo|down" >&2; exit 2 ;;
+  *) echo "usage: $0 deps|deps-moto|apt-install PKG...|moto-path|python-path|helm-path|kube-path|webhook-cert DIR|webhook-configuration NAME URL [CA]|up|config|keeper|demo|down" >&2; exit 2 ;;
 esac

@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
@@ -47,7 +48,7 @@ pub struct RunArgs {
     pub metrics_bind_address: SocketAddr,
 
     /// Address of the admission webhook's HTTPS endpoint (path /validate). The webhook is
-    /// served only when --webhook-cert-dir is given.
+    /// served only when --webhook-cert-dir or --webhook-cert-secret is given.
     #[arg(
         long,
         env = "KEEPER_WEBHOOK_BIND_ADDRESS",
@@ -56,9 +57,58 @@ pub struct RunArgs {
     pub webhook_bind_address: SocketAddr,
 
     /// Directory holding the webhook's `tls.crt` and `tls.key` (a mounted kubernetes.io/tls
-    /// Secret). Without it the admission webhook is off and the finalizers alone guard deletion.
-    #[arg(long, env = "KEEPER_WEBHOOK_CERT_DIR")]
+    /// Secret, from cert-manager or your own). Without it or --webhook-cert-secret the admission
+    /// webhook is off and the finalizers alone guard deletion.
+    #[arg(
+        long,
+        env = "KEEPER_WEBHOOK_CERT_DIR",
+        conflicts_with = "webhook_cert_secret"
+    )]
     pub webhook_cert_dir: Option<PathBuf>,
+
+    /// Self-managed certificate: keeper issues a CA and a serving certificate itself, keeps them
+    /// in this Secret of its namespace (created if absent, shared by replicas), renews them before
+    /// they expire and sets the caBundle of --webhook-configuration.
+    #[arg(
+        long,
+        env = "KEEPER_WEBHOOK_CERT_SECRET",
+        requires = "webhook_configuration"
+    )]
+    pub webhook_cert_secret: Option<String>,
+
+    /// With --webhook-cert-secret: the ValidatingWebhookConfiguration whose caBundle keeper sets
+    /// (its own; it patches no other).
+    #[arg(
+        long,
+        env = "KEEPER_WEBHOOK_CONFIGURATION",
+        requires = "webhook_cert_secret"
+    )]
+    pub webhook_configuration: Option<String>,
+
+    /// With --webhook-cert-secret: the webhook's Service in keeper's namespace; the certificate
+    /// covers `<service>.<namespace>.svc` (the name the API server verifies) and its shorter forms.
+    #[arg(long, env = "KEEPER_WEBHOOK_SERVICE", requires = "webhook_cert_secret")]
+    pub webhook_service: Option<String>,
+
+    /// With --webhook-cert-secret: more DNS names or IP addresses the certificate covers,
+    /// comma-separated (127.0.0.1 for a keeper outside the cluster called by URL).
+    #[arg(
+        long,
+        env = "KEEPER_WEBHOOK_CERT_HOSTS",
+        value_delimiter = ',',
+        requires = "webhook_cert_secret"
+    )]
+    pub webhook_cert_hosts: Vec<String>,
+
+    /// With --webhook-cert-secret: how long a serving certificate is valid (at least 30s); it is
+    /// renewed two thirds of the way through. The CA keeper issues is valid for ten years.
+    #[arg(
+        long,
+        env = "KEEPER_WEBHOOK_CERT_VALIDITY",
+        default_value = "8760h",
+        value_parser = parse_validity
+    )]
+    pub webhook_cert_validity: Duration,
 
     /// keeper's own namespace: where Secrets named in the configuration are read by default.
     #[arg(long, env = "POD_NAMESPACE", default_value = "keeper-system")]
@@ -91,7 +141,67 @@ pub struct RunArgs {
     pub rds_endpoint: Option<String>,
 }
 
+fn parse_validity(value: &str) -> Result<Duration, String> {
+    let duration = crate::api::names::parse_duration(value).map_err(|e| e.to_string())?;
+    if duration < Duration::from_secs(30) {
+        return Err(format!(
+            "{value}: a certificate must be valid for at least 30s"
+        ));
+    }
+    if duration >= webhook::certs::CA_VALIDITY {
+        return Err(format!(
+            "{value}: a certificate must expire before the CA that signs it (ten years)"
+        ));
+    }
+    Ok(duration)
+}
+
+/// How the webhook gets its certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookTls {
+    Off,
+    /// `tls.crt` and `tls.key` in a directory.
+    Files(PathBuf),
+    /// Issued by keeper itself.
+    SelfManaged(webhook::certs::Settings),
+}
+
 impl RunArgs {
+    /// The webhook's certificate source from the flags.
+    pub fn webhook_tls(&self) -> anyhow::Result<WebhookTls> {
+        if let Some(dir) = &self.webhook_cert_dir {
+            return Ok(WebhookTls::Files(dir.clone()));
+        }
+        let Some(secret) = &self.webhook_cert_secret else {
+            return Ok(WebhookTls::Off);
+        };
+        let mut hosts = match &self.webhook_service {
+            Some(service) => webhook::certs::service_hosts(service, &self.namespace),
+            None => Vec::new(),
+        };
+        for host in &self.webhook_cert_hosts {
+            let host = host.trim();
+            if !host.is_empty() && !hosts.iter().any(|h| h == host) {
+                hosts.push(host.to_string());
+            }
+        }
+        anyhow::ensure!(
+            !hosts.is_empty(),
+            "--webhook-cert-secret needs --webhook-service or --webhook-cert-hosts: the names the \
+             certificate covers"
+        );
+        Ok(WebhookTls::SelfManaged(webhook::certs::Settings {
+            namespace: self.namespace.clone(),
+            secret: secret.clone(),
+            webhook_configuration: self
+                .webhook_configuration
+                .clone()
+                .context("--webhook-cert-secret needs --webhook-configuration")?,
+            hosts,
+            validity: self.webhook_cert_validity,
+        }))
+    }
+
     /// Loads the configuration file and applies the flag overrides.
     pub fn load_config(&self) -> anyhow::Result<OperatorConfig> {
         let mut config = match &self.config {
@@ -209,9 +319,33 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         shutdown.clone(),
     ));
 
-    let webhook = match &args.webhook_cert_dir {
-        Some(dir) => {
-            let tls = webhook::tls_config(dir)?;
+    let (tls, certificates) = match args.webhook_tls()? {
+        WebhookTls::Off => {
+            tracing::info!(
+                "admission webhook off (no --webhook-cert-dir or --webhook-cert-secret)"
+            );
+            (None, None)
+        }
+        WebhookTls::Files(dir) => (Some(webhook::tls_config(&dir)?), None),
+        WebhookTls::SelfManaged(settings) => {
+            let served = Arc::new(webhook::MemoryCert::default());
+            tracing::info!(
+                secret = %settings.secret,
+                configuration = %settings.webhook_configuration,
+                hosts = ?settings.hosts,
+                "admission webhook certificate: self-managed"
+            );
+            let task = tokio::spawn(webhook::certs::run(
+                shared.client.clone(),
+                settings,
+                served.clone(),
+                shutdown.clone(),
+            ));
+            (Some(webhook::tls_config_from_memory(served)?), Some(task))
+        }
+    };
+    let webhook = match tls {
+        Some(tls) => {
             let listener = tokio::net::TcpListener::bind(args.webhook_bind_address)
                 .await
                 .with_context(|| format!("cannot listen on {}", args.webhook_bind_address))?;
@@ -223,10 +357,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 shutdown.clone(),
             )))
         }
-        None => {
-            tracing::info!("admission webhook off (no --webhook-cert-dir)");
-            None
-        }
+        None => None,
     };
 
     let mut tasks = tokio::task::JoinSet::new();
@@ -256,6 +387,119 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     if let Some(webhook) = webhook {
         webhook.await.context("webhook task panicked")??;
     }
+    if let Some(certificates) = certificates {
+        certificates
+            .await
+            .context("webhook certificate task panicked")?;
+    }
     tracing::info!("all controllers stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser, Debug)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<RunArgs, clap::Error> {
+        Cli::try_parse_from(std::iter::once("keeper").chain(args.iter().copied())).map(|c| c.run)
+    }
+
+    #[test]
+    fn self_managed_flags_name_the_secret_the_configuration_and_what_the_certificate_covers() {
+        let args = parse(&[
+            "--namespace=ops",
+            "--webhook-cert-secret=keeper-webhook-tls",
+            "--webhook-configuration=keeper",
+            "--webhook-service=keeper",
+            "--webhook-cert-hosts=127.0.0.1,keeper.example.com,keeper.ops.svc",
+        ])
+        .unwrap();
+        let WebhookTls::SelfManaged(settings) = args.webhook_tls().unwrap() else {
+            panic!("self-managed");
+        };
+        assert_eq!(settings.namespace, "ops");
+        assert_eq!(settings.secret, "keeper-webhook-tls");
+        assert_eq!(settings.webhook_configuration, "keeper");
+        assert_eq!(
+            settings.hosts,
+            [
+                "keeper.ops.svc",
+                "keeper.ops.svc.cluster.local",
+                "keeper.ops",
+                "keeper",
+                "127.0.0.1",
+                "keeper.example.com"
+            ]
+        );
+        assert_eq!(settings.validity, Duration::from_secs(365 * 24 * 3600));
+
+        let args = parse(&[
+            "--webhook-cert-secret=s",
+            "--webhook-configuration=keeper",
+            "--webhook-cert-hosts=127.0.0.1",
+            "--webhook-cert-validity=90s",
+        ])
+        .unwrap();
+        let WebhookTls::SelfManaged(settings) = args.webhook_tls().unwrap() else {
+            panic!("self-managed");
+        };
+        assert_eq!(settings.hosts, ["127.0.0.1"]);
+        assert_eq!(settings.validity, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn webhook_certificate_flags_that_cannot_work_are_refused() {
+        assert_eq!(parse(&[]).unwrap().webhook_tls().unwrap(), WebhookTls::Off);
+        assert_eq!(
+            parse(&["--webhook-cert-dir=/certs"])
+                .unwrap()
+                .webhook_tls()
+                .unwrap(),
+            WebhookTls::Files("/certs".into())
+        );
+        // Two sources at once, or a half-given self-managed mode.
+        for args in [
+            &[
+                "--webhook-cert-dir=/certs",
+                "--webhook-cert-secret=s",
+                "--webhook-configuration=keeper",
+            ][..],
+            &["--webhook-cert-secret=s", "--webhook-service=keeper"],
+            &["--webhook-configuration=keeper"],
+            &["--webhook-service=keeper"],
+        ] {
+            assert!(parse(args).is_err(), "{args:?} accepted");
+        }
+        let err = parse(&[
+            "--webhook-cert-secret=s",
+            "--webhook-configuration=keeper",
+            "--webhook-cert-validity=10s",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("at least 30s"), "{err}");
+        let err = parse(&[
+            "--webhook-cert-secret=s",
+            "--webhook-configuration=keeper",
+            "--webhook-cert-validity=87600h",
+        ])
+        .unwrap_err();
+        assert!(err.to_string().contains("before the CA"), "{err}");
+        let err = parse(&["--webhook-cert-secret=s", "--webhook-configuration=keeper"])
+            .unwrap()
+            .webhook_tls()
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("needs --webhook-service or --webhook-cert-hosts"),
+            "{err}"
+        );
+    }
 }

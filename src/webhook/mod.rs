@@ -23,8 +23,10 @@
 //! `DeletionBlocked` condition says to whoever Kubernetes RBAC lets read the tenant.
 //!
 //! [`policy`] decides (pure verdicts and the lookups they need), this module speaks HTTP and
-//! AdmissionReview, [`tls`] serves the certificate and reloads it when its files change.
+//! AdmissionReview, [`tls`] serves the certificate and reloads it when its files change, and
+//! [`certs`] issues, renews and publishes the self-managed one (`--webhook-cert-secret`).
 
+pub mod certs;
 mod policy;
 #[cfg(test)]
 mod tests;
@@ -51,7 +53,7 @@ pub use policy::{
     Verdict, bucket_create, from_namespace_deletion, protected_tenant_in_namespace_deletion,
     tenant_delete,
 };
-pub use tls::tls_config;
+pub use tls::{MemoryCert, tls_config, tls_config_from_memory};
 
 use policy::judge;
 

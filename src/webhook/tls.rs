@@ -1,8 +1,9 @@
-//! The webhook's serving certificate: `<dir>/tls.crt` and `<dir>/tls.key`, read again when they
-//! change, so that a rotated certificate is served without a restart.
+//! The webhook's serving certificate: either `<dir>/tls.crt` and `<dir>/tls.key`, read again when
+//! they change, so that a rotated certificate is served without a restart, or one held in memory
+//! ([`MemoryCert`]) that the self-managed mode ([`super::certs`]) replaces when it rotates.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::Context as _;
@@ -95,10 +96,57 @@ impl ResolvesServerCert for CertFiles {
     }
 }
 
+/// A certificate held in memory: none until the self-managed mode has one (handshakes fail until
+/// then, and the API server, with `failurePolicy: Ignore`, admits), then the latest it installed.
+#[derive(Debug, Default)]
+pub struct MemoryCert {
+    current: RwLock<Option<Arc<CertifiedKey>>>,
+}
+
+impl MemoryCert {
+    /// Serves `chain_pem` (the serving certificate first) with `key_pem` from the next handshake on.
+    pub fn install(&self, chain_pem: &str, key_pem: &str) -> anyhow::Result<()> {
+        let certified = certified_key(chain_pem.as_bytes(), key_pem.as_bytes(), &provider())?;
+        *self.current.write().expect("certificate lock") = Some(certified);
+        Ok(())
+    }
+
+    /// Whether a certificate is served.
+    pub fn is_set(&self) -> bool {
+        self.current.read().expect("certificate lock").is_some()
+    }
+}
+
+impl ResolvesServerCert for MemoryCert {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current.read().expect("certificate lock").clone()
+    }
+}
+
+/// A certificate chain and its key, from PEM, checked to belong together.
+pub(super) fn certified_key(
+    chain_pem: &[u8],
+    key_pem: &[u8],
+    provider: &CryptoProvider,
+) -> anyhow::Result<Arc<CertifiedKey>> {
+    let certs = CertificateDer::pem_slice_iter(chain_pem)
+        .collect::<Result<Vec<_>, _>>()
+        .context("invalid certificate PEM")?;
+    anyhow::ensure!(!certs.is_empty(), "no certificate in the PEM");
+    let key = PrivateKeyDer::from_pem_slice(key_pem).context("invalid private key PEM")?;
+    let certified = CertifiedKey::from_der(certs, key, provider)
+        .context("the certificate and key do not match")?;
+    Ok(Arc::new(certified))
+}
+
+fn provider() -> CryptoProvider {
+    rustls::crypto::aws_lc_rs::default_provider()
+}
+
 /// TLS from `<dir>/tls.crt` (chain) and `<dir>/tls.key`, the layout of a mounted
 /// `kubernetes.io/tls` Secret; the files are read again when they change.
 pub fn tls_config(cert_dir: &Path) -> anyhow::Result<Arc<rustls::ServerConfig>> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let provider = Arc::new(provider());
     let modified = CertFiles::modified(cert_dir);
     let key = CertFiles::load(cert_dir, &provider)?;
     let resolver = CertFiles {
@@ -110,11 +158,23 @@ pub fn tls_config(cert_dir: &Path) -> anyhow::Result<Arc<rustls::ServerConfig>> 
             looked: Instant::now(),
         }),
     };
+    server_config(provider, Arc::new(resolver))
+}
+
+/// TLS serving whatever `cert` holds (the self-managed mode).
+pub fn tls_config_from_memory(cert: Arc<MemoryCert>) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    server_config(Arc::new(provider()), cert)
+}
+
+fn server_config(
+    provider: Arc<CryptoProvider>,
+    resolver: Arc<dyn ResolvesServerCert>,
+) -> anyhow::Result<Arc<rustls::ServerConfig>> {
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("TLS protocol versions")?
         .with_no_client_auth()
-        .with_cert_resolver(Arc::new(resolver));
+        .with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

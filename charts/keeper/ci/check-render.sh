@@ -10,8 +10,9 @@ chart=$(cd "$(dirname "$0")/.." && pwd)
 fail() { echo "check-render ($set): $*" >&2; exit 1; }
 render() { "$helm" template keeper "$chart" -n keeper-system "$@"; }
 kinds() { grep -E '^kind: ' | sed 's/^kind: //' | sort | tr '\n' ' '; }
-has() { grep -qE -- "$1" <<<"$out" || fail "expected /$1/"; }
-lacks() { if grep -qE -- "$1" <<<"$out"; then fail "unexpected /$1/"; fi; }
+# A leading `--` (for a pattern that starts with a dash) is skipped: the pattern is the next word.
+has() { [ "$1" != -- ] || shift; grep -qE -- "$1" <<<"$out" || fail "expected /$1/"; }
+lacks() { [ "$1" != -- ] || shift; if grep -qE -- "$1" <<<"$out"; then fail "unexpected /$1/"; fi; }
 
 # Pod security and RBAC hold for every value set.
 common() {
@@ -28,7 +29,7 @@ common() {
 
 set=defaults
 out=$(render)
-[ "$(kinds <<<"$out")" = "ClusterRole ClusterRoleBinding ConfigMap Deployment PodDisruptionBudget Role RoleBinding Secret Service ServiceAccount ValidatingWebhookConfiguration " ] \
+[ "$(kinds <<<"$out")" = "ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ConfigMap Deployment PodDisruptionBudget Role Role RoleBinding RoleBinding Service ServiceAccount ValidatingWebhookConfiguration " ] \
   || fail "objects: $(kinds <<<"$out")"
 common
 has '^  replicas: 2$'
@@ -76,6 +77,91 @@ out=$(render --set-json 'config.providers.s3.s3Compatible={"endpoint":"https://s
 has 'adoption:'
 has 'resources: \[namespaces\]'
 
+# The webhook's certificate (webhook.tls.mode). Nothing random and nothing looked up in the cluster:
+# `helm template`, as Argo CD renders, gives the same output every time.
+has_block() { [[ "$out" == *"$1"* ]] || fail "expected the lines:"$'\n'"$1"; }
+lacks_block() { if [[ "$out" == *"$1"* ]]; then fail "unexpected lines:"$'\n'"$1"; fi; }
+set=webhook-templates
+if grep -nE 'lookup|genCA|genSelfSignedCert|genSignedCert|genPrivateKey|randAlpha|randNumeric|randBytes|uuidv4|\bnow\b' \
+    "$chart/templates/webhook.yaml" "$chart/templates/deployment.yaml" "$chart/templates/rbac.yaml" "$chart/templates/_helpers.tpl"; then
+  fail "a template looks the cluster up or makes something random"
+fi
+for values in "" "$chart/ci/webhook-cert-manager-values.yaml"; do
+  set="webhook-twice ${values:-defaults}"
+  first=$(render ${values:+-f "$values"}); second=$(render ${values:+-f "$values"})
+  [ "$first" = "$second" ] || fail "two renders differ: $(diff <(echo "$first") <(echo "$second") | head -5)"
+done
+
+set=webhook-self-managed
+out=$(render)
+has -- '- --webhook-cert-secret=keeper-webhook-tls$'
+has -- '- --webhook-configuration=keeper$'
+has -- '- --webhook-service=keeper$'
+has -- '- --webhook-cert-validity=8760h$'
+lacks -- '--webhook-cert-dir|name: webhook-cert,|caBundle:|inject-ca-from|cert-manager.io/v1|^kind: Secret$'
+# keeper's own configuration and Secret by name, get/patch only; create cannot be narrowed by name.
+has_block '    resources: [validatingwebhookconfigurations]
+    resourceNames: [keeper]
+    verbs: [get, patch]'
+has_block '  - apiGroups: [""]
+    resources: [secrets]
+    resourceNames: [keeper-webhook-tls]
+    verbs: [get, patch]
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [create]'
+[ "$(grep -c 'validatingwebhookconfigurations' <<<"$out")" = 1 ] || fail "validatingwebhookconfigurations granted more than once"
+has_block 'kind: RoleBinding
+metadata:
+  name: keeper-webhook
+  namespace: keeper-system'
+has_block 'kind: ClusterRoleBinding
+metadata:
+  name: keeper-webhook'
+# Outside the cluster (the e2e scenario): a URL and no caBundle, keeper sets it.
+out=$(render --set webhook.url=https://127.0.0.1:9443/validate)
+has 'url: "https://127.0.0.1:9443/validate"'
+lacks 'caBundle:|path: /validate'
+
+set=webhook-cert-manager
+out=$(render -f "$chart/ci/webhook-cert-manager-values.yaml")
+[ "$(kinds <<<"$out")" = "Certificate Certificate ClusterRole ClusterRoleBinding ConfigMap Deployment Issuer Issuer PodDisruptionBudget Role RoleBinding Service ServiceAccount ValidatingWebhookConfiguration " ] \
+  || fail "objects: $(kinds <<<"$out")"
+common
+has '^    cert-manager.io/inject-ca-from: keeper-system/keeper-webhook$'
+lacks 'caBundle:|validatingwebhookconfigurations|--webhook-cert-secret'
+has -- '- --webhook-cert-dir=/etc/keeper/webhook$'
+has 'secret: \{secretName: keeper-webhook-cert-manager\}'
+has_block 'spec:
+  secretName: keeper-webhook-cert-manager
+  commonName: keeper.keeper-system.svc
+  dnsNames:
+    - keeper.keeper-system.svc'
+has_block '  issuerRef:
+    name: keeper-webhook-ca
+    kind: Issuer'
+has 'selfSigned: \{\}'
+has 'isCA: true'
+out=$(render -f "$chart/ci/webhook-cert-manager-values.yaml" --set-json 'webhook.tls.certManager.issuerRef={"name":"corp-ca","kind":"ClusterIssuer"}')
+[ "$(kinds <<<"$out" | grep -o 'Certificate\|Issuer' | tr '\n' ' ')" = "Certificate " ] || fail "objects: $(kinds <<<"$out")"
+has_block '  issuerRef:
+    name: corp-ca
+    kind: ClusterIssuer
+    group: cert-manager.io'
+lacks 'selfSigned|isCA'
+
+set=webhook-secret
+out=$(render -f "$chart/ci/webhook-secret-values.yaml")
+common
+has 'caBundle: bXktY2E=$'
+has 'secret: \{secretName: my-webhook-tls\}'
+has -- '- --webhook-cert-dir=/etc/keeper/webhook$'
+has 'path: /validate'
+lacks 'inject-ca-from|validatingwebhookconfigurations|--webhook-cert-secret|cert-manager.io/v1'
+out=$(render -f "$chart/ci/webhook-secret-values.yaml" --set webhook.caBundle= --set webhook.caInjectFrom=certs/keeper-webhook)
+has '^    cert-manager.io/inject-ca-from: certs/keeper-webhook$'
+lacks 'caBundle:'
+
 echo "render: defaults, demo, single-replica and external-webhook value sets render what they promise; adoption by label reads namespaces"
 
 # Day-2 values (ci/day2-values.yaml sets them all): what each renders, and that the defaults render
@@ -122,15 +208,12 @@ block '^          env:$' 5 '          env:
             - name: POD_NAME
               valueFrom: {fieldRef: {fieldPath: metadata.name}}
           ports:'
-block '^          volumeMounts:$' 3 '          volumeMounts:
+block '^          volumeMounts:$' 2 '          volumeMounts:
             - {name: config, mountPath: /etc/keeper/keeper.yaml, subPath: keeper.yaml, readOnly: true}
-            - {name: webhook-cert, mountPath: /etc/keeper/webhook, readOnly: true}
       volumes:'
-block '^      volumes:$' 5 '      volumes:
+block '^      volumes:$' 3 '      volumes:
         - name: config
           configMap: {name: keeper-config}
-        - name: webhook-cert
-          secret: {secretName: keeper-webhook-cert}
       # Replicas on different nodes where possible, so a node failure leaves a standby.'
 # Kubernetes versions: Chart.yaml's kubeVersion (keeper is tested on v1.33 and v1.37).
 render --kube-version 1.33.0 >/dev/null || fail "refused Kubernetes v1.33"
@@ -139,7 +222,7 @@ has 'chart requires kubeVersion: >=1.33.0-0'
 
 set=day2-values
 out=$(render -f "$chart/ci/day2-values.yaml")
-[ "$(kinds <<<"$out")" = "ClusterRole ClusterRoleBinding ConfigMap Deployment NetworkPolicy PodDisruptionBudget PrometheusRule Role RoleBinding Secret Service ServiceAccount ValidatingWebhookConfiguration " ] \
+[ "$(kinds <<<"$out")" = "ClusterRole ClusterRole ClusterRoleBinding ClusterRoleBinding ConfigMap Deployment NetworkPolicy PodDisruptionBudget PrometheusRule Role Role RoleBinding RoleBinding Service ServiceAccount ValidatingWebhookConfiguration " ] \
   || fail "objects: $(kinds <<<"$out")"
 common
 # image.digest wins over image.tag.
@@ -149,7 +232,7 @@ lacks '9\.9\.9'
 lacks '^  name: keeper'
 has '^  name: platform-keeper$'
 has 'configMap: \{name: platform-keeper-config\}'
-has 'secret: \{secretName: platform-keeper-webhook-cert\}'
+has -- '- --webhook-cert-secret=platform-keeper-webhook-tls$'
 has '^        name: platform-keeper$'          # the webhook's Service
 # commonLabels on every object and on the pods; podLabels and podAnnotations on the pods only.
 labelled 'team'
@@ -178,11 +261,11 @@ block '^            - name: RUST_LOG$' 4 '            - name: RUST_LOG
             - secretRef:
                 name: keeper-aws'
 # extraVolumes and extraVolumeMounts after the chart's own; the CA's path in keeper's configuration.
-block '^            - \{name: webhook-cert, mountPath' 3 '            - {name: webhook-cert, mountPath: /etc/keeper/webhook, readOnly: true}
+block '^            - \{name: config, mountPath' 3 '            - {name: config, mountPath: /etc/keeper/keeper.yaml, subPath: keeper.yaml, readOnly: true}
             - mountPath: /etc/keeper/ca
               name: grid-ca
               readOnly: true'
-block '^          secret: \{secretName: platform-keeper-webhook-cert\}$' 3 '          secret: {secretName: platform-keeper-webhook-cert}
+block '^          configMap: \{name: platform-keeper-config\}$' 3 '          configMap: {name: platform-keeper-config}
         - configMap:
             name: grid-ca
           name: grid-ca'
@@ -295,3 +378,4 @@ out=$(render --set fullnameOverride=keeper-for-the-platform-team-of-the-storage-
 has '^  name: keeper-for-the-platform-team-of-the-storage-departments-in-the$'
 
 echo "render: day-2 values (image digest, pull secrets, names, labels, annotations, log level, priority, spread, extra volumes, envFrom, NetworkPolicy, alert thresholds) render what they say; the defaults render none of them"
+echo "render: webhook certificate modes selfManaged (RBAC by name), certManager (own CA chain or an issuer), secret (caBundle or CA injection); defaults and certManager render identically twice"

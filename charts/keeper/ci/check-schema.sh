@@ -36,6 +36,16 @@ refused "requestsPerSecond" --set config.rds.requestBurst=10
 refused "/config/providers/p/s3Compatible/adoption" --set config.providers.p.s3Compatible.adoption.namespaces=a
 refused "/config/providers/p/s3Compatible/adoption/allowedNamespaces/names" --set config.providers.p.s3Compatible.adoption.allowedNamespaces.names=a
 refused "/config/providers/p/s3Compatible/adoption/allowedNamespaces" --set-json 'config.providers.p.s3Compatible.adoption.allowedNamespaces={}'
+# The webhook's certificate mode, and values of another mode than the one chosen.
+refused "/webhook/tls/mode" --set webhook.tls.mode=auto
+refused "/webhook/tls/selfManaged/validity" --set webhook.tls.selfManaged.validity=1y
+refused "/webhook/tls/certManager" --set webhook.tls.certManager.issuer=ca
+refused "/webhook/caInjectFrom" --set webhook.caInjectFrom=just-a-name
+refused "webhook.certSecret is set but webhook.tls.mode is selfManaged" --set webhook.certSecret=mine
+refused "webhook.caBundle is set but webhook.tls.mode is certManager" --set webhook.tls.mode=certManager --set webhook.caBundle=Y2E=
+refused "webhook.tls.mode=secret needs webhook.certSecret" --set webhook.tls.mode=secret --set webhook.caBundle=Y2E=
+refused "needs webhook.caBundle" --set webhook.tls.mode=secret --set webhook.certSecret=mine
+refused "both set" --set webhook.tls.mode=secret --set webhook.certSecret=mine --set webhook.caBundle=Y2E= --set webhook.caInjectFrom=a/b
 # A rate renders into keeper's configuration as given (a fraction needs --set-json: --set makes it a string).
 rendered=$("$helm" template keeper "$chart" --set-json config.providers.p.s3Compatible.requestsPerSecond=2.5 \
   --set config.rds.requestsPerSecond=20 --set config.rds.requestBurst=40)

@@ -84,3 +84,40 @@ namespaces.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+The webhook's certificate mode (webhook.tls.mode), after refusing values that contradict it:
+values of another mode are an error, not silently ignored (before webhook.tls.mode, certSecret
+and caBundle chose the mode by being set).
+*/}}
+{{- define "keeper.webhookMode" -}}
+{{- $w := .Values.webhook -}}
+{{- $mode := $w.tls.mode -}}
+{{- if eq $mode "secret" -}}
+{{- if and (not $w.certSecret) (not $w.url) -}}
+{{- fail "webhook.tls.mode=secret needs webhook.certSecret: the kubernetes.io/tls Secret keeper serves" -}}
+{{- end -}}
+{{- if and $w.caBundle $w.caInjectFrom -}}
+{{- fail "webhook.caBundle and webhook.caInjectFrom both set: the CA comes from one of them" -}}
+{{- end -}}
+{{- if not (or $w.caBundle $w.caInjectFrom) -}}
+{{- fail "webhook.tls.mode=secret needs webhook.caBundle (the CA that signed the certificate, base64 PEM) or webhook.caInjectFrom (<namespace>/<Certificate> for cert-manager's CA injector)" -}}
+{{- end -}}
+{{- else -}}
+{{- range $key := list "certSecret" "caBundle" "caInjectFrom" -}}
+{{- if index $w $key -}}
+{{- fail (printf "webhook.%s is set but webhook.tls.mode is %s: set webhook.tls.mode=secret to serve a certificate of your own" $key $mode) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $mode -}}
+{{- end -}}
+
+{{/* The Secret the webhook's certificate is in (keeper's own with selfManaged). */}}
+{{- define "keeper.webhookSecret" -}}
+{{- $mode := include "keeper.webhookMode" . -}}
+{{- if eq $mode "selfManaged" -}}{{ include "keeper.fullname" . }}-webhook-tls
+{{- else if eq $mode "certManager" -}}{{ include "keeper.fullname" . }}-webhook-cert-manager
+{{- else -}}{{ .Values.webhook.certSecret }}
+{{- end -}}
+{{- end -}}

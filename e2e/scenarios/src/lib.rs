@@ -373,12 +373,77 @@ impl Drop for Webhook {
     }
 }
 
+/// The release name e2e/stack.sh renders keeper's RBAC with (install_keeper_rbac): the chart's
+/// self-managed webhook grants name the configuration and Secret after it.
+pub const STACK_RELEASE: &str = "keeper-local";
+
+/// A webhook whose certificate keeper issues itself (`--webhook-cert-secret`): the chart's
+/// configuration (mode selfManaged, no caBundle) named as the stack's RBAC expects, removed with
+/// the Secret keeper made when dropped (after keeper is stopped).
+struct SelfManagedWebhook {
+    env: Env,
+    configuration: String,
+    secret: String,
+}
+
+impl SelfManagedWebhook {
+    fn register(env: &Env, port: u16) -> anyhow::Result<SelfManagedWebhook> {
+        let webhook = SelfManagedWebhook {
+            env: env.clone(),
+            configuration: STACK_RELEASE.to_string(),
+            secret: format!("{STACK_RELEASE}-webhook-tls"),
+        };
+        // What an earlier run may have left: keeper would reuse its CA, which proves less.
+        webhook.remove();
+        let manifest = Command::new(stack_script())
+            .args([
+                "webhook-configuration",
+                &webhook.configuration,
+                &format!("https://127.0.0.1:{port}/validate"),
+            ])
+            .output()?;
+        anyhow::ensure!(
+            manifest.status.success(),
+            "cannot render the webhook configuration: {}",
+            String::from_utf8_lossy(&manifest.stderr)
+        );
+        env.apply("default", &String::from_utf8(manifest.stdout)?)?;
+        Ok(webhook)
+    }
+
+    fn remove(&self) {
+        let _ = self.env.kubectl_output(&[
+            "delete",
+            "validatingwebhookconfiguration",
+            &self.configuration,
+            "--ignore-not-found",
+        ]);
+        let _ = self.env.kubectl_output(&[
+            "delete",
+            "secret",
+            "-n",
+            &self.env.operator_namespace,
+            &self.secret,
+            "--ignore-not-found",
+        ]);
+    }
+}
+
+impl Drop for SelfManagedWebhook {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
 /// A running `keeper run` process, killed when dropped.
 pub struct Keeper {
     child: Child,
     pub metrics_url: String,
     pub log: PathBuf,
+    /// The webhook's address (`127.0.0.1:PORT`) when keeper serves it.
+    pub webhook_address: Option<String>,
     _webhook: Option<Webhook>,
+    _self_managed: Option<SelfManagedWebhook>,
     /// The kubeconfig pointing at an API fault proxy, removed when keeper ends.
     proxied_kubeconfig: Option<PathBuf>,
 }
@@ -387,6 +452,8 @@ pub struct Keeper {
 #[derive(Default)]
 struct Launch<'a> {
     webhook: bool,
+    /// A self-managed webhook certificate valid this long (`--webhook-cert-validity`).
+    self_managed: Option<&'a str>,
     lease: Option<&'a str>,
     through: Option<&'a ApiProxy>,
     /// A configuration of the scenario's own instead of the environment's.
@@ -468,6 +535,24 @@ impl Keeper {
         )
     }
 
+    /// Starts keeper with its webhook in self-managed mode (local control plane only): the
+    /// chart's configuration `keeper-local` without a caBundle calls it on 127.0.0.1, and keeper
+    /// issues its certificate (valid for `validity`) into Secret `keeper-local-webhook-tls` of its
+    /// namespace and sets the caBundle. Both go when the handle drops.
+    pub fn start_with_self_managed_webhook(env: &Env, validity: &str) -> anyhow::Result<Keeper> {
+        anyhow::ensure!(
+            env.apiserver_url.is_some(),
+            "the webhook scenario needs the local control plane"
+        );
+        Self::launch(
+            env,
+            Launch {
+                self_managed: Some(validity),
+                ..Launch::default()
+            },
+        )
+    }
+
     fn launch(env: &Env, how: Launch) -> anyhow::Result<Keeper> {
         let port = free_port()?;
         let log =
@@ -507,6 +592,7 @@ impl Keeper {
             .envs(env.keeper_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdout(file.try_clone()?)
             .stderr(file);
+        let mut webhook_address = None;
         let webhook = if how.webhook {
             let webhook_port = free_port()?;
             let webhook = Webhook::register(env, webhook_port)?;
@@ -515,16 +601,35 @@ impl Keeper {
                 .arg(format!("127.0.0.1:{webhook_port}"))
                 .arg("--webhook-cert-dir")
                 .arg(&webhook.dir);
+            webhook_address = Some(format!("127.0.0.1:{webhook_port}"));
             Some(webhook)
         } else {
             None
+        };
+        let self_managed = match how.self_managed {
+            Some(validity) => {
+                let webhook_port = free_port()?;
+                let webhook = SelfManagedWebhook::register(env, webhook_port)?;
+                command
+                    .arg("--webhook-bind-address")
+                    .arg(format!("127.0.0.1:{webhook_port}"))
+                    .args(["--webhook-cert-secret", &webhook.secret])
+                    .args(["--webhook-configuration", &webhook.configuration])
+                    .args(["--webhook-cert-hosts", "127.0.0.1"])
+                    .args(["--webhook-cert-validity", validity]);
+                webhook_address = Some(format!("127.0.0.1:{webhook_port}"));
+                Some(webhook)
+            }
+            None => None,
         };
         let child = command.spawn().context("cannot start keeper")?;
         let keeper = Keeper {
             child,
             metrics_url: format!("http://127.0.0.1:{port}"),
             log,
+            webhook_address,
             _webhook: webhook,
+            _self_managed: self_managed,
             proxied_kubeconfig,
         };
         let ready = format!("{}/readyz", keeper.metrics_url);
