@@ -25,6 +25,10 @@ const NOT_REASONS: &[&str] = &[
     "UserMissing",
     // IAM error code keeper matches (a user that still has keys).
     "DeleteConflict",
+    // S3 error codes by which a store says it does not know a key set (`CredentialsNotYetValid`).
+    "InvalidAccessKeyId",
+    "InvalidToken",
+    "SignatureDoesNotMatch",
     // Statement ids of the per-bucket key policy.
     "ListThisBucket",
     "ObjectsOfThisBucket",

@@ -285,6 +285,7 @@ impl Connect for Connector {
                                 metrics: metrics.clone(),
                             },
                             admin_key_id: admin.access_key_id.clone(),
+                            partition: super::plan::keys::partition(&p.region),
                             tenant: format!(
                                 "{}/{tenant_name}",
                                 tenant.namespace().unwrap_or_default()

@@ -77,6 +77,8 @@ pub struct BucketUsers<I> {
     pub admin_key_id: String,
     /// `namespace/name` of the tenant, tagged on the users.
     pub tenant: String,
+    /// The AWS partition of the provider's region, for the policy's ARNs ([`plan::partition`]).
+    pub partition: &'static str,
 }
 
 impl<I: Identity> BucketUsers<I> {
@@ -91,7 +93,7 @@ impl<I: Identity> BucketUsers<I> {
             .create_user(&user, &[(BUCKET_TAG, bucket), (TENANT_TAG, &self.tenant)])
             .await?;
         self.identity
-            .put_policy(&user, &plan::bucket_policy(bucket))
+            .put_policy(&user, &plan::bucket_policy(bucket, self.partition))
             .await?;
         if created {
             // A user this call created has no keys: nothing to list. A key another writer

@@ -14,8 +14,35 @@ use crate::api::S3BucketStatus;
 use crate::backends::Keys;
 use crate::runtime::conditions;
 
-/// `Ready=False` reason while the store does not accept a bucket's published keys yet.
+/// `Ready=False` reason while the store does not know a bucket's published keys yet.
 pub const KEYS_NOT_YET_VALID: &str = "CredentialsNotYetValid";
+/// `Ready=False` reason while the store knows a bucket's published keys but denies keeper's check
+/// with them: a policy not in force yet, or one keeper's requests never meet.
+pub const KEYS_DENIED: &str = "CredentialsDenied";
+
+/// Whether a store's refusal of a key set says it does not know the keys (deleted, or not
+/// propagated yet), as opposed to denying a request it recognised them for (`AccessDenied`: the
+/// user's policy not in force yet, or a bucket policy, SCP or VPC-endpoint condition keeper's
+/// check does not meet). Only unknown keys are ever taken as lost and replaced: new keys would be
+/// denied the same way, and replacing them would break every application holding them.
+pub fn keys_unknown(answer: &str) -> bool {
+    matches!(
+        answer,
+        "InvalidAccessKeyId" | "SignatureDoesNotMatch" | "InvalidToken"
+    )
+}
+
+/// The AWS partition of a region, for the ARNs of a bucket's policy: `aws-cn` in China,
+/// `aws-us-gov` in GovCloud, `aws` elsewhere (and on stores that only speak `aws`).
+pub fn partition(region: &str) -> &'static str {
+    if region.starts_with("cn-") {
+        "aws-cn"
+    } else if region.starts_with("us-gov-") {
+        "aws-us-gov"
+    } else {
+        "aws"
+    }
+}
 
 /// Users keeper creates live under this IAM path, so that they are easy to list and to tell
 /// apart from the account's own users.
@@ -35,8 +62,8 @@ pub fn user_name(bucket: &str) -> String {
 
 /// The user's inline policy: object reads, writes, deletes (with versions and multipart
 /// uploads) and listings of `bucket`, and nothing else (no bucket configuration, no deletion of
-/// the bucket, no other bucket).
-pub fn bucket_policy(bucket: &str) -> String {
+/// the bucket, no other bucket). `partition`: see [`partition`].
+pub fn bucket_policy(bucket: &str, partition: &str) -> String {
     serde_json::json!({
         "Version": "2012-10-17",
         "Statement": [
@@ -48,7 +75,7 @@ pub fn bucket_policy(bucket: &str) -> String {
                     "s3:ListBucketVersions",
                     "s3:ListBucketMultipartUploads",
                 ],
-                "Resource": format!("arn:aws:s3:::{bucket}"),
+                "Resource": format!("arn:{partition}:s3:::{bucket}"),
             },
             {
                 "Sid": "ObjectsOfThisBucket",
@@ -62,7 +89,7 @@ pub fn bucket_policy(bucket: &str) -> String {
                     "s3:AbortMultipartUpload",
                     "s3:ListMultipartUploadParts",
                 ],
-                "Resource": format!("arn:aws:s3:::{bucket}/*"),
+                "Resource": format!("arn:{partition}:s3:::{bucket}/*"),
             },
         ],
     })
@@ -218,13 +245,23 @@ pub fn keys_to_delete(steps: &KeySteps, issued: &str, publication: Publication) 
     }
 }
 
-/// Since when the bucket's published keys have been refused, if they were at the last look:
-/// they are tried again before the bucket is Ready.
+/// Since when the bucket's published keys have been refused, if they were at the last look
+/// (unknown or denied): they are tried again before the bucket is Ready.
 pub fn keys_unverified_since(status: Option<&S3BucketStatus>) -> Option<Timestamp> {
+    refused_since(status, &[KEYS_NOT_YET_VALID, KEYS_DENIED])
+}
+
+/// Since when the bucket's published keys have been refused, if the store did not know them at
+/// the last look: only such keys can be lost ([`keys_lost`]).
+pub fn keys_unknown_since(status: Option<&S3BucketStatus>) -> Option<Timestamp> {
+    refused_since(status, &[KEYS_NOT_YET_VALID])
+}
+
+fn refused_since(status: Option<&S3BucketStatus>, reasons: &[&str]) -> Option<Timestamp> {
     status?
         .conditions
         .iter()
-        .find(|c| c.type_ == conditions::READY && c.reason == KEYS_NOT_YET_VALID)
+        .find(|c| c.type_ == conditions::READY && reasons.contains(&c.reason.as_str()))
         .map(|c| c.last_transition_time.0)
 }
 
@@ -233,7 +270,8 @@ pub fn keys_unverified_since(status: Option<&S3BucketStatus>) -> Option<Timestam
 /// the same bucket. keeper then issues new keys as a rotation would.
 pub const KEYS_LOST_AFTER: Duration = Duration::from_secs(120);
 
-/// Whether the published keys, refused since `since` (see [`keys_unverified_since`]), are lost.
+/// Whether the published keys, unknown to the store since `since` (see [`keys_unknown_since`]),
+/// are lost.
 pub fn keys_lost(since: Option<Timestamp>, now: Timestamp) -> bool {
     since.is_some_and(|since| {
         now.duration_since(since)
@@ -507,7 +545,7 @@ mod tests {
 
     #[test]
     fn the_policy_names_this_bucket_only() {
-        let policy: serde_json::Value = serde_json::from_str(&bucket_policy("b1")).unwrap();
+        let policy: serde_json::Value = serde_json::from_str(&bucket_policy("b1", "aws")).unwrap();
         let resources: Vec<&str> = policy["Statement"]
             .as_array()
             .unwrap()
@@ -519,5 +557,58 @@ mod tests {
         for forbidden in ["s3:*", "DeleteBucket", "PutBucketPolicy", "iam:"] {
             assert!(!actions.contains(forbidden), "{forbidden} in {actions}");
         }
+    }
+
+    #[test]
+    fn the_policy_is_in_the_regions_partition() {
+        assert_eq!(partition("eu-central-1"), "aws");
+        assert_eq!(partition("us-east-1"), "aws");
+        assert_eq!(partition("cn-north-1"), "aws-cn");
+        assert_eq!(partition("us-gov-west-1"), "aws-us-gov");
+        let policy = bucket_policy("b1", partition("cn-northwest-1"));
+        assert!(policy.contains("arn:aws-cn:s3:::b1/*"), "{policy}");
+        assert!(!policy.contains("arn:aws:"), "{policy}");
+    }
+
+    #[test]
+    fn only_keys_the_store_does_not_know_can_be_lost() {
+        for unknown in [
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "InvalidToken",
+        ] {
+            assert!(keys_unknown(unknown), "{unknown}");
+        }
+        // Denied: the store knows the keys; a policy (in force later, or never for keeper's
+        // requests) is what refuses.
+        assert!(!keys_unknown("AccessDenied"));
+        let now = Timestamp::now();
+        let refused = |reason: &str| {
+            let mut status = S3BucketStatus::default();
+            conditions::set(
+                &mut status.conditions,
+                conditions::READY,
+                false,
+                reason,
+                "",
+                None,
+            );
+            status.conditions[0].last_transition_time =
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    now - Duration::from_secs(600),
+                );
+            status
+        };
+        let denied = refused(KEYS_DENIED);
+        assert!(
+            keys_unverified_since(Some(&denied)).is_some(),
+            "tried again"
+        );
+        assert!(
+            !keys_lost(keys_unknown_since(Some(&denied)), now),
+            "never lost"
+        );
+        let unknown = refused(KEYS_NOT_YET_VALID);
+        assert!(keys_lost(keys_unknown_since(Some(&unknown)), now));
     }
 }

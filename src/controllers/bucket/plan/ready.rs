@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use super::keys::{self, KEYS_NOT_YET_VALID};
+use super::keys::{self, KEYS_DENIED, KEYS_NOT_YET_VALID};
 use crate::api::{BucketPhase, S3BucketStatus};
 use crate::runtime::{Next, Note, Outcome, conditions};
 
@@ -116,15 +116,28 @@ fn keys_not_yet_valid(
     if out.status.phase == Some(BucketPhase::Ready) {
         out.status.phase = Some(BucketPhase::Pending);
     }
-    let message = format!(
-        "the keys in Secret {:?} are not accepted by the store yet (it answered {answer}; new IAM keys take a few seconds to be in force); keeper tries them again, waiting longer each time (at most a minute), and issues new keys if they are still refused after {}s",
-        subject.secret,
-        keys::KEYS_LOST_AFTER.as_secs()
-    );
+    let (reason, message) = if keys::keys_unknown(answer) {
+        (
+            KEYS_NOT_YET_VALID,
+            format!(
+                "the keys in Secret {:?} are not accepted by the store yet (it answered {answer}; new IAM keys take a few seconds to be in force); keeper tries them again, waiting longer each time (at most a minute), and issues new keys if they are still refused after {}s",
+                subject.secret,
+                keys::KEYS_LOST_AFTER.as_secs()
+            ),
+        )
+    } else {
+        (
+            KEYS_DENIED,
+            format!(
+                "the store knows the keys in Secret {:?} but denies keeper's check with them (it answered {answer}): the user's policy is not in force yet, or a bucket policy, SCP or VPC-endpoint condition refuses keeper's requests; keeper tries again, waiting longer each time (at most a minute), and never replaces keys the store knows",
+                subject.secret
+            ),
+        )
+    };
     out.condition(
         conditions::READY,
         false,
-        KEYS_NOT_YET_VALID,
+        reason,
         message.clone(),
         subject.generation,
     );
@@ -140,7 +153,7 @@ fn keys_not_yet_valid(
             {
                 ready.last_transition_time = Time(subject.now);
             }
-            out.note(Note::normal(KEYS_NOT_YET_VALID, message));
+            out.note(Note::normal(reason, message));
         }
     }
     out.next = Next::Requeue(keys::keys_check_backoff(waited));
@@ -253,6 +266,31 @@ mod tests {
         assert_eq!(out.notes.len(), 1);
         assert_eq!(out.notes[0].reason, KEYS_NOT_YET_VALID);
         assert_eq!(out.next, Next::Requeue(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn keys_the_store_knows_but_denies_are_told_apart_and_never_said_to_be_replaced() {
+        let denied = Some(KeysVerdict::NotYetValid {
+            answer: "AccessDenied".into(),
+            issued: false,
+        });
+        let out = decided(
+            &S3BucketStatus::default(),
+            Usable::Ready { objects: 0 },
+            denied,
+            at(0),
+        );
+        let ready = condition(&out.status.conditions, conditions::READY);
+        assert_eq!(ready.reason, KEYS_DENIED);
+        assert!(
+            ready.message.contains("never replaces"),
+            "{}",
+            ready.message
+        );
+        assert_eq!(out.notes[0].reason, KEYS_DENIED);
+        // Tried again like refused keys, but they never count as lost.
+        assert!(keys::keys_unverified_since(Some(&out.status)).is_some());
+        assert!(keys::keys_unknown_since(Some(&out.status)).is_none());
     }
 
     #[test]

@@ -215,10 +215,9 @@ pub(super) async fn publish_credentials<B: BucketBackend, C: Connect>(
         record_handled(out, Kind::RotateCredentials, value);
     }
     let rotate = rotation.is_pending();
-    let lost = key_plan::keys_lost(
-        key_plan::keys_unverified_since(obj.status.as_ref()),
-        view.now,
-    );
+    // Only keys the store did not know at the last look can be lost: keys it knows but denies
+    // would be replaced by keys denied the same way, and applications holding them would break.
+    let lost = key_plan::keys_lost(key_plan::keys_unknown_since(obj.status.as_ref()), view.now);
     let endpoint = published_endpoint(&clients.config);
     let mut secret = CredentialsSecret {
         owner,

@@ -135,6 +135,7 @@ fn users() -> BucketUsers<FakeIam> {
         identity: FakeIam::default(),
         admin_key_id: "ADMIN".into(),
         tenant: "ns/team".into(),
+        partition: "aws",
     }
 }
 
@@ -155,7 +156,7 @@ async fn the_first_look_creates_a_tagged_user_with_a_bucket_policy_and_no_key() 
     );
     assert_eq!(
         state.1.as_deref(),
-        Some(plan::bucket_policy(BUCKET).as_str())
+        Some(plan::bucket_policy(BUCKET, "aws").as_str())
     );
     let keys = users.create_key(BUCKET).await.unwrap();
     assert_eq!(
@@ -345,6 +346,7 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
         },
         admin_key_id: admin.access_key_id.clone(),
         tenant: "ns/team".into(),
+        partition: "aws",
     };
     assert!(users.user_keys("keeper-mine").await.unwrap().is_empty());
     let keys = users.create_key("keeper-mine").await.unwrap();
@@ -438,6 +440,7 @@ async fn a_key_check_on_a_stalled_store_gives_up_after_the_configured_timeout() 
         },
         admin_key_id: "AK".into(),
         tenant: "ns/team".into(),
+        partition: "aws",
     };
     let started = Instant::now();
     let checked = users.check(BUCKET, &keys).await;
