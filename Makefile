@@ -35,7 +35,7 @@ else
 endif
 
 ## e2e: the end-to-end scenarios with kubectl against the local control plane, Kubernetes 1.37
-## (KEEPER_K8S picks another pinned release; KEEPER_E2E_KUBECONFIG a cluster of your own: see README)
+## (KEEPER_K8S picks another pinned release; KEEPER_E2E_KUBECONFIG a cluster of your own: see docs/development.md)
 e2e: deps
 	e2e/run-e2e.sh
 
@@ -69,7 +69,9 @@ bench-smoke: deps
 ## what four value sets render (check-render.sh), and check its alert rules (promtool check/test rules), dashboard and ServiceMonitor (helm is fetched
 ## once into ~/.cache/keeper; promtool comes with Debian's prometheus, installed by deps), and run
 ## the Argo CD health check (charts/keeper/health/) on its samples under Lua 5.1 (check-health.py;
-## lupa, from PyPI, is installed by deps into keeper's venv)
+## lupa, from PyPI, is installed by deps into keeper's venv), and check the documentation's links:
+## relative links and anchors of README.md, CHANGELOG.md and docs/, and that every alert's
+## runbook_url names a heading (check-docs.py)
 chart: deps
 	HELM=$$(e2e/stack.sh helm-path) && $$HELM lint --strict charts/keeper \
 	  && $$HELM lint --strict charts/keeper -f charts/keeper/ci/monitoring-values.yaml \
@@ -77,7 +79,8 @@ chart: deps
 	  && charts/keeper/ci/check-schema.sh $$HELM \
 	  && charts/keeper/ci/check-render.sh $$HELM \
 	  && charts/keeper/ci/check-monitoring.sh $$HELM \
-	  && "$$(e2e/stack.sh python-path)" charts/keeper/ci/check-health.py
+	  && "$$(e2e/stack.sh python-path)" charts/keeper/ci/check-health.py \
+	  && python3 charts/keeper/ci/check-docs.py
 
 ## image: the OCI image (release build + buildah, no daemon, no registry) as an OCI archive at
 ## $(CARGO_TARGET_DIR)/image/keeper.oci.tar (the last line printed)

@@ -1,4 +1,4 @@
-//! The README's table of condition and event reasons is what a person on call reads: this test
+//! The table of condition and event reasons in docs/reference.md is what a person on call reads: this test
 //! keeps it complete and current. Reasons are string literals scattered over the controllers
 //! (`Note::warning("...")`, `out.fail("...")`, `reason: "..."`, constants), so the test reads the
 //! source: every CamelCase literal in the controllers' and the shared runtime's non-test code is
@@ -37,7 +37,9 @@ const NOT_REASONS: &[&str] = &[
     "PutBucketPolicy",
 ];
 
-const README_SECTION: &str = "### Condition and event reasons";
+/// The file that holds the table, from the repository root, and the heading it comes under.
+const REASONS_DOC: &str = "docs/reference.md";
+const REASONS_SECTION: &str = "## Condition and event reasons";
 
 /// The checkout under test, read when the test runs: a binary cargo reuses from another checkout
 /// of the same shared target dir would otherwise read that checkout.
@@ -103,13 +105,12 @@ fn is_camel_case(s: &str) -> bool {
     starts_upper && alnum && capitals >= 2 && lower && !s.contains("ID")
 }
 
-fn readme_reasons() -> BTreeSet<String> {
-    let readme =
-        fs::read_to_string(Path::new(&manifest_dir()).join("README.md")).expect("README.md");
-    let start = readme
-        .find(README_SECTION)
-        .unwrap_or_else(|| panic!("README lacks the section {README_SECTION:?}"));
-    let section = &readme[start + README_SECTION.len()..];
+fn documented_reasons() -> BTreeSet<String> {
+    let doc = fs::read_to_string(Path::new(&manifest_dir()).join(REASONS_DOC)).expect(REASONS_DOC);
+    let start = doc
+        .find(REASONS_SECTION)
+        .unwrap_or_else(|| panic!("{REASONS_DOC} lacks the section {REASONS_SECTION:?}"));
+    let section = &doc[start + REASONS_SECTION.len()..];
     let section = &section[..section.find("\n## ").unwrap_or(section.len())];
     section
         .lines()
@@ -119,9 +120,9 @@ fn readme_reasons() -> BTreeSet<String> {
 }
 
 #[test]
-fn readme_lists_every_reason() {
+fn reference_lists_every_reason() {
     let root = Path::new(&manifest_dir()).join("src");
-    let documented = readme_reasons();
+    let documented = documented_reasons();
     assert!(documented.len() > 40, "table not found: {documented:?}");
 
     let mut controller_files = Vec::new();
@@ -137,7 +138,7 @@ fn readme_lists_every_reason() {
     }
     assert!(
         undocumented.is_empty(),
-        "reasons written by the code but missing from README's {README_SECTION:?} table (add a \
+        "reasons written by the code but missing from {REASONS_DOC}'s {REASONS_SECTION:?} table (add a \
          row with what it means and what to do, or list it in NOT_REASONS if it is not a \
          reason): {undocumented:#?}"
     );
@@ -156,7 +157,7 @@ fn readme_lists_every_reason() {
     let stale: Vec<_> = documented.difference(&written).collect();
     assert!(
         stale.is_empty(),
-        "README's {README_SECTION:?} table lists reasons no code writes any more: {stale:?}"
+        "{REASONS_DOC}'s {REASONS_SECTION:?} table lists reasons no code writes any more: {stale:?}"
     );
 }
 
@@ -169,7 +170,7 @@ fn the_scanner_finds_literals_and_camel_case() {
     assert!(is_camel_case("TenantNotReady"));
     assert!(
         !is_camel_case("Ready"),
-        "one word: checked only README to code"
+        "one word: checked only table to code"
     );
     assert!(!is_camel_case("keeper.dev/drain"));
 }

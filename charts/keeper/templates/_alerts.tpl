@@ -13,7 +13,7 @@ the annotations is passed through as Go raw strings.
 # thresholds, to load without the Prometheus operator; to render it with other thresholds:
 #   helm template keeper charts/keeper -f my-values.yaml --set metrics.prometheusRule.enabled=true \
 #     --show-only templates/prometheusrule.yaml | awk 'f {print substr($0, 3)} /^spec:/ {f=1}'
-# Every alert has a runbook in the README ("Runbooks"), linked from its annotations.
+# Every alert has a runbook in docs/reference.md ("Runbooks"), linked from its annotations.
 # Gauges computed from caches are reported by every replica (the standby keeps warm caches), so
 # they are aggregated with max, not sum. Every alert is per install (namespace and job), so that
 # one install's state never hides or stands for another's.
@@ -32,7 +32,7 @@ groups:
         annotations:
           summary: No keeper replica leads, so nothing is reconciled
           description: No replica has reported keeper_leader 1 for {{ include "keeper.durationWords" $t.noLeader.for }} (or no replica is scraped). Creations, drains and deletions wait.
-          runbook_url: https://github.com/keeper-dev/keeper/blob/main/README.md#keepernoleader
+          runbook_url: https://github.com/keeper-dev/keeper/blob/main/docs/reference.md#keepernoleader
 
       - alert: KeeperReconcileErrors
         # More than thresholds.reconcileErrors.ratio (default 0.2, a fifth) of the reconciles of a
@@ -46,7 +46,7 @@ groups:
         annotations:
           summary: "{{`{{ $labels.controller }}`}} reconciles are failing"
           description: "{{`{{ $value | humanizePercentage }}`}} of the {{`{{ $labels.controller }}`}} reconciles failed over the last 10 minutes."
-          runbook_url: https://github.com/keeper-dev/keeper/blob/main/README.md#keeperreconcileerrors
+          runbook_url: https://github.com/keeper-dev/keeper/blob/main/docs/reference.md#keeperreconcileerrors
 
       - alert: KeeperBackendErrors
         # Transient and permanent failures of one backend above thresholds.backendErrors.ratio
@@ -60,7 +60,7 @@ groups:
         annotations:
           summary: "Calls to {{`{{ $labels.backend }}`}} are failing"
           description: "{{`{{ $value | humanizePercentage }}`}} of the calls to {{`{{ $labels.backend }}`}} failed over the last 10 minutes."
-          runbook_url: https://github.com/keeper-dev/keeper/blob/main/README.md#keeperbackenderrors
+          runbook_url: https://github.com/keeper-dev/keeper/blob/main/docs/reference.md#keeperbackenderrors
 
       - alert: KeeperDrainStuck
         # keeper_drains_stuck counts drains that deleted nothing for their stuck threshold
@@ -73,7 +73,7 @@ groups:
         annotations:
           summary: A bucket drain has stopped making progress
           description: "{{`{{ $value }}`}} bucket drain(s) deleted no object for longer than their stuck threshold."
-          runbook_url: https://github.com/keeper-dev/keeper/blob/main/README.md#keeperdrainstuck
+          runbook_url: https://github.com/keeper-dev/keeper/blob/main/docs/reference.md#keeperdrainstuck
 
       - alert: KeeperDeletionBlocked
         # Blocked deletions wait on a person by design (a tenant with buckets, a bucket with
@@ -86,7 +86,7 @@ groups:
         annotations:
           summary: "A {{`{{ $labels.kind }}`}} deletion has waited on its owner for {{ if has $t.deletionBlocked.for (list "24h" "1d") }}a day{{ else }}{{ include "keeper.durationWords" $t.deletionBlocked.for }}{{ end }}"
           description: "{{`{{ $value }}`}} {{`{{ $labels.kind }}`}} object(s) are being deleted but blocked (DeletionBlocked=True) for {{ include "keeper.durationWords" $t.deletionBlocked.for }}."
-          runbook_url: https://github.com/keeper-dev/keeper/blob/main/README.md#keeperdeletionblocked
+          runbook_url: https://github.com/keeper-dev/keeper/blob/main/docs/reference.md#keeperdeletionblocked
 
       - alert: KeeperObjectsFailed
         # Failed means keeper needs a change of spec, configuration or backend to go on.
@@ -103,5 +103,5 @@ groups:
         annotations:
           summary: "keeper {{`{{ $labels.kind }}`}} are Failed"
           description: "{{`{{ $value }}`}} keeper {{`{{ $labels.kind }}`}} have been in phase Failed for {{ include "keeper.durationWords" $t.objectsFailed.for }}."
-          runbook_url: https://github.com/keeper-dev/keeper/blob/main/README.md#keeperobjectsfailed
+          runbook_url: https://github.com/keeper-dev/keeper/blob/main/docs/reference.md#keeperobjectsfailed
 {{- end -}}

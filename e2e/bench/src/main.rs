@@ -215,8 +215,8 @@ fn results(run: &Run, report: &Report, complete: bool) -> String {
     format!(
         "# make bench results\n\n{partial}{date}, commit {commit}, on {}.\n\n\
          Each figure beside its floor: the same backend work done one call after another by a \
-         plain client, measured in the same run against the same servers (see README, \
-         \"Benchmarks\").\n\n{}\n{}\n",
+         plain client, measured in the same run against the same servers (see \
+         docs/development.md, \"Benchmarks\").\n\n{}\n{}\n",
         report::machine(),
         report.table(),
         report

@@ -1,7 +1,7 @@
 //! Harness for keeper's end-to-end scenarios. A scenario drives the real `keeper` binary with
 //! real `kubectl`, exactly as a user would, against either the local control plane started by
 //! `e2e/run-e2e.sh` (environment from `.keeper-dev/env`) or a real cluster
-//! (`KEEPER_E2E_KUBECONFIG` plus `KEEPER_E2E_CONFIG`; see the README).
+//! (`KEEPER_E2E_KUBECONFIG` plus `KEEPER_E2E_CONFIG`; see docs/development.md, "End-to-end against a real cluster").
 //!
 //! Every scenario runs in a namespace of its own and stops what it started: the keeper process
 //! is killed when its handle drops, the namespace is deleted at the end.

@@ -182,8 +182,9 @@ fn a_tenant_on_an_unreachable_provider_shows_the_error_once_and_tools_judge_it()
 
     // Cleanup: the working tenant goes the normal way; the unreachable one cannot be cleaned up
     // (its provider never answers), so, with keeper stopped, its finalizers are released as the
-    // README says to for a backend gone for good. The command looks for keeper's Lease in every
-    // namespace (by a name no other scenario uses, so that none of theirs counts).
+    // docs/operations.md (Day 2) says to for a backend gone for good. The command looks for
+    // keeper's Lease in every namespace (by a name no other scenario uses, so that none of
+    // theirs counts).
     env.kubectl(&[
         "delete",
         "-n",
