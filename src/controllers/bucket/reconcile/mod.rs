@@ -374,12 +374,35 @@ pub async fn apply<C: Connect>(
     let usable = report.usable;
     let mut out = report.outcome;
     let keys = if usable.is_usable() {
-        Some(credentials::publish_credentials(cx, &backend, obj, &view, &clients, &mut out).await?)
+        match credentials::publish_credentials(cx, &backend, obj, &view, &clients, &mut out).await {
+            Ok(verdict) => Some(verdict),
+            Err(e) => {
+                record_storage(cx, obj, &out.status).await;
+                return Err(e);
+            }
+        }
     } else {
         None
     };
     decide_ready(&mut out, &view, usable, keys.as_ref());
     Ok(out)
+}
+
+/// Writes what the storage half recorded (the bucket's name once it was created or adopted, its
+/// create intent) when the credentials half fails: the error discards the outcome, and a bucket
+/// whose IAM setup keeps failing (a user limit reached) must still be known as this object's, so
+/// that deleting the object deletes it. Costs nothing on success, where the outcome carries it.
+async fn record_storage<C: Connect>(
+    cx: &Context<S3BucketReconciler<C>>,
+    obj: &S3Bucket,
+    storage: &S3BucketStatus,
+) {
+    let mut recorded = obj.status.clone().unwrap_or_default();
+    recorded.bucket_name = storage.bucket_name.clone();
+    recorded.create_intent = storage.create_intent.clone();
+    if let Err(e) = cx.checkpoint(obj, &recorded).await {
+        tracing::warn!(error = %e, "could not record the bucket before reporting the failure");
+    }
 }
 
 /// Decides Ready once, from what the storage half and the credentials half found

@@ -49,6 +49,9 @@ pub struct Fake {
     pub shared_keys: bool,
     /// The next create succeeds but its tagging fails (a throttled PutBucketTagging).
     pub fail_tag_after_create: Mutex<bool>,
+    /// Listing the user's keys fails with an error of this class (an IAM setup that keeps
+    /// failing: a user limit reached, a policy attached by hand).
+    pub fail_user_keys: Mutex<Option<ErrorClass>>,
     /// The access key ids of the bucket's user (the tests use one bucket), `AK1`, `AK2`, ... in
     /// the order they were created.
     pub user_keys: Mutex<Vec<String>>,
@@ -70,6 +73,7 @@ impl Fake {
             round_size: 1000,
             server_rate: 0,
             fail_permanently: Mutex::default(),
+            fail_user_keys: Mutex::default(),
             fail_next: Mutex::default(),
             vanish_after_owner: Mutex::default(),
             keys_not_yet_valid: Mutex::default(),
@@ -291,6 +295,15 @@ macro_rules! fake_backend {
                 _published: Option<&str>,
             ) -> Result<Vec<String>, BackendError> {
                 self.call("user_keys")?;
+                if let Some(class) = *self.fail_user_keys.lock().unwrap() {
+                    return Err(BackendError::new(
+                        "fake",
+                        "user_keys",
+                        class,
+                        "LimitExceeded",
+                        "cannot exceed quota for UsersPerAccount: 5000",
+                    ));
+                }
                 let listed = self.keys_of_user();
                 self.pauses.stop_if_asked("user_keys").await;
                 Ok(listed)

@@ -293,3 +293,27 @@ async fn keys_refused_for_minutes_are_replaced_and_the_wait_starts_again() {
     );
     assert_eq!(the_one_published_key(&kube, &fake), "AK2");
 }
+
+/// The IAM setup of a new bucket keeps failing (a user limit reached): the reconcile fails, and
+/// yet the bucket it created is recorded, so that deleting the object deletes the bucket.
+#[tokio::test]
+async fn a_bucket_whose_keys_cannot_be_set_up_is_still_recorded_as_ours() {
+    let mut fake = Fake::new(DrainMode::ClientSide);
+    fake.key_limit = Some(2);
+    *fake.fail_user_keys.lock().unwrap() = Some(crate::error::ErrorClass::Conflict);
+    let (kube, fake, cx) = context(fake, TenantPhase::Ready);
+    let failed = testing::reconcile(&cx, finalized()).await;
+    assert!(failed.is_err(), "the keys failed: {failed:?}");
+    assert!(fake.bucket("ns-b").is_some(), "the bucket was created");
+    let recorded = stored(&kube);
+    assert_eq!(
+        recorded.status.as_ref().unwrap().bucket_name.as_deref(),
+        Some("ns-b"),
+        "{:?}",
+        status_patches(&kube)
+    );
+    assert!(
+        kube.secret_data("ns", "b-credentials").is_none(),
+        "no keys published"
+    );
+}
