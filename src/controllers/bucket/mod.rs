@@ -189,7 +189,9 @@ impl<C: Connect> Reconciler for S3BucketReconciler<C> {
         obj: Arc<S3Bucket>,
         cx: &Context<Self>,
     ) -> Result<Outcome<S3BucketStatus>, Error> {
-        reconcile::apply(cx, &obj).await
+        let mut out = reconcile::apply(cx, &obj).await?;
+        reconcile::record_requests_by_value(&obj, &mut out.status);
+        Ok(out)
     }
 
     async fn cleanup(
@@ -197,7 +199,9 @@ impl<C: Connect> Reconciler for S3BucketReconciler<C> {
         obj: Arc<S3Bucket>,
         cx: &Context<Self>,
     ) -> Result<Outcome<S3BucketStatus>, Error> {
-        reconcile::cleanup(cx, &obj).await
+        let mut out = reconcile::cleanup(cx, &obj).await?;
+        reconcile::record_requests_by_value(&obj, &mut out.status);
+        Ok(out)
     }
 }
 

@@ -120,8 +120,12 @@ fn view<'a>(obj: &'a S3Bucket, now: Timestamp, cached: Option<Observed>) -> View
 
 /// Applies an outcome the way the reconciler does (status and annotations) and returns the
 /// event reasons.
+/// Writes `out` back into `obj` as the shared flow would, with what the reconciler adds to every
+/// status (the record of requests by value).
 fn write_back(obj: &mut S3Bucket, out: &Report) -> Vec<&'static str> {
-    obj.status = Some(out.status.clone());
+    let mut status = out.status.clone();
+    super::reconcile::record_requests_by_value(obj, &mut status);
+    obj.status = Some(status);
     unannotate(obj, &out.remove_annotations);
     for (key, value) in &out.set_annotations {
         annotate_with(obj, key, value);
@@ -374,6 +378,8 @@ async fn server_side_drain_polls_at_the_interval_and_completes() {
     fake.server_rate = 300;
     let mut obj = s3bucket();
     obj.status = Some(S3BucketStatus {
+        // Written by this keeper, which records handled requests.
+        handled_requests: Some(Default::default()),
         phase: Some(BucketPhase::Ready),
         bucket_name: Some(NAME.into()),
         observed_generation: Some(1),
@@ -459,6 +465,8 @@ async fn removing_the_annotation_cancels_and_keeps_remaining_objects() {
     fake.server_rate = 100;
     let mut obj = s3bucket();
     obj.status = Some(S3BucketStatus {
+        // Written by this keeper, which records handled requests.
+        handled_requests: Some(Default::default()),
         phase: Some(BucketPhase::Ready),
         bucket_name: Some(NAME.into()),
         observed_generation: Some(1),
@@ -498,6 +506,8 @@ async fn an_orphaned_backend_drain_is_stopped_and_an_empty_bucket_needs_no_drain
     );
     let mut obj = s3bucket();
     obj.status = Some(S3BucketStatus {
+        // Written by this keeper, which records handled requests.
+        handled_requests: Some(Default::default()),
         phase: Some(BucketPhase::Ready),
         bucket_name: Some(NAME.into()),
         observed_generation: Some(1),
@@ -539,6 +549,8 @@ async fn a_legal_hold_stops_a_client_side_drain_with_a_condition() {
     );
     let mut obj = s3bucket();
     obj.status = Some(S3BucketStatus {
+        // Written by this keeper, which records handled requests.
+        handled_requests: Some(Default::default()),
         phase: Some(BucketPhase::Ready),
         bucket_name: Some(NAME.into()),
         observed_generation: Some(1),
@@ -569,6 +581,8 @@ async fn a_vanished_bucket_goes_back_to_pending_and_is_recreated() {
     let fake = Fake::new(DrainMode::ClientSide);
     let mut obj = s3bucket();
     obj.status = Some(S3BucketStatus {
+        // Written by this keeper, which records handled requests.
+        handled_requests: Some(Default::default()),
         phase: Some(BucketPhase::Ready),
         bucket_name: Some(NAME.into()),
         observed_generation: Some(1),
@@ -676,6 +690,8 @@ async fn client_side_drains_count_their_deletes_instead_of_listing_at_polls() {
     fake.round_size = 1000;
     let mut obj = s3bucket();
     obj.status = Some(S3BucketStatus {
+        // Written by this keeper, which records handled requests.
+        handled_requests: Some(Default::default()),
         phase: Some(BucketPhase::Ready),
         bucket_name: Some(NAME.into()),
         observed_generation: Some(1),
@@ -782,6 +798,8 @@ async fn a_refused_delete_of_a_seemingly_empty_bucket_is_shown_and_retried() {
 fn ready_bucket() -> S3Bucket {
     let mut obj = s3bucket();
     obj.status = Some(S3BucketStatus {
+        // Written by this keeper, which records handled requests.
+        handled_requests: Some(Default::default()),
         phase: Some(BucketPhase::Ready),
         bucket_name: Some(NAME.into()),
         observed_generation: Some(1),

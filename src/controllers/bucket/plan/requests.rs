@@ -6,7 +6,43 @@
 //! request annotation: the same value again is no new request, a new value is. A GitOps tool that
 //! re-applies the same manifest therefore never drains twice.
 
-use crate::api::HandledRequests;
+use crate::api::{HandledRequests, S3BucketStatus};
+
+/// The value an older keeper (before requests by value) acted on: `keeper.dev/drain: "true"` and
+/// `keeper.dev/rotate-credentials: "true"`. It removed the annotation once done and recorded
+/// nothing, so a manifest re-applied after the upgrade (GitOps) would ask again.
+pub const LEGACY_VALUE: &str = "true";
+
+/// Whether the bucket's status was last written by a keeper that did not record handled requests:
+/// keeper wrote it (a phase) and it records none, nor does keeper's annotation. Every status this
+/// keeper writes carries `handledRequests` (empty until a request is handled; see
+/// [`mark_requests_by_value`]).
+pub fn written_before_requests_by_value(
+    status: Option<&S3BucketStatus>,
+    handled_annotation: Option<&str>,
+) -> bool {
+    status.is_some_and(|s| s.phase.is_some() && s.handled_requests.is_none())
+        && handled_annotation.is_none()
+}
+
+/// The record of the value handled last, as an older keeper's object is read: [`LEGACY_VALUE`]
+/// counts as handled, since that keeper removed the annotation after acting on it; except for a
+/// drain the older keeper left running (`drainStatus` present), which is still handled once, as
+/// it was asked. The value is recorded in status by the next write ([`Kind::record`]).
+pub fn legacy_record(kind: Kind, status: Option<&S3BucketStatus>) -> Option<&'static str> {
+    let draining = status.is_some_and(|s| s.drain_status.is_some());
+    match kind {
+        Kind::Drain if draining => None,
+        _ => Some(LEGACY_VALUE),
+    }
+}
+
+/// Marks a status as written by a keeper that records handled requests (an empty record until
+/// one is handled), so that [`written_before_requests_by_value`] never mistakes it for an older
+/// keeper's. Rides on a write the outcome makes anyway, except once per object after upgrading.
+pub fn mark_requests_by_value(status: &mut S3BucketStatus) {
+    status.handled_requests.get_or_insert_with(Default::default);
+}
 
 /// The two request annotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +149,48 @@ pub fn drain_handled_value<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_older_keepers_true_counts_as_handled_unless_its_drain_still_runs() {
+        use crate::api::{BucketPhase, DrainStatus};
+        let written = |handled: Option<HandledRequests>, draining: bool| S3BucketStatus {
+            phase: Some(BucketPhase::Ready),
+            handled_requests: handled,
+            drain_status: draining.then(DrainStatus::default),
+            ..S3BucketStatus::default()
+        };
+        let older = written(None, false);
+        assert!(written_before_requests_by_value(Some(&older), None));
+        assert_eq!(legacy_record(Kind::Drain, Some(&older)), Some("true"));
+        assert_eq!(
+            legacy_record(Kind::RotateCredentials, Some(&older)),
+            Some("true")
+        );
+        // A drain the older keeper left running is finished, once.
+        let draining = written(None, true);
+        assert_eq!(legacy_record(Kind::Drain, Some(&draining)), None);
+        // This keeper's objects: a record (even empty), keeper's annotation, or no status yet.
+        let mut ours = written(None, false);
+        mark_requests_by_value(&mut ours);
+        assert!(!written_before_requests_by_value(Some(&ours), None));
+        assert!(!written_before_requests_by_value(
+            Some(&older),
+            Some("1700000000")
+        ));
+        assert!(!written_before_requests_by_value(None, None));
+        assert!(!written_before_requests_by_value(
+            Some(&S3BucketStatus::default()),
+            None
+        ));
+        // Marking keeps what is recorded.
+        let mut handled = written(None, false);
+        Kind::Drain.record(&mut handled.handled_requests, "42");
+        mark_requests_by_value(&mut handled);
+        assert_eq!(
+            Kind::Drain.recorded(handled.handled_requests.as_ref()),
+            Some("42")
+        );
+    }
 
     #[test]
     fn any_non_empty_value_but_false_is_a_request_and_true_is_a_value_like_any_other() {

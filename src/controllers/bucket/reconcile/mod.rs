@@ -44,18 +44,37 @@ pub fn annotated(obj: &S3Bucket, key: &str) -> bool {
     obj.annotations().get(key).is_some_and(|v| v == "true")
 }
 
-/// What request annotation `kind` asks for: none, a value already handled, or a new request.
+/// What request annotation `kind` asks for: none, a value already handled, or a new request. On
+/// a bucket an older keeper wrote, its `true` counts as handled ([`requests::legacy_record`]).
 pub fn request(obj: &S3Bucket, kind: Kind) -> Request {
     let annotation = |key: &str| obj.annotations().get(key).map(String::as_str);
-    requests::state(
-        annotation(kind.annotation()),
-        kind.recorded(
-            obj.status
-                .as_ref()
-                .and_then(|s| s.handled_requests.as_ref()),
-        ),
-        annotation(kind.handled_annotation()),
-    )
+    let status = obj.status.as_ref();
+    let handled_annotation = annotation(kind.handled_annotation());
+    let recorded = if requests::written_before_requests_by_value(status, handled_annotation) {
+        requests::legacy_record(kind, status)
+    } else {
+        kind.recorded(status.and_then(|s| s.handled_requests.as_ref()))
+    };
+    requests::state(annotation(kind.annotation()), recorded, handled_annotation)
+}
+
+/// Carries over what [`request`] read of an older keeper's bucket into the status keeper writes:
+/// the legacy value as handled, and the mark that this keeper records requests.
+pub fn record_requests_by_value(obj: &S3Bucket, status: &mut S3BucketStatus) {
+    let before = obj.status.as_ref();
+    for kind in [Kind::Drain, Kind::RotateCredentials] {
+        let handled_annotation = obj
+            .annotations()
+            .get(kind.handled_annotation())
+            .map(String::as_str);
+        if requests::written_before_requests_by_value(before, handled_annotation)
+            && kind.recorded(status.handled_requests.as_ref()).is_none()
+            && let Some(value) = requests::legacy_record(kind, before)
+        {
+            kind.record(&mut status.handled_requests, value);
+        }
+    }
+    requests::mark_requests_by_value(status);
 }
 
 /// Records `value` as the request of `kind` handled last, in status and in keeper's annotation.

@@ -72,6 +72,8 @@ fn deleting() -> S3Bucket {
     let mut b = finalized();
     b.metadata.deletion_timestamp = Some(Time(Timestamp::now()));
     b.status = Some(crate::api::S3BucketStatus {
+        // Written by this keeper, which records handled requests.
+        handled_requests: Some(Default::default()),
         phase: Some(BucketPhase::Ready),
         bucket_name: Some(NAME.into()),
         observed_generation: Some(1),
@@ -633,6 +635,8 @@ async fn a_tagging_failure_right_after_the_create_does_not_orphan_the_bucket() {
     assert_eq!(patches[0]["status"]["createIntent"], NAME, "{patches:?}");
     let mut obj = finalized();
     obj.status = Some(crate::api::S3BucketStatus {
+        // Written by this keeper, which records handled requests.
+        handled_requests: Some(Default::default()),
         create_intent: Some(NAME.into()),
         ..Default::default()
     });

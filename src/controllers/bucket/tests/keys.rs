@@ -218,6 +218,8 @@ async fn a_key_left_by_an_interrupted_issuance_goes_before_the_bucket_is_ready_a
     // One whose last reconcile did not end Ready is.
     let mut unsettled = stored(&kube);
     unsettled.status = Some(S3BucketStatus {
+        // Written by this keeper, which records handled requests.
+        handled_requests: Some(Default::default()),
         conditions: Vec::new(),
         ..unsettled.status.unwrap()
     });
