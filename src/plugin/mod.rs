@@ -232,12 +232,12 @@ async fn why(client: &Client, kind: Kind, name: &str, ns: &str) -> anyhow::Resul
     };
     let buckets = match &obj {
         Object::Tenant(t) => {
-            let api: Api<S3Bucket> = Api::namespaced(client.clone(), ns);
-            let listed = api
-                .list(&ListParams::default())
-                .await
-                .context("cannot list the tenant's S3Buckets")?;
-            plan::buckets_of(t, &listed.items)
+            let listed: Vec<S3Bucket> = list::<S3Bucket>(client, Some(ns))
+                .await?
+                .into_iter()
+                .flatten()
+                .collect();
+            plan::buckets_of(t, &listed)
         }
         _ => Vec::new(),
     };

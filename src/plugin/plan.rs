@@ -321,9 +321,11 @@ fn lift_protection(resource: &str, name: &str, ns: &str) -> String {
     )
 }
 
-/// What to run for a tenant whose deletion waits for its buckets: drain those that may hold
-/// objects, then delete them all; when every one is already being deleted, look at the first
-/// (the tenant waits on it).
+/// What to run for a tenant whose deletion waits for its buckets: delete them all, then drain
+/// those that may hold objects; when every one is already being deleted, look at the first (the
+/// tenant waits on it). Deleting comes first because keeper drains the bucket of a tenant being
+/// deleted only on the bucket's own deletion (a live one changes nothing, reason
+/// `TenantDeleting`), and `--wait=false` because a bucket with objects stays until drained.
 fn remove_buckets(buckets: &[TenantBucket], ns: &str) -> Option<String> {
     let live: Vec<&TenantBucket> = buckets.iter().filter(|b| !b.deleting).collect();
     if live.is_empty() {
@@ -331,17 +333,18 @@ fn remove_buckets(buckets: &[TenantBucket], ns: &str) -> Option<String> {
             .first()
             .map(|b| format!("kubectl keeper why s3bucket/{} -n {ns}", b.name));
     }
-    // An unknown count may hide objects; draining an empty bucket is a no-op.
-    let mut commands: Vec<String> = live
-        .iter()
-        .filter(|b| b.objects != Some(0))
-        .map(|b| format!("kubectl keeper drain {} -n {ns}", b.name))
-        .collect();
     let names: Vec<&str> = live.iter().map(|b| b.name.as_str()).collect();
-    commands.push(format!(
-        "kubectl delete s3bucket {} -n {ns}",
+    let mut commands = vec![format!(
+        "kubectl delete s3bucket {} -n {ns} --wait=false",
         names.join(" ")
-    ));
+    )];
+    // An unknown count may hide objects; draining an empty bucket is a no-op. A count of 0 may
+    // be stale (usage is refreshed every few minutes): the bucket then says BucketNotEmpty.
+    commands.extend(
+        live.iter()
+            .filter(|b| b.objects != Some(0))
+            .map(|b| format!("kubectl keeper drain {} -n {ns}", b.name)),
+    );
     Some(commands.join(" && "))
 }
 

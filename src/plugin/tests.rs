@@ -181,7 +181,9 @@ fn a_bucket_whose_tenant_is_deleting_has_to_go_too() {
     ));
     assert_eq!(
         next(&obj, &[]).as_deref(),
-        Some("kubectl keeper drain assets -n apps && kubectl delete s3bucket assets -n apps")
+        Some(
+            "kubectl delete s3bucket assets -n apps --wait=false && kubectl keeper drain assets -n apps"
+        )
     );
 }
 
@@ -276,10 +278,11 @@ fn a_tenant_blocked_by_buckets_drains_those_with_objects_then_deletes_them() {
     assert_eq!(
         next(&obj, &buckets).as_deref(),
         Some(
-            "kubectl keeper drain alpha -n apps && kubectl keeper drain gamma -n apps \
-             && kubectl delete s3bucket alpha beta gamma -n apps"
+            "kubectl delete s3bucket alpha beta gamma -n apps --wait=false \
+             && kubectl keeper drain alpha -n apps && kubectl keeper drain gamma -n apps"
         ),
-        "an unknown count is drained (a no-op when empty); a bucket already deleting is left to itself"
+        "deleted first (keeper drains a deleting tenant's bucket only once it is deleted too), an \
+         unknown count drained (a no-op when empty), a bucket already deleting left to itself"
     );
     // Every bucket already deleting: the tenant waits on them, look at the first.
     assert_eq!(
@@ -447,7 +450,10 @@ fn status_rows_line_up_cut_long_waits_but_never_the_next_command() {
     assert_eq!(row.ready, "True (Provisioned)");
     assert_eq!(row.waits_for.chars().count(), 100);
     assert!(row.waits_for.ends_with('…'));
-    assert_eq!(row.next, "kubectl delete s3bucket alpha -n apps");
+    assert_eq!(
+        row.next,
+        "kubectl delete s3bucket alpha -n apps --wait=false"
+    );
     let ready_bucket = plan::row(
         &Object::Bucket(bucket(json!({"phase": "Ready", "conditions": [ready()]}))),
         &[],
@@ -462,7 +468,7 @@ fn status_rows_line_up_cut_long_waits_but_never_the_next_command() {
     // Every column starts at the same place on every line.
     let column = lines[0].find("WAITING FOR").unwrap();
     assert_eq!(lines[2].find("nothing"), Some(column), "{lines:#?}");
-    assert!(lines[1].ends_with("kubectl delete s3bucket alpha -n apps"));
+    assert!(lines[1].ends_with("kubectl delete s3bucket alpha -n apps --wait=false"));
     let all = plan::render(&[row, ready_bucket], true);
     assert!(all[0].starts_with("NAMESPACE  NAME"), "{all:#?}");
     assert!(all[1].starts_with("apps       s3tenant/team-a"), "{all:#?}");
@@ -566,7 +572,7 @@ fn why_tells_conditions_the_block_the_backend_the_events_and_the_next_command() 
         "  account id: 12345678901234567890",
         "  S3 endpoint: https://s3.grid.example",
         " 60s ago  Warning  DeletionBlocked: still holds alpha",
-        "Next: kubectl delete s3bucket alpha -n apps",
+        "Next: kubectl delete s3bucket alpha -n apps --wait=false",
     ] {
         assert!(text.contains(needle), "{needle:?} missing from:\n{text}");
     }
