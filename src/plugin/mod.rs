@@ -150,13 +150,20 @@ async fn connect(context: Option<&str>) -> anyhow::Result<(Client, String)> {
     Ok((Client::try_from(config)?, namespace))
 }
 
+/// An object that does not decode as its kind (a field of the wrong type, kept by an older CRD).
+struct Undecodable {
+    namespace: String,
+    name: String,
+    error: String,
+}
+
 /// Every object of kind `K` (in `namespace`, or everywhere), each decoded on its own: one that
-/// does not decode (keeper holds such objects apart) is returned as its name and error rather
-/// than failing the whole list.
+/// does not decode (keeper holds such objects apart) is returned as such rather than failing the
+/// whole list.
 async fn list<K>(
     client: &Client,
     namespace: Option<&str>,
-) -> anyhow::Result<Vec<Result<K, (String, String, String)>>>
+) -> anyhow::Result<Vec<Result<K, Undecodable>>>
 where
     K: Resource<DynamicType = ()> + DeserializeOwned,
 {
@@ -173,8 +180,12 @@ where
         .items
         .into_iter()
         .map(|obj| {
-            let (ns, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
-            obj.try_parse::<K>().map_err(|e| (ns, name, e.to_string()))
+            let (namespace, name) = (obj.namespace().unwrap_or_default(), obj.name_any());
+            obj.try_parse::<K>().map_err(|e| Undecodable {
+                namespace,
+                name,
+                error: e.to_string(),
+            })
         })
         .collect())
 }
@@ -185,9 +196,8 @@ async fn status(client: &Client, namespace: Option<&str>) -> anyhow::Result<()> 
     let databases = list::<CloudDatabase>(client, namespace).await?;
     let decoded_buckets: Vec<S3Bucket> = buckets.iter().flatten().cloned().collect();
     let mut rows: Vec<Row> = Vec::new();
-    let undecodable = |kind, (ns, name, error): &(String, String, String)| {
-        plan::undecodable_row(kind, ns, name, error)
-    };
+    let undecodable =
+        |kind, u: &Undecodable| plan::undecodable_row(kind, &u.namespace, &u.name, &u.error);
     for t in &tenants {
         rows.push(match t {
             Ok(t) => plan::row(
