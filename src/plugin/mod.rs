@@ -25,7 +25,7 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::api::names::parse_duration;
+use crate::api::names::{format_duration, parse_duration};
 use crate::api::{CloudDatabase, S3Bucket, S3Tenant};
 use crate::release;
 use follow::{Progress, Request};
@@ -349,9 +349,9 @@ async fn request(
         if written.elapsed() >= args.timeout {
             display.abandon();
             anyhow::bail!(
-                "s3bucket/{name}: gave up following the {} after {:?} (--timeout); keeper goes on: kubectl keeper why s3bucket/{name} -n {ns}",
+                "s3bucket/{name}: gave up following the {} after {} (--timeout); keeper goes on: kubectl keeper why s3bucket/{name} -n {ns}",
                 request.noun(),
-                args.timeout
+                format_duration(args.timeout)
             );
         }
         if current.is_some() {
