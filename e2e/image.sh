@@ -2,12 +2,13 @@
 # keeper's OCI image, built without a daemon or a registry.
 #
 #   e2e/image.sh deps    install buildah, skopeo, umoci and ca-certificates (apt-get when root)
-#   e2e/image.sh build   release-build keeper and write the image as an OCI archive to
-#                        $CARGO_TARGET_DIR/image/keeper.oci.tar (printed on the last line)
-#   e2e/image.sh test    unpack that archive with skopeo and umoci and check it: keeper runs from the
-#                        image's own root filesystem (chroot: its own glibc and loader), the user is
-#                        numeric and non-root, the entrypoint is keeper, the OCI labels are set and
-#                        the image is under 60 MiB
+#   e2e/image.sh build   release-build keeper and kubectl-keeper (the kubectl plugin) and write the
+#                        image as an OCI archive to $CARGO_TARGET_DIR/image/keeper.oci.tar (printed on
+#                        the last line)
+#   e2e/image.sh test    unpack that archive with skopeo and umoci and check it: keeper and
+#                        kubectl-keeper run from the image's own root filesystem (chroot: its own glibc
+#                        and loader), the user is numeric and non-root, the entrypoint is keeper, the
+#                        OCI labels are set and the image is under 60 MiB
 #
 # Environment: CARGO_TARGET_DIR (default target/), KEEPER_IMAGE_TAG (default: the crate version).
 set -euo pipefail
@@ -31,18 +32,21 @@ cmd_deps() {
 
 cmd_build() {
   cmd_deps
-  log "building keeper (release)"
-  (cd "$ROOT" && cargo build --quiet --release -p keeper)
+  log "building keeper and kubectl-keeper (release)"
+  (cd "$ROOT" && cargo build --quiet --release -p keeper --bins)
   local bin="$CARGO_TARGET_DIR/release/keeper"
+  local plugin="$CARGO_TARGET_DIR/release/kubectl-keeper"
   local ctx; ctx=$(mktemp -d)
   trap 'rm -rf "$ctx"' RETURN
   local rootfs="$ctx/rootfs"
   mkdir -p "$rootfs/usr/local/bin" "$rootfs/etc/ssl/certs" "$rootfs/tmp"
   chmod 1777 "$rootfs/tmp"
   install -m 0755 "$bin" "$rootfs/usr/local/bin/keeper"
-  # The shared libraries the binary links, at the paths the loader looks them up.
+  # The kubectl plugin, for `docker cp` / `kubectl cp` onto a PATH (README, "kubectl keeper").
+  install -m 0755 "$plugin" "$rootfs/usr/local/bin/kubectl-keeper"
+  # The shared libraries the binaries link, at the paths the loader looks them up.
   local lib
-  for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
+  for lib in $( (ldd "$bin"; ldd "$plugin") | grep -o '/[^ ]*' | sort -u); do
     mkdir -p "$rootfs$(dirname "$lib")"
     cp -L "$lib" "$rootfs$lib"
   done
@@ -84,7 +88,11 @@ PY
   version=$(chroot --userspec=65532:65532 "$work/bundle/rootfs" /usr/local/bin/keeper --version) \
     || die "keeper does not run from the image's root filesystem"
   [ "$version" = "keeper $VERSION" ] || die "unexpected version output: $version"
-  log "image OK: $((size / 1024 / 1024)) MiB, user 65532, '$version' runs from its own root filesystem"
+  local plugin_version
+  plugin_version=$(chroot --userspec=65532:65532 "$work/bundle/rootfs" /usr/local/bin/kubectl-keeper --version) \
+    || die "kubectl-keeper does not run from the image's root filesystem"
+  [ "$plugin_version" = "kubectl-keeper $VERSION" ] || die "unexpected kubectl-keeper version output: $plugin_version"
+  log "image OK: $((size / 1024 / 1024)) MiB, user 65532, '$version' and '$plugin_version' run from its own root filesystem"
 }
 
 case "${1:-}" in

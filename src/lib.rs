@@ -14,6 +14,7 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod namespaces;
+pub mod plugin;
 pub mod providers;
 pub mod release;
 pub mod runtime;

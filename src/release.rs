@@ -218,6 +218,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("cannot reach the Kubernetes API (KUBECONFIG or in-cluster configuration)")?;
+    run_with(client, args).await
+}
+
+/// [`run`] with a client of the caller's (`kubectl keeper --context`).
+pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
     refuse_while_led(&client, &args).await?;
     let ns = (!args.all_namespaces)
         .then(|| args.namespace.clone())

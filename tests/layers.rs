@@ -26,11 +26,11 @@ const FLOORS: [&[&str]; 8] = [
     // The shared reconcile flow.
     &["runtime"],
     &["controllers"],
-    &["webhook", "release", "manager", "crdgen"],
+    &["webhook", "release", "manager", "crdgen", "plugin"],
 ];
 
 /// Module paths (`controllers::bucket::plan`, `` for the crate root) and their files, from the
-/// files under `src` (the binary's `main.rs` is a crate of its own and is left out).
+/// files under `src` (the binaries, `main.rs` and `bin/`, are crates of their own and are left out).
 fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("readable source tree") {
@@ -44,6 +44,7 @@ fn modules(src: &Path) -> BTreeMap<String, PathBuf> {
     }
     let mut files = Vec::new();
     walk(src, &mut files);
+    files.retain(|f| !f.starts_with(src.join("bin")));
     let mut modules = BTreeMap::new();
     for file in files {
         let relative = file.strip_prefix(src).expect("under src");

@@ -145,6 +145,9 @@ fn reference_lists_every_reason() {
 
     let mut all_files = Vec::new();
     rust_files(&root, &mut all_files);
+    // kubectl-keeper reads reasons to choose its next command; it writes none, so its literals
+    // must not keep a row alive that no controller writes any more.
+    all_files.retain(|p| !p.starts_with(root.join("plugin")));
     let written: BTreeSet<String> = all_files
         .iter()
         .flat_map(|p| {
