@@ -1,7 +1,8 @@
 //! Gauges computed from a controller's cache at scrape time, such as `keeper_buckets{phase}`:
 //! nothing to keep in sync when objects come and go, and deleted objects drop out by themselves.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use kube::runtime::reflector::Store;
 use prometheus::core::{Collector, Desc};
@@ -111,6 +112,67 @@ where
     )
 }
 
+/// What a controller's workers last started on, per object uid: the [`triggers::requested`] key
+/// of the object as the reconcile saw it. An object whose key differs has a change (spec,
+/// annotations, labels, finalizers, deletion) no worker has started on yet: it waits in the queue.
+///
+/// [`triggers::requested`]: crate::cluster::triggers::requested
+#[derive(Clone, Default)]
+pub struct Started(Arc<Mutex<HashMap<String, u64>>>);
+
+impl Started {
+    /// A worker starts on `obj`.
+    pub fn record<K: kube::Resource>(&self, obj: &K) {
+        if let Some(uid) = obj.meta().uid.clone() {
+            let key = crate::cluster::triggers::requested(obj);
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uid, key);
+        }
+    }
+
+    /// Whether `obj` has a change no worker has started on.
+    fn waits<K: kube::Resource>(&self, obj: &K) -> bool {
+        let Some(uid) = obj.meta().uid.as_ref() else {
+            return false;
+        };
+        let started = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        started.get(uid) != Some(&crate::cluster::triggers::requested(obj))
+    }
+
+    /// Forgets `obj`, which keeper let go of (its finalizer removed, or being deleted without
+    /// it), so that the record holds only objects keeper still works on.
+    pub fn forget<K: kube::Resource>(&self, obj: &K) {
+        if let Some(uid) = obj.meta().uid.as_ref() {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        }
+    }
+}
+
+/// `keeper_work_queue_depth{controller}`: objects with a change the controller's workers have not
+/// started on yet (0 on a standby, which does not work its queue). It grows when changes come
+/// faster than the workers (`runtime.concurrency`) take them.
+pub fn queue_depth<K>(
+    controller: &str,
+    store: Store<K>,
+    started: Started,
+    leadership: crate::leader::Leadership,
+) -> StoreGauge<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    StoreGauge::new(
+        "keeper_work_queue_depth",
+        "Objects with a change (spec, annotations, labels, finalizers, deletion) no worker of the controller has started on yet.",
+        store,
+        &[("controller", controller)],
+        "",
+        &[""],
+        move |obj: &K| (leadership.is_leader() && started.waits(obj)).then(String::new),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,6 +186,47 @@ mod tests {
         cm.metadata.namespace = Some("ns".into());
         cm.data = Some([("phase".to_string(), phase.to_string())].into());
         cm
+    }
+
+    #[test]
+    fn the_queue_depth_counts_changes_no_worker_started_on() {
+        let with_uid = |name: &str, generation: i64| {
+            let mut cm = configmap(name, "Ready");
+            cm.metadata.uid = Some(format!("uid-{name}"));
+            cm.metadata.generation = Some(generation);
+            cm
+        };
+        let (reader, mut writer) = store::<ConfigMap>();
+        for name in ["a", "b", "c"] {
+            writer.apply_watcher_event(&Event::Apply(with_uid(name, 1)));
+        }
+        let started = Started::default();
+        let depth = |started: &Started| {
+            let registry = prometheus::Registry::new();
+            let gauge = queue_depth(
+                "test",
+                reader.clone(),
+                started.clone(),
+                crate::leader::Leadership::always(),
+            );
+            registry.register(Box::new(gauge)).unwrap();
+            prometheus::TextEncoder::new()
+                .encode_to_string(&registry.gather())
+                .unwrap()
+        };
+        // Nothing started yet: all three wait.
+        assert!(depth(&started).contains(r#"keeper_work_queue_depth{controller="test"} 3"#));
+        started.record(&with_uid("a", 1));
+        started.record(&with_uid("b", 1));
+        assert!(depth(&started).contains(r#"keeper_work_queue_depth{controller="test"} 1"#));
+        // A new change of `a` waits again until a worker starts on it.
+        writer.apply_watcher_event(&Event::Apply(with_uid("a", 2)));
+        assert!(depth(&started).contains(r#"keeper_work_queue_depth{controller="test"} 2"#));
+        started.record(&with_uid("a", 2));
+        started.record(&with_uid("c", 1));
+        assert!(depth(&started).contains(r#"keeper_work_queue_depth{controller="test"} 0"#));
+        started.forget(&with_uid("c", 1));
+        assert_eq!(started.0.lock().unwrap().len(), 2, "forgotten");
     }
 
     #[test]

@@ -104,11 +104,13 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
     ) -> impl Future<Output = Result<Outcome<StatusOf<Self>>, Self::Error>> + Send;
 }
 
-/// A controller's context: the shared pieces, its reconciler and its backoff state.
+/// A controller's context: the shared pieces, its reconciler, its backoff state and what its
+/// workers have started on.
 pub struct Context<R: Reconciler> {
     pub shared: Shared,
     pub reconciler: R,
     backoff: Backoff,
+    started: gauges::Started,
 }
 
 impl<R: Reconciler> Context<R> {
@@ -117,6 +119,7 @@ impl<R: Reconciler> Context<R> {
             shared,
             reconciler,
             backoff: Backoff::default(),
+            started: gauges::Started::default(),
         }
     }
 
@@ -326,7 +329,10 @@ async fn reconcile<R: Reconciler>(
             // The patch triggers the next reconcile, which applies.
             return Ok(Action::await_change());
         }
-        Step::Ignore => return Ok(Action::await_change()),
+        Step::Ignore => {
+            cx.started.forget(obj.as_ref());
+            return Ok(Action::await_change());
+        }
         Step::Apply => cx.reconciler.apply(obj.clone(), &cx).await,
         Step::Cleanup => cx.reconciler.cleanup(obj.clone(), &cx).await,
     };
@@ -378,6 +384,7 @@ async fn reconcile<R: Reconciler>(
             kube.patch_json(&target, json_patch(patch))
                 .await
                 .map_err(Error::Kube)?;
+            cx.started.forget(obj.as_ref());
             Action::await_change()
         }
         Next::Release => {
@@ -440,6 +447,7 @@ async fn observed<R: Reconciler>(
         name = %obj.name_any(),
     );
     let key = object_key(obj.as_ref());
+    cx.started.record(obj.as_ref());
     let result = reconcile(obj, cx.clone()).instrument(span.clone()).await;
     match &result {
         Ok(_) => {
@@ -486,6 +494,20 @@ fn register_kind_gauges<K: Keeper>(metrics: &Metrics, store: kube::runtime::refl
     }));
 }
 
+/// Registers `keeper_work_queue_depth{controller}` for `R`, from its cache and what its workers
+/// started on.
+fn register_queue_depth<R: Reconciler>(
+    cx: &Context<R>,
+    store: kube::runtime::reflector::Store<R::Resource>,
+) {
+    cx.shared.metrics.register(gauges::queue_depth(
+        R::NAME,
+        store,
+        cx.started.clone(),
+        cx.shared.leadership.clone(),
+    ));
+}
+
 /// A controller of `K` over its informer, reconciling an object when something asks for work
 /// on it ([`triggers::requested`]: not its own status writes), and when it is first seen.
 pub fn controller<K: Keeper + informer::Watched>(informer: &informer::Informer<K>) -> Controller<K>
@@ -507,6 +529,7 @@ pub async fn run<R: Reconciler>(
 ) {
     let store = controller.store();
     register_kind_gauges(&cx.shared.metrics, store.clone());
+    register_queue_depth(&cx, store.clone());
     tokio::spawn(async move {
         // `Store::wait_until_ready` wakes only the last task that polled it, and the controller's
         // own runner polls it too, so a single await here can sleep forever. Re-polling on a short

@@ -42,6 +42,25 @@ async fn keeper_serves_metrics_and_health_and_stops_cleanly_on_sigterm() {
     ] {
         assert!(text.contains(name), "{name} missing from /metrics:\n{text}");
     }
+    // Every controller reports its queue, drained once the probe was reconciled.
+    for controller in ["s3tenant", "s3bucket", "clouddatabase"] {
+        let series = format!(r#"keeper_work_queue_depth{{controller="{controller}"}}"#);
+        assert!(
+            text.contains(&series),
+            "{series} missing from /metrics:\n{text}"
+        );
+    }
+    wait_until(
+        Duration::from_secs(30),
+        "the tenant controller's queue to drain",
+        || {
+            text = http_get(&metrics_url)
+                .map(|(_, body)| body)
+                .unwrap_or_default();
+            Ok(text.contains(r#"keeper_work_queue_depth{controller="s3tenant"} 0"#))
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e:#}\n{text}"));
 
     if let Ok(audit) = AuditLog::of(&env) {
         let agents: Vec<String> = audit
