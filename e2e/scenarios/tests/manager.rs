@@ -24,18 +24,22 @@ async fn keeper_serves_metrics_and_health_and_stops_cleanly_on_sigterm() {
     )
     .unwrap();
     let metrics_url = format!("{}/metrics", keeper.metrics_url);
-    let mut text = String::new();
-    wait_until(
-        Duration::from_secs(30),
-        "a reconcile of the probe tenant to be counted",
-        || {
+    // /metrics once it says `series`.
+    let metrics_with = |what: &str, series: &str| {
+        let mut text = String::new();
+        wait_until(Duration::from_secs(30), what, || {
             text = http_get(&metrics_url)
                 .map(|(_, body)| body)
                 .unwrap_or_default();
-            Ok(text.contains(r#"keeper_reconcile_total{controller="s3tenant""#))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+            Ok(text.contains(series))
+        })
+        .unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        text
+    };
+    let text = metrics_with(
+        "a reconcile of the probe tenant to be counted",
+        r#"keeper_reconcile_total{controller="s3tenant""#,
+    );
     for name in [
         "keeper_reconcile_duration_seconds",
         "keeper_reconcile_total",
@@ -50,17 +54,10 @@ async fn keeper_serves_metrics_and_health_and_stops_cleanly_on_sigterm() {
             "{series} missing from /metrics:\n{text}"
         );
     }
-    wait_until(
-        Duration::from_secs(30),
+    metrics_with(
         "the tenant controller's queue to drain",
-        || {
-            text = http_get(&metrics_url)
-                .map(|(_, body)| body)
-                .unwrap_or_default();
-            Ok(text.contains(r#"keeper_work_queue_depth{controller="s3tenant"} 0"#))
-        },
-    )
-    .unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        r#"keeper_work_queue_depth{controller="s3tenant"} 0"#,
+    );
 
     if let Ok(audit) = AuditLog::of(&env) {
         let agents: Vec<String> = audit
