@@ -74,7 +74,8 @@ fn release_finalizers_refuses_with_a_leader_lists_then_releases_only_keepers_fin
     assert!(text(&refused).contains("holds Lease"), "{}", text(&refused));
     assert!(finalizers(&env, &ns.name, "stranded").contains(&"keeper.dev/tenant-cleanup".into()));
     // Without --lease-namespace the command finds the Lease in whatever namespace it is (keeper
-    // installed outside keeper-system), and refuses just the same.
+    // installed outside keeper-system), and refuses just the same. Run as a person would, with
+    // their kubeconfig: listing Leases in every namespace is more than keeper's own RBAC allows.
     let found = Command::new(&env.keeper_bin)
         .args([
             "release-finalizers",
@@ -84,7 +85,7 @@ fn release_finalizers_refuses_with_a_leader_lists_then_releases_only_keepers_fin
             &ns.name,
         ])
         .args(["--lease-name", &lease, "--confirm"])
-        .env("KUBECONFIG", &env.keeper_kubeconfig)
+        .env("KUBECONFIG", &env.kubeconfig)
         .env_remove("KEEPER_NAMESPACE")
         .output()
         .unwrap();

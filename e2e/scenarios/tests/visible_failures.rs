@@ -198,6 +198,7 @@ fn a_tenant_on_an_unreachable_provider_shows_the_error_once_and_tools_judge_it()
     env.kubectl(&["delete", "-n", &ns.name, "s3tenant", "down", "--wait=false"])
         .unwrap();
     drop(keeper);
+    // Run as a person would, with their kubeconfig (it lists Leases in every namespace).
     let release = |force: bool| {
         Command::new(&env.keeper_bin)
             .args([
@@ -209,7 +210,7 @@ fn a_tenant_on_an_unreachable_provider_shows_the_error_once_and_tools_judge_it()
             ])
             .args(["--lease-name", "e2e-visible-failures", "--confirm"])
             .args(force.then_some("--force"))
-            .env("KUBECONFIG", &env.keeper_kubeconfig)
+            .env("KUBECONFIG", &env.kubeconfig)
             .output()
             .unwrap()
     };
