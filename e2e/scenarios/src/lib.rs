@@ -304,7 +304,8 @@ impl Drop for Namespace {
     }
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// A free TCP port on 127.0.0.1 (bound and released: free for a moment, as tests use it).
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
@@ -551,6 +552,34 @@ impl Keeper {
                 ..Launch::default()
             },
         )
+    }
+
+    /// Starts a keeper command the scenario put together itself (arguments, environment and
+    /// kubeconfig all its own, e.g. those of an installed Deployment), logging to a file of its
+    /// own, and waits until `metrics_url`/readyz answers 200. Killed when the handle drops.
+    pub fn start_command(mut command: Command, metrics_url: String) -> anyhow::Result<Keeper> {
+        let log = std::env::temp_dir().join(format!(
+            "keeper-e2e-{}-{}.log",
+            std::process::id(),
+            free_port()?
+        ));
+        let file = std::fs::File::create(&log)?;
+        command.stdout(file.try_clone()?).stderr(file);
+        let keeper = Keeper {
+            child: command.spawn().context("cannot start keeper")?,
+            metrics_url,
+            log,
+            webhook_address: None,
+            _webhook: None,
+            _self_managed: None,
+            proxied_kubeconfig: None,
+        };
+        let ready = format!("{}/readyz", keeper.metrics_url);
+        wait_until(Duration::from_secs(60), "keeper to become ready", || {
+            Ok(http_get(&ready).is_some_and(|(status, _)| status == 200))
+        })
+        .with_context(|| format!("keeper log: {}", keeper.log_text()))?;
+        Ok(keeper)
     }
 
     fn launch(env: &Env, how: Launch) -> anyhow::Result<Keeper> {
