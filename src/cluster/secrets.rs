@@ -42,11 +42,37 @@ pub enum SecretError {
         name: String,
         holder: String,
     },
+    /// The name is taken by the Secret keeper made for an earlier resource of the same kind and
+    /// name, deleted since (a bucket deleted and created again): it names that resource as its
+    /// owner, so Kubernetes' garbage collector removes it shortly, and keeper writes its own then.
+    #[error(
+        "Secret {namespace}/{name} still belongs to the {kind} of this name deleted before (uid {uid}); Kubernetes' garbage collector removes it shortly, then keeper writes this {kind}'s own"
+    )]
+    OfDeletedOwner {
+        namespace: String,
+        name: String,
+        kind: String,
+        uid: String,
+    },
 }
 
 impl SecretError {
     /// `secret`, named `name` in `owner`'s namespace, is not `owner`'s.
     pub(super) fn conflict(owner: &Target, name: &str, secret: &Secret) -> Self {
+        let predecessor = secret.owner_references().iter().find(|r| {
+            r.controller == Some(true)
+                && r.kind == owner.resource.kind
+                && r.name == owner.name
+                && r.uid != owner.uid
+        });
+        if let Some(earlier) = predecessor {
+            return SecretError::OfDeletedOwner {
+                namespace: owner.namespace.clone(),
+                name: name.to_string(),
+                kind: earlier.kind.clone(),
+                uid: earlier.uid.clone(),
+            };
+        }
         SecretError::Conflict {
             namespace: owner.namespace.clone(),
             name: name.to_string(),
@@ -59,6 +85,7 @@ impl SecretError {
         match self {
             SecretError::Kube(_) => "KubernetesError",
             SecretError::Conflict { .. } => "SecretConflict",
+            SecretError::OfDeletedOwner { .. } => "SecretOfDeletedOwner",
         }
     }
 
@@ -66,6 +93,8 @@ impl SecretError {
         match self {
             SecretError::Kube(e) => crate::error::classify_kube(e),
             SecretError::Conflict { .. } => crate::error::ErrorClass::Permanent,
+            // Garbage collection settles it: retried with backoff, shown if it lasts.
+            SecretError::OfDeletedOwner { .. } => crate::error::ErrorClass::Transient,
         }
     }
 }

@@ -98,6 +98,38 @@ async fn a_secret_keeper_did_not_create_for_the_owner_is_never_written_or_read()
 }
 
 #[tokio::test]
+async fn the_secret_of_a_deleted_namesake_waits_for_the_garbage_collector_not_for_a_person() {
+    // A bucket deleted and created again under its name: the first one's Secret is still there
+    // for a moment, owned by the first bucket's uid.
+    let kube = FakeKube::default();
+    let first = Target {
+        uid: "uid-0".into(),
+        ..owner()
+    };
+    kube.put_owned_secret(&first, "b-credentials", BTreeMap::new());
+    let err = kube
+        .apply_secret(&owner(), "b-credentials", BTreeMap::new(), Hold::No)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, SecretError::OfDeletedOwner { .. }), "{err}");
+    assert_eq!(err.class(), crate::error::ErrorClass::Transient, "retried");
+    assert_eq!(err.condition_reason(), "SecretOfDeletedOwner");
+    assert!(err.to_string().contains("uid-0"), "{err}");
+    // Another resource's Secret of the same kind is no namesake: a conflict for good.
+    let other = Target {
+        uid: "uid-2".into(),
+        name: "other".into(),
+        ..owner()
+    };
+    kube.put_owned_secret(&other, "o", BTreeMap::new());
+    let err = kube
+        .apply_secret(&owner(), "o", BTreeMap::new(), Hold::No)
+        .await
+        .unwrap_err();
+    assert_eq!(err.class(), crate::error::ErrorClass::Permanent);
+}
+
+#[tokio::test]
 async fn a_released_secret_stays_with_its_data_and_no_longer_belongs_to_the_owner() {
     let kube = FakeKube::default();
     let data = BTreeMap::from([("k".to_string(), "v".to_string())]);
