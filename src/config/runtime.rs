@@ -9,7 +9,7 @@ use super::{ControllerKind, duration};
 use crate::api::names::format_duration;
 
 /// How the controllers run (audit F17: these were fixed in code).
-#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Deserialize, Debug, Clone, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RuntimeConfig {
     /// Reconciles of one kind that run at once, for every controller (1-64); absent, each
@@ -22,16 +22,6 @@ pub struct RuntimeConfig {
     pub controllers: ControllerSettings,
     #[serde(default)]
     pub backend_timeouts: BackendTimeouts,
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        RuntimeConfig {
-            concurrency: None,
-            controllers: ControllerSettings::default(),
-            backend_timeouts: BackendTimeouts::default(),
-        }
-    }
 }
 
 impl RuntimeConfig {
