@@ -5,7 +5,8 @@
 # again, whatever happens.
 #
 #   e2e/run-bench.sh [ARGS...]   no subcommands; ARGS go to keeper-bench (e.g. --smoke,
-#                                --only buckets,drains; `keeper-bench --help` lists them)
+#                                --only buckets,drains, --only latency; `keeper-bench --help`
+#                                lists them)
 #
 # The stack runs as for the e2e suite, except: RDS instances have no phases (KEEPER_RDS_PHASE=0s,
 # so that keeper and the floor measure their own overhead, not the emulated waits) and the

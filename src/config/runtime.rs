@@ -9,13 +9,14 @@ use super::{ControllerKind, duration};
 use crate::api::names::format_duration;
 
 /// How the controllers run (audit F17: these were fixed in code).
-#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Deserialize, Debug, Clone, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RuntimeConfig {
-    /// Reconciles of one kind that run at once (default 4, at most 64). Each holds at most one
-    /// backend call at a time, so this also bounds the load keeper puts on a backend.
-    #[serde(default = "default_concurrency")]
-    pub concurrency: u16,
+    /// Reconciles of one kind that run at once, for every controller (1-64); absent, each
+    /// controller's default ([`default_concurrency`]). Each reconcile holds at most one backend
+    /// call at a time, so this also bounds the load keeper puts on a backend.
+    #[serde(default)]
+    pub concurrency: Option<u16>,
     /// Per controller (`tenant`, `bucket`, `database`), what differs from the above.
     #[serde(default)]
     pub controllers: ControllerSettings,
@@ -23,23 +24,15 @@ pub struct RuntimeConfig {
     pub backend_timeouts: BackendTimeouts,
 }
 
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        RuntimeConfig {
-            concurrency: default_concurrency(),
-            controllers: ControllerSettings::default(),
-            backend_timeouts: BackendTimeouts::default(),
-        }
-    }
-}
-
 impl RuntimeConfig {
-    /// Reconciles of `kind` that run at once.
+    /// Reconciles of `kind` that run at once: its own setting, else `runtime.concurrency`, else
+    /// its default.
     pub fn concurrency_of(&self, kind: ControllerKind) -> u16 {
         self.controllers
             .of(kind)
             .and_then(|c| c.concurrency)
-            .unwrap_or(self.concurrency)
+            .or(self.concurrency)
+            .unwrap_or_else(|| default_concurrency(kind))
     }
 }
 
@@ -70,8 +63,19 @@ pub struct ControllerRuntime {
     pub concurrency: Option<u16>,
 }
 
-fn default_concurrency() -> u16 {
-    4
+/// Reconciles of one kind at once when nothing is set. With a backend 200 ms away (a far
+/// region, a busy StorageGRID admin node) a reconcile waits on the network nearly all the
+/// time, so the time to bring N objects Ready is their calls × the latency ÷ this (`make
+/// bench`, section "latency", in `bench/results.md`); with the backend on the same network, the
+/// CPU limits first and more workers change little. Buckets come in the largest numbers and their
+/// calls are cheap for S3 and IAM: 16. Tenants and databases: 8, for the StorageGRID admin node
+/// (one shared management API) and the RDS API (throttled per account; a database's reconciles
+/// are short, it waits for RDS between them). Crossplane runs 10 per controller.
+pub fn default_concurrency(kind: ControllerKind) -> u16 {
+    match kind {
+        ControllerKind::Bucket => 16,
+        ControllerKind::Tenant | ControllerKind::Database => 8,
+    }
 }
 
 /// How long a backend call may take before it counts as a (transient) failure and is retried
@@ -119,10 +123,10 @@ impl RuntimeConfig {
                 c.as_ref()?.concurrency?,
             ))
         });
-        for (field, concurrency) in
-            std::iter::once(("runtime.concurrency".to_string(), self.concurrency))
-                .chain(per_controller)
-        {
+        let all = self
+            .concurrency
+            .map(|c| ("runtime.concurrency".to_string(), c));
+        for (field, concurrency) in all.into_iter().chain(per_controller) {
             if !(1..=64).contains(&concurrency) {
                 return Err(format!(
                     "{field}: must be between 1 and 64, got {concurrency}"

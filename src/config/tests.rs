@@ -182,7 +182,7 @@ fn adoption_is_off_unless_namespaces_are_named_and_only_s3_compatible_stores_hav
 #[test]
 fn runtime_settings_default_parse_and_are_bounded() {
     let config = OperatorConfig::parse("").unwrap();
-    assert_eq!(config.runtime.concurrency, 4);
+    assert_eq!(config.runtime.concurrency, None);
     assert_eq!(
         config.runtime.backend_timeouts.request,
         Duration::from_secs(60)
@@ -191,14 +191,22 @@ fn runtime_settings_default_parse_and_are_bounded() {
         config.runtime.backend_timeouts.connect,
         Duration::from_secs(10)
     );
-    assert_eq!(config.runtime.concurrency_of(ControllerKind::Bucket), 4);
+    assert_eq!(config.runtime.concurrency_of(ControllerKind::Bucket), 16);
+    assert_eq!(config.runtime.concurrency_of(ControllerKind::Tenant), 8);
+    assert_eq!(config.runtime.concurrency_of(ControllerKind::Database), 8);
+    // One controller set: the others keep their defaults.
+    let config =
+        OperatorConfig::parse("runtime: {controllers: {tenant: {concurrency: 2}}}\n").unwrap();
+    assert_eq!(config.runtime.concurrency_of(ControllerKind::Tenant), 2);
+    assert_eq!(config.runtime.concurrency_of(ControllerKind::Bucket), 16);
     let config = OperatorConfig::parse(
         "runtime:\n  concurrency: 16\n  controllers: {bucket: {concurrency: 32}}\n  backendTimeouts: {connect: 3s, request: 2m}\n",
     )
     .unwrap();
-    assert_eq!(config.runtime.concurrency, 16);
+    assert_eq!(config.runtime.concurrency, Some(16));
     assert_eq!(config.runtime.concurrency_of(ControllerKind::Bucket), 32);
     assert_eq!(config.runtime.concurrency_of(ControllerKind::Tenant), 16);
+    assert_eq!(config.runtime.concurrency_of(ControllerKind::Database), 16);
     assert_eq!(
         config.runtime.backend_timeouts,
         BackendTimeouts {

@@ -9,7 +9,7 @@ use anyhow::Context;
 use keeper_e2e_scenarios::{client_for, put_objects, tenant_wide_credentials};
 use serde_json::json;
 
-use crate::floor::{self, Grid};
+use crate::floor::{self, Calls, Grid};
 use crate::lab::{GROUP_VERSION, Lab, Process};
 use crate::objects::is_ready;
 use crate::report::{Goal, Report};
@@ -191,7 +191,9 @@ pub async fn grid(lab: &Lab, report: &mut Report, sizes: &[usize]) -> anyhow::Re
     let env = lab.keeper_env("drain-grid", |_| {})?;
     let admin = Grid::sign_in(lab).await?;
     for &n in sizes {
-        let tenant = admin.create_tenant(&format!("floor-drain-{n}")).await?;
+        let tenant = admin
+            .create_tenant(&format!("floor-drain-{n}"), Calls::Work)
+            .await?;
         let s3 = keeper_e2e_scenarios::s3_client(
             &lab.grid_s3,
             &tenant.access_key,

@@ -10,25 +10,57 @@ use serde_json::{Value, json};
 
 use crate::lab::Lab;
 
-/// How long the creation and the deletion of `n` resources took, one after another.
+/// How long the creation and the deletion of `n` resources took, one after another, and the
+/// backend calls each made (as the AWS proxy and the StorageGRID emulator counted them).
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
     pub create: Duration,
     pub delete: Duration,
+    pub create_calls: u64,
+    pub delete_calls: u64,
+}
+
+/// The backend calls counted since the counters were last cleared; clears them.
+async fn calls_since(lab: &Lab) -> anyhow::Result<u64> {
+    let calls = lab.backend_calls().await?.values().sum();
+    lab.clear_counters().await?;
+    Ok(calls)
+}
+
+/// Which calls a floor makes: only those that do the work, or also keeper's safety calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Calls {
+    /// The calls that create and delete, nothing else.
+    Work,
+    /// Also the looks keeper takes before it acts (see the [Safety model](docs/safety.md)): the
+    /// ownership looks before a create and a delete, the check of new keys before they are
+    /// published, the verification of a deletion. The sequential safe floor.
+    Safe,
 }
 
 /// A bucket on provider `s3` as keeper makes it: CreateBucket, PutBucketTagging (ownership),
 /// an IAM user with an inline policy on that bucket and an access key; deletion the reverse:
-/// DeleteAccessKey, DeleteUserPolicy, DeleteUser, DeleteBucket.
-pub async fn s3_buckets(lab: &Lab, n: usize) -> anyhow::Result<Timing> {
+/// DeleteAccessKey, DeleteUserPolicy, DeleteUser, DeleteBucket. With [`Calls::Safe`], keeper's
+/// looks too: GetBucketTagging twice before the create (the ownership look before the create
+/// intent is recorded and again right before the create), ListObjectsV2 with the new keys
+/// (checked before they are published), and GetBucketTagging before the deletion.
+pub async fn s3_buckets(lab: &Lab, n: usize, calls: Calls) -> anyhow::Result<Timing> {
     let (key, secret) = lab.env.admin_keys.clone().context("admin keys")?;
     let endpoint = lab.env.s3_endpoint.clone().context("s3 endpoint")?;
     let s3 = keeper_e2e_scenarios::s3_client(&endpoint, &key, &secret, "us-east-1");
     let iam = keeper_e2e_scenarios::iam_client(&lab.env).await;
     let names: Vec<String> = (0..n).map(|i| format!("floor-{n}-{i}")).collect();
+    lab.clear_counters().await?;
     let started = Instant::now();
     let mut keys = Vec::with_capacity(n);
+    let safe = calls == Calls::Safe;
     for name in &names {
+        if safe {
+            for _ in 0..2 {
+                let look = s3.get_bucket_tagging().bucket(name).send().await;
+                anyhow::ensure!(look.is_err(), "bucket {name} exists before its creation");
+            }
+        }
         s3.create_bucket().bucket(name).send().await?;
         s3.put_bucket_tagging()
             .bucket(name)
@@ -47,16 +79,29 @@ pub async fn s3_buckets(lab: &Lab, n: usize) -> anyhow::Result<Timing> {
             .send()
             .await?;
         let created = iam.create_access_key().user_name(name).send().await?;
-        keys.push(
-            created
-                .access_key()
-                .map(|k| k.access_key_id().to_string())
-                .context("no access key")?,
-        );
+        let key = created.access_key().context("no access key")?;
+        if safe {
+            keeper_e2e_scenarios::s3_client(
+                &endpoint,
+                key.access_key_id(),
+                key.secret_access_key(),
+                "us-east-1",
+            )
+            .list_objects_v2()
+            .bucket(name)
+            .max_keys(1)
+            .send()
+            .await?;
+        }
+        keys.push(key.access_key_id().to_string());
     }
     let create = started.elapsed();
+    let create_calls = calls_since(lab).await?;
     let started = Instant::now();
     for (name, key) in names.iter().zip(&keys) {
+        if safe {
+            s3.get_bucket_tagging().bucket(name).send().await?;
+        }
         iam.delete_access_key()
             .user_name(name)
             .access_key_id(key)
@@ -70,9 +115,12 @@ pub async fn s3_buckets(lab: &Lab, n: usize) -> anyhow::Result<Timing> {
         iam.delete_user().user_name(name).send().await?;
         s3.delete_bucket().bucket(name).send().await?;
     }
+    let delete = started.elapsed();
     Ok(Timing {
         create,
-        delete: started.elapsed(),
+        delete,
+        create_calls,
+        delete_calls: calls_since(lab).await?,
     })
 }
 
@@ -148,8 +196,10 @@ impl<'a> Grid<'a> {
     }
 
     /// A tenant as keeper makes it: the account (with its root password), a sign-in as its
-    /// root user and an S3 access key for it.
-    pub async fn create_tenant(&self, name: &str) -> anyhow::Result<FloorTenant> {
+    /// root user and an S3 access key for it; with [`Calls::Safe`], keeper's looks too: the
+    /// account read back after its creation and the root user's keys listed before one is
+    /// created.
+    pub async fn create_tenant(&self, name: &str, calls: Calls) -> anyhow::Result<FloorTenant> {
         let password = "floor-password-0123456789abcdef";
         let account = self
             .ok(&self.token, reqwest::Method::POST, "grid/accounts", Some(json!({
@@ -162,7 +212,25 @@ impl<'a> Grid<'a> {
             .as_str()
             .context("account id")?
             .to_string();
+        if calls == Calls::Safe {
+            self.ok(
+                &self.token,
+                reqwest::Method::GET,
+                &format!("grid/accounts/{id}"),
+                None,
+            )
+            .await?;
+        }
         let root = authorize(self.lab, json!({"accountId": id, "username": "root", "password": password, "cookie": false, "csrfToken": false})).await?;
+        if calls == Calls::Safe {
+            self.ok(
+                &root,
+                reqwest::Method::GET,
+                "org/users/current-user/s3-access-keys",
+                None,
+            )
+            .await?;
+        }
         let key = self
             .ok(
                 &root,
@@ -195,6 +263,46 @@ impl<'a> Grid<'a> {
             .await?;
         anyhow::ensure!(status == 404, "account {id} still there after its deletion");
         Ok(())
+    }
+
+    /// Deletes a tenant as keeper does: the account read (ownership), its buckets listed (a
+    /// tenant with buckets is not deleted), its keys listed and revoked, the account deleted
+    /// and checked gone.
+    pub async fn delete_tenant_safely(&self, tenant: &FloorTenant) -> anyhow::Result<()> {
+        let (id, root) = (&tenant.id, &tenant.root);
+        self.ok(
+            &self.token,
+            reqwest::Method::GET,
+            &format!("grid/accounts/{id}"),
+            None,
+        )
+        .await?;
+        let buckets = self
+            .ok(root, reqwest::Method::GET, "org/containers", None)
+            .await?;
+        anyhow::ensure!(
+            buckets["data"].as_array().is_none_or(|b| b.is_empty()),
+            "tenant {id} has buckets"
+        );
+        let keys = self
+            .ok(
+                root,
+                reqwest::Method::GET,
+                "org/users/current-user/s3-access-keys",
+                None,
+            )
+            .await?;
+        for key in keys["data"].as_array().into_iter().flatten() {
+            let key = key["accessKey"].as_str().unwrap_or(&tenant.access_key);
+            self.ok(
+                root,
+                reqwest::Method::DELETE,
+                &format!("org/users/current-user/s3-access-keys/{key}"),
+                None,
+            )
+            .await?;
+        }
+        self.delete_tenant(id).await
     }
 
     /// Starts a bucket's drain as the tenant's root user would, and polls its usage every
@@ -263,32 +371,54 @@ async fn authorize(lab: &Lab, body: Value) -> anyhow::Result<String> {
     Ok(answer["data"].as_str().context("no token")?.to_string())
 }
 
-/// Tenants on StorageGRID, one after another: create, then delete and verify.
-pub async fn grid_tenants(lab: &Lab, n: usize) -> anyhow::Result<Timing> {
+/// Tenants on StorageGRID, one after another: create, then delete and verify (with
+/// [`Calls::Safe`], as keeper does both: see [`Grid::create_tenant`] and
+/// [`Grid::delete_tenant_safely`]).
+pub async fn grid_tenants(lab: &Lab, n: usize, calls: Calls) -> anyhow::Result<Timing> {
     let grid = Grid::sign_in(lab).await?;
+    lab.clear_counters().await?;
     let started = Instant::now();
-    let mut ids = Vec::with_capacity(n);
+    let mut tenants = Vec::with_capacity(n);
     for i in 0..n {
-        ids.push(grid.create_tenant(&format!("floor-{n}-{i}")).await?.id);
+        tenants.push(grid.create_tenant(&format!("floor-{n}-{i}"), calls).await?);
     }
     let create = started.elapsed();
+    let create_calls = calls_since(lab).await?;
     let started = Instant::now();
-    for id in &ids {
-        grid.delete_tenant(id).await?;
+    for tenant in &tenants {
+        match calls {
+            Calls::Work => grid.delete_tenant(&tenant.id).await?,
+            Calls::Safe => grid.delete_tenant_safely(tenant).await?,
+        }
     }
+    let delete = started.elapsed();
     Ok(Timing {
         create,
-        delete: started.elapsed(),
+        delete,
+        create_calls,
+        delete_calls: calls_since(lab).await?,
     })
 }
 
 /// RDS instances, one after another: CreateDBInstance and DescribeDBInstances until available;
-/// then DeleteDBInstance (no final snapshot) and DescribeDBInstances until it is not found.
-pub async fn databases(lab: &Lab, n: usize) -> anyhow::Result<Timing> {
+/// then DeleteDBInstance (no final snapshot) and DescribeDBInstances until it is not found. With
+/// [`Calls::Safe`], keeper's looks too: DescribeDBInstances before the create (the name is
+/// free) and before the deletion (whose instance it is).
+pub async fn databases(lab: &Lab, n: usize, calls: Calls) -> anyhow::Result<Timing> {
     let rds = keeper_e2e_scenarios::rds_client(&lab.env).await;
     let ids: Vec<String> = (0..n).map(|i| format!("floor-{n}-{i}")).collect();
+    let safe = calls == Calls::Safe;
+    lab.clear_counters().await?;
     let started = Instant::now();
     for id in &ids {
+        if safe {
+            let look = rds
+                .describe_db_instances()
+                .db_instance_identifier(id)
+                .send()
+                .await;
+            anyhow::ensure!(look.is_err(), "instance {id} exists before its creation");
+        }
         rds.create_db_instance()
             .db_instance_identifier(id)
             .engine("postgres")
@@ -316,8 +446,15 @@ pub async fn databases(lab: &Lab, n: usize) -> anyhow::Result<Timing> {
         }
     }
     let create = started.elapsed();
+    let create_calls = calls_since(lab).await?;
     let started = Instant::now();
     for id in &ids {
+        if safe {
+            rds.describe_db_instances()
+                .db_instance_identifier(id)
+                .send()
+                .await?;
+        }
         rds.delete_db_instance()
             .db_instance_identifier(id)
             .skip_final_snapshot(true)
@@ -333,9 +470,12 @@ pub async fn databases(lab: &Lab, n: usize) -> anyhow::Result<Timing> {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+    let delete = started.elapsed();
     Ok(Timing {
         create,
-        delete: started.elapsed(),
+        delete,
+        create_calls,
+        delete_calls: calls_since(lab).await?,
     })
 }
 

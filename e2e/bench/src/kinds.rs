@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::floor::{self, Timing};
+use crate::floor::{self, Calls, Timing};
 use crate::lab::{GROUP_VERSION, Lab, Process};
 use crate::objects::{self, Run, calls_text, is_ready};
 use crate::report::{Goal, Report};
@@ -153,12 +153,16 @@ fn report_run(report: &mut Report, section: &str, run: &Run, floor: Timing, judg
     }
 }
 
-fn object(kind: &str, namespace: &str, name: &str, spec: Value) -> Value {
+pub fn object(kind: &str, namespace: &str, name: &str, spec: Value) -> Value {
     json!({"apiVersion": GROUP_VERSION, "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec})
 }
 
 /// Creates a namespace with a Ready tenant on `provider` in it.
-async fn namespace_with_tenant(lab: &Lab, namespace: &str, provider: &str) -> anyhow::Result<()> {
+pub async fn namespace_with_tenant(
+    lab: &Lab,
+    namespace: &str,
+    provider: &str,
+) -> anyhow::Result<()> {
     lab.create_namespace(namespace).await?;
     lab.create(
         &format!("/apis/{GROUP_VERSION}/namespaces/{namespace}/s3tenants"),
@@ -188,7 +192,7 @@ pub async fn buckets(
     let section = "buckets (provider s3)";
     let mut times = Vec::new();
     for (i, &n) in sizes.iter().enumerate() {
-        let floor = floor::s3_buckets(lab, n).await?;
+        let floor = floor::s3_buckets(lab, n, Calls::Work).await?;
         let namespace = format!("bench-buckets-{n}");
         namespace_with_tenant(lab, &namespace, "s3").await?;
         let buckets = (0..n)
@@ -250,7 +254,7 @@ pub async fn tenants(
     sizes: &[usize],
 ) -> anyhow::Result<()> {
     for &n in sizes {
-        let floor = floor::grid_tenants(lab, n).await?;
+        let floor = floor::grid_tenants(lab, n, Calls::Work).await?;
         let namespace = format!("bench-tenants-{n}");
         lab.create_namespace(&namespace).await?;
         let tenants = (0..n)
@@ -287,7 +291,7 @@ pub async fn databases(
     report: &mut Report,
     n: usize,
 ) -> anyhow::Result<()> {
-    let floor = floor::databases(lab, n).await?;
+    let floor = floor::databases(lab, n, Calls::Work).await?;
     let namespace = format!("bench-databases-{n}");
     lab.create_namespace(&namespace).await?;
     let databases = (0..n)
@@ -317,6 +321,6 @@ pub async fn databases(
 }
 
 /// Generous: a hung run fails rather than blocking the benchmark.
-fn timeout(n: usize) -> Duration {
+pub fn timeout(n: usize) -> Duration {
     Duration::from_secs(120 + n as u64)
 }

@@ -297,6 +297,44 @@ impl Lab {
         Ok(())
     }
 
+    /// Adds `latency` to every call of `services` (`s3`, `iam`, `rds`) through the AWS proxy,
+    /// in place of any fault rule.
+    pub async fn slow_aws(&self, services: &[&str], latency: Duration) -> anyhow::Result<()> {
+        let rules: Vec<Value> = services
+            .iter()
+            .map(|s| serde_json::json!({"service": s, "latencyMs": latency.as_millis() as u64}))
+            .collect();
+        self.json(
+            self.http
+                .put(format!("{}/_awsproxy/faults", self.proxy))
+                .json(&serde_json::json!({"rules": rules})),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Adds `latency` to every call of the StorageGRID management API (`/api/...`), in
+    /// addition to any fault rule there (the first that matches decides).
+    pub async fn slow_grid(&self, latency: Duration) -> anyhow::Result<()> {
+        self.json(
+            self.http
+                .post(format!("{}/debug/faults", self.grid))
+                .json(&serde_json::json!({"faults": [{"path_prefix": "/api/",
+                    "delay_ms": latency.as_millis() as u64, "share": 1.0}]})),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Removes the fault and latency rules of the AWS proxy and the StorageGRID emulator.
+    pub async fn clear_faults(&self) -> anyhow::Result<()> {
+        self.json(self.http.delete(format!("{}/_awsproxy/faults", self.proxy)))
+            .await?;
+        self.json(self.http.delete(format!("{}/debug/faults", self.grid)))
+            .await?;
+        Ok(())
+    }
+
     /// AWS and StorageGRID calls together.
     pub async fn backend_calls(&self) -> anyhow::Result<BTreeMap<String, u64>> {
         let mut calls = self.aws_calls().await?;

@@ -10,6 +10,7 @@ mod drains;
 mod floor;
 mod kinds;
 mod lab;
+mod latency;
 mod objects;
 mod report;
 
@@ -28,7 +29,8 @@ struct Args {
     #[arg(long)]
     smoke: bool,
     /// Sections to run (default: all): buckets, tenants, databases, caches, drains (or only
-    /// drains-s3, drains-grid).
+    /// drains-s3, drains-grid), latency (or only latency-buckets, latency-tenants,
+    /// latency-databases).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Where to write the Markdown results.
@@ -53,6 +55,26 @@ struct Args {
     /// has run out of memory draining 100,000 objects on a 24 GiB machine).
     #[arg(long, value_delimiter = ',')]
     drained_grid: Option<Vec<usize>>,
+    /// Latency section: milliseconds added to every call of the backend under test.
+    #[arg(long, default_value_t = 200)]
+    latency_ms: u64,
+    /// Latency section: S3Buckets (provider s3) to measure.
+    #[arg(long, default_value_t = 100)]
+    latency_buckets: usize,
+    /// Latency section: S3Tenants (StorageGRID) to measure.
+    #[arg(long, default_value_t = 50)]
+    latency_tenants: usize,
+    /// Latency section: CloudDatabases to measure.
+    #[arg(long, default_value_t = 50)]
+    latency_databases: usize,
+    /// Latency section: objects the sequential safe floor is measured on, scaled linearly to
+    /// the sizes above (at 200 ms, 100 buckets one after another would take 4 minutes).
+    #[arg(long, default_value_t = 10)]
+    latency_sample: usize,
+    /// Latency section: `runtime.concurrency` values to run keeper with, one run each, besides
+    /// keeper's defaults (`default`).
+    #[arg(long, value_delimiter = ',', default_values_t = ["default".to_string()])]
+    latency_concurrency: Vec<String>,
 }
 
 #[tokio::main]
@@ -127,6 +149,40 @@ async fn measure(args: Args) -> anyhow::Result<()> {
         };
         let done = drains::grid(&lab, &mut report, &sizes).await;
         part_done(&args, &run, &mut report, "drains-grid", done)?;
+    }
+    let latency_kinds: Vec<latency::Kind> = [
+        ("latency-buckets", latency::Kind::Buckets),
+        ("latency-tenants", latency::Kind::Tenants),
+        ("latency-databases", latency::Kind::Databases),
+    ]
+    .into_iter()
+    .filter(|(name, _)| wanted("latency") || wanted(name))
+    .map(|(_, kind)| kind)
+    .collect();
+    if !latency_kinds.is_empty() {
+        let settings = latency::Settings {
+            latency: Duration::from_millis(args.latency_ms),
+            buckets: if args.smoke { 10 } else { args.latency_buckets },
+            tenants: if args.smoke { 5 } else { args.latency_tenants },
+            databases: if args.smoke {
+                5
+            } else {
+                args.latency_databases
+            },
+            sample: if args.smoke { 2 } else { args.latency_sample },
+            concurrency: args
+                .latency_concurrency
+                .iter()
+                .map(|c| match c.as_str() {
+                    "default" => Ok(None),
+                    c => c.parse().map(Some),
+                })
+                .collect::<Result<_, _>>()
+                .map_err(|e| anyhow::anyhow!("--latency-concurrency: {e}"))?,
+            judged: !args.smoke,
+        };
+        let done = latency::run(&lab, &mut report, &settings, &latency_kinds).await;
+        part_done(&args, &run, &mut report, "latency", done)?;
     }
     println!("\n{}", report.table());
     for note in &report.notes {
