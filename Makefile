@@ -56,8 +56,9 @@ chaos: deps
 	  e2e/run-e2e.sh crash_chaos two_managers fault_chaos
 
 ## bench: keeper beside the sequential floor of the same backend work, in release mode on a private
-## stack (.keeper-dev/bench): buckets, tenants, databases, memory and start, drains. Prints the
-## table and writes bench/results.md (about 40 minutes; not part of `make test`)
+## stack (.keeper-dev/bench): buckets, tenants, databases, memory and start, drains, and at 200 ms
+## per backend call (latency). Prints the table and writes bench/results.md (not part of `make
+## test`; one section: e2e/run-bench.sh --only latency)
 bench: deps
 	e2e/run-bench.sh --out bench/results.md
 

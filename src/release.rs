@@ -3,9 +3,9 @@
 //! up; without a running keeper (or without the backend) they hold forever. This command lists what
 //! removing them would leave behind on the backends and, with `--confirm`, removes only keeper's
 //! own finalizers (`keeper.dev/...`), on objects of one kind and on the Secrets keeper protects for
-//! them. It refuses while a keeper leader holds the election Lease (a running keeper would race
-//! it), and, unless `--force`, when it finds no Lease at all: then it cannot tell a stopped keeper
-//! from one running without leader election or under another Lease.
+//! them. With `--confirm` it refuses while a keeper leader holds the election Lease (a running
+//! keeper would race it), and, unless `--force`, when it finds no Lease at all: then it cannot tell
+//! a stopped keeper from one running without leader election or under another Lease.
 
 use anyhow::Context as _;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -223,7 +223,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 
 /// [`run`] with a client of the caller's (`kubectl keeper --context`).
 pub async fn run_with(client: Client, args: Args) -> anyhow::Result<()> {
-    refuse_while_led(&client, &args).await?;
+    // Only releasing can race a running keeper; the listing touches nothing.
+    if args.confirm {
+        refuse_while_led(&client, &args).await?;
+    }
     let ns = (!args.all_namespaces)
         .then(|| args.namespace.clone())
         .flatten();
