@@ -304,11 +304,24 @@ impl Drop for Namespace {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (bound and released: free for a moment, as tests use it).
+/// A free TCP port on 127.0.0.1 (bound and released: free for a moment, as tests use it), never
+/// one this process handed out before: the kernel may give a just-released port again, and two
+/// servers of one keeper (metrics and webhook) were once given the same one.
 pub fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    static HANDED_OUT: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        if HANDED_OUT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(port)
+        {
+            return Ok(port);
+        }
+    }
 }
 
 fn stack_script() -> PathBuf {
