@@ -12,8 +12,8 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use hyper_util::server::graceful::{GracefulShutdown, Watcher};
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics::Metrics;
@@ -89,18 +89,7 @@ pub async fn serve(
     state: ServerState,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
-    let graceful = GracefulShutdown::new();
-    loop {
-        let (stream, _peer): (_, SocketAddr) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    tracing::warn!(error = %e, "failed to accept a connection");
-                    continue;
-                }
-            },
-            () = shutdown.cancelled() => break,
-        };
+    accept_until(listener, shutdown, "metrics", |stream, _peer, watcher| {
         let state = state.clone();
         let service = service_fn(move |req: Request<Incoming>| {
             let response = route(&state, &req);
@@ -108,15 +97,40 @@ pub async fn serve(
         });
         let conn = hyper::server::conn::http1::Builder::new()
             .serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            if let Err(e) = watcher.watch(conn).await {
                 tracing::debug!(error = %e, "metrics connection ended with an error");
             }
         });
+    })
+    .await;
+    Ok(())
+}
+
+/// Accepts connections on `listener` and hands each to `serve`, with the watcher that a graceful
+/// shutdown waits on, until `shutdown` is cancelled; then waits for the watched connections to
+/// finish. `what` names the server in the log. `serve` must not block: it spawns the connection.
+pub async fn accept_until(
+    listener: TcpListener,
+    shutdown: CancellationToken,
+    what: &'static str,
+    mut serve: impl FnMut(TcpStream, SocketAddr, Watcher),
+) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    tracing::warn!(error = %e, server = what, "failed to accept a connection");
+                    continue;
+                }
+            },
+            () = shutdown.cancelled() => break,
+        };
+        serve(stream, peer, graceful.watcher());
     }
     graceful.shutdown().await;
-    Ok(())
 }
 
 #[cfg(test)]

@@ -33,7 +33,6 @@ mod tests;
 mod tls;
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -42,7 +41,6 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use tokio::net::TcpListener;
@@ -55,6 +53,7 @@ pub use policy::{
 };
 pub use tls::{MemoryCert, tls_config, tls_config_from_memory};
 
+use crate::server::accept_until;
 use policy::judge;
 
 /// The path the ValidatingWebhookConfiguration points at.
@@ -133,21 +132,9 @@ pub async fn serve(
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let acceptor = TlsAcceptor::from(tls);
-    let graceful = GracefulShutdown::new();
-    loop {
-        let (stream, peer): (_, SocketAddr) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    tracing::warn!(error = %e, "webhook failed to accept a connection");
-                    continue;
-                }
-            },
-            () = shutdown.cancelled() => break,
-        };
+    accept_until(listener, shutdown, "webhook", |stream, peer, watcher| {
         let acceptor = acceptor.clone();
         let client = client.clone();
-        let watcher = graceful.watcher();
         // The handshake runs in its own task so one slow client cannot stall the accept loop.
         tokio::spawn(async move {
             let stream = match acceptor.accept(stream).await {
@@ -167,7 +154,7 @@ pub async fn serve(
                 tracing::debug!(error = %e, %peer, "webhook connection ended with an error");
             }
         });
-    }
-    graceful.shutdown().await;
+    })
+    .await;
     Ok(())
 }

@@ -5,8 +5,13 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 
+use k8s_openapi::ByteString;
+use kube::api::ObjectMeta;
+
+use super::issue::pem_blocks;
+use super::plan::signed_by;
 use super::*;
 
 const NOW: i64 = 1_800_000_000;
@@ -309,6 +314,22 @@ fn client(server: &MockServer) -> kube::Client {
     kube::Client::try_from(kube::Config::new(server.uri().parse().unwrap())).unwrap()
 }
 
+/// Makes `server` answer `verb` requests to `at` with `response`.
+async fn answer(server: &MockServer, verb: &str, at: &str, response: impl Respond + 'static) {
+    Mock::given(method(verb))
+        .and(path(at))
+        .respond_with(response)
+        .mount(server)
+        .await;
+}
+
+/// Makes `server` an API server where GET of the Secret answers `secret` and GET of the
+/// configuration answers `configuration`.
+async fn api_with(server: &MockServer, secret: ResponseTemplate, configuration: ResponseTemplate) {
+    answer(server, "GET", SECRET_PATH, secret).await;
+    answer(server, "GET", CONFIG_PATH, configuration).await;
+}
+
 async fn requests(server: &MockServer, verb: &str, at: &str) -> Vec<Request> {
     server
         .received_requests()
@@ -322,30 +343,31 @@ async fn requests(server: &MockServer, verb: &str, at: &str) -> Vec<Request> {
 #[tokio::test]
 async fn a_first_round_creates_the_secret_sets_the_ca_bundle_and_serves_the_certificate() {
     let server = crate::test_support::mock_server().await;
-    Mock::given(method("GET"))
-        .and(path(SECRET_PATH))
-        .respond_with(status(
-            404,
-            "NotFound",
-            "secrets \"keeper-webhook-tls\" not found",
-        ))
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path(SECRETS_PATH))
-        .respond_with(|req: &Request| ResponseTemplate::new(201).set_body_bytes(req.body.clone()))
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path(CONFIG_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(configuration(None)))
-        .mount(&server)
-        .await;
-    Mock::given(method("PATCH"))
-        .and(path(CONFIG_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(configuration(None)))
-        .mount(&server)
-        .await;
+    answer(
+        &server,
+        "GET",
+        SECRET_PATH,
+        status(404, "NotFound", "secrets \"keeper-webhook-tls\" not found"),
+    )
+    .await;
+    answer(&server, "POST", SECRETS_PATH, |req: &Request| {
+        ResponseTemplate::new(201).set_body_bytes(req.body.clone())
+    })
+    .await;
+    answer(
+        &server,
+        "GET",
+        CONFIG_PATH,
+        ResponseTemplate::new(200).set_body_json(configuration(None)),
+    )
+    .await;
+    answer(
+        &server,
+        "PATCH",
+        CONFIG_PATH,
+        ResponseTemplate::new(200).set_body_json(configuration(None)),
+    )
+    .await;
 
     let served = Arc::new(MemoryCert::default());
     let mut installed = None;
@@ -416,18 +438,12 @@ async fn a_first_round_creates_the_secret_sets_the_ca_bundle_and_serves_the_cert
 
     // The next round finds everything in place and writes nothing.
     server.reset().await;
-    Mock::given(method("GET"))
-        .and(path(SECRET_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(stored_secret(&material, true)))
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path(CONFIG_PATH))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_json(configuration(Some(&material.ca_bundle))),
-        )
-        .mount(&server)
-        .await;
+    api_with(
+        &server,
+        ResponseTemplate::new(200).set_body_json(stored_secret(&material, true)),
+        ResponseTemplate::new(200).set_body_json(configuration(Some(&material.ca_bundle))),
+    )
+    .await;
     round(
         &client(&server),
         &settings(),
@@ -451,6 +467,7 @@ async fn a_first_round_creates_the_secret_sets_the_ca_bundle_and_serves_the_cert
 async fn a_replica_that_loses_the_create_race_uses_the_winners_secret() {
     let server = crate::test_support::mock_server().await;
     let winner = issued(unix_now());
+    // The first read finds nothing, the second what the winner wrote.
     Mock::given(method("GET"))
         .and(path(SECRET_PATH))
         .respond_with(status(404, "NotFound", "not found"))
@@ -458,21 +475,24 @@ async fn a_replica_that_loses_the_create_race_uses_the_winners_secret() {
         .with_priority(1)
         .mount(&server)
         .await;
-    Mock::given(method("GET"))
-        .and(path(SECRET_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(stored_secret(&winner, true)))
-        .with_priority(2)
-        .mount(&server)
-        .await;
-    Mock::given(method("POST"))
-        .and(path(SECRETS_PATH))
-        .respond_with(status(
+    answer(
+        &server,
+        "GET",
+        SECRET_PATH,
+        ResponseTemplate::new(200).set_body_json(stored_secret(&winner, true)),
+    )
+    .await;
+    answer(
+        &server,
+        "POST",
+        SECRETS_PATH,
+        status(
             409,
             "AlreadyExists",
             "secrets \"keeper-webhook-tls\" already exists",
-        ))
-        .mount(&server)
-        .await;
+        ),
+    )
+    .await;
     let secrets: Api<Secret> = Api::namespaced(client(&server), "keeper-system");
     let material = converge_secret(&secrets, &settings(), unix_now())
         .await
@@ -486,16 +506,20 @@ async fn a_replica_that_loses_the_create_race_uses_the_winners_secret() {
 async fn a_due_certificate_is_replaced_with_the_resource_version_read() {
     let server = crate::test_support::mock_server().await;
     let old = issued(NOW);
-    Mock::given(method("GET"))
-        .and(path(SECRET_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(stored_secret(&old, true)))
-        .mount(&server)
-        .await;
-    Mock::given(method("PATCH"))
-        .and(path(SECRET_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(stored_secret(&old, true)))
-        .mount(&server)
-        .await;
+    answer(
+        &server,
+        "GET",
+        SECRET_PATH,
+        ResponseTemplate::new(200).set_body_json(stored_secret(&old, true)),
+    )
+    .await;
+    answer(
+        &server,
+        "PATCH",
+        SECRET_PATH,
+        ResponseTemplate::new(200).set_body_json(stored_secret(&old, true)),
+    )
+    .await;
     let secrets: Api<Secret> = Api::namespaced(client(&server), "keeper-system");
     let later = NOW + 300 * DAY;
     let renewed = converge_secret(&secrets, &settings(), later).await.unwrap();
@@ -522,26 +546,24 @@ async fn a_missing_permission_is_named_and_the_old_certificate_stays_served() {
         unix_now(),
     )
     .unwrap();
-    Mock::given(method("GET"))
-        .and(path(SECRET_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(stored_secret(&rotated, true)))
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path(CONFIG_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(configuration(Some(&old.ca_bundle))))
-        .mount(&server)
-        .await;
-    Mock::given(method("PATCH"))
-        .and(path(CONFIG_PATH))
-        .respond_with(status(
+    api_with(
+        &server,
+        ResponseTemplate::new(200).set_body_json(stored_secret(&rotated, true)),
+        ResponseTemplate::new(200).set_body_json(configuration(Some(&old.ca_bundle))),
+    )
+    .await;
+    answer(
+        &server,
+        "PATCH",
+        CONFIG_PATH,
+        status(
             403,
             "Forbidden",
             "validatingwebhookconfigurations.admissionregistration.k8s.io \"keeper\" is forbidden: \
              User \"system:serviceaccount:keeper-system:keeper\" cannot patch resource",
-        ))
-        .mount(&server)
-        .await;
+        ),
+    )
+    .await;
     let served = Arc::new(MemoryCert::default());
     served.install(&old.cert, &old.key).unwrap();
     let mut installed = Some(old.clone());
@@ -574,11 +596,13 @@ async fn a_missing_permission_is_named_and_the_old_certificate_stays_served() {
 
     // A Secret that cannot be read is named the same way.
     server.reset().await;
-    Mock::given(method("GET"))
-        .and(path(SECRET_PATH))
-        .respond_with(status(403, "Forbidden", "forbidden"))
-        .mount(&server)
-        .await;
+    answer(
+        &server,
+        "GET",
+        SECRET_PATH,
+        status(403, "Forbidden", "forbidden"),
+    )
+    .await;
     let err = round(
         &client(&server),
         &settings(),
@@ -600,11 +624,13 @@ async fn a_missing_permission_is_named_and_the_old_certificate_stays_served() {
 async fn a_secret_keeper_did_not_write_and_a_missing_configuration_are_refused() {
     let server = crate::test_support::mock_server().await;
     let material = issued(unix_now());
-    Mock::given(method("GET"))
-        .and(path(SECRET_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(stored_secret(&material, false)))
-        .mount(&server)
-        .await;
+    answer(
+        &server,
+        "GET",
+        SECRET_PATH,
+        ResponseTemplate::new(200).set_body_json(stored_secret(&material, false)),
+    )
+    .await;
     let served = Arc::new(MemoryCert::default());
     let mut installed = None;
     let err = round(
@@ -628,16 +654,12 @@ async fn a_secret_keeper_did_not_write_and_a_missing_configuration_are_refused()
     assert_eq!(writes, 0, "never overwritten");
 
     server.reset().await;
-    Mock::given(method("GET"))
-        .and(path(SECRET_PATH))
-        .respond_with(ResponseTemplate::new(200).set_body_json(stored_secret(&material, true)))
-        .mount(&server)
-        .await;
-    Mock::given(method("GET"))
-        .and(path(CONFIG_PATH))
-        .respond_with(status(404, "NotFound", "not found"))
-        .mount(&server)
-        .await;
+    api_with(
+        &server,
+        ResponseTemplate::new(200).set_body_json(stored_secret(&material, true)),
+        status(404, "NotFound", "not found"),
+    )
+    .await;
     let err = round(
         &client(&server),
         &settings(),
