@@ -2,6 +2,7 @@
 //! them, a moto server for the real backends, a wiremock server, and pauses that stop a fake's
 //! call once it has acted.
 
+use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -43,26 +44,44 @@ impl MotoServer {
                  with `make unit`, or set KEEPER_MOTO_SERVER=$(e2e/stack.sh moto-path)"
             );
         };
-        let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let child = Command::new(&binary)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        // Port 0: moto binds a port the kernel picks and prints it. A port picked here and
+        // handed over could be picked again by a test running beside this one before moto binds
+        // it: the second moto would exit and both tests would talk to the first.
+        let mut child = Command::new(&binary)
+            .args(["-H", "127.0.0.1", "-p", "0"])
             .args(extra)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));
-        let mut server = MotoServer { child, port };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while TcpStream::connect((Ipv4Addr::LOCALHOST, port)).is_err() {
-            if let Some(status) = server.child.try_wait().expect("moto status") {
-                panic!("moto_server exited early with {status}");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let (port_tx, port_rx) = std::sync::mpsc::channel();
+        // Reads moto's log to the end: a full pipe would stop moto at its next request line.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(port) = line
+                    .split_once(" * Running on ")
+                    .and_then(|(_, url)| url.rsplit_once(':'))
+                    .and_then(|(_, port)| port.trim().parse::<u16>().ok())
+                {
+                    let _ = port_tx.send(port);
+                }
             }
+        });
+        let mut server = MotoServer { child, port: 0 };
+        server.port = match port_rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(port) => port,
+            Err(_) => match server.child.try_wait().expect("moto status") {
+                Some(status) => panic!("moto_server exited early with {status}"),
+                None => panic!("moto_server did not say which port it listens on in 60 s"),
+            },
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect((Ipv4Addr::LOCALHOST, server.port)).is_err() {
             assert!(
                 Instant::now() < deadline,
-                "moto_server did not listen on {port}"
+                "moto_server did not listen on {}",
+                server.port
             );
             std::thread::sleep(Duration::from_millis(100));
         }
