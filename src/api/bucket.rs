@@ -4,7 +4,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::DeletionPolicy;
-use super::names::{BUCKET_NAME_PATTERN, DURATION_PATTERN, POLL_INTERVAL_RULE};
+use super::names::{
+    BUCKET_NAME_PATTERN, DURATION_PATTERN, POLL_INTERVAL_RULE, default_bucket_name,
+};
 
 /// A bucket inside an S3Tenant. Annotate it with `keeper.dev/drain=<value>` (a new value, such as a
 /// timestamp, per request) to delete every object in it; progress shows in `status.drainStatus`
@@ -52,7 +54,8 @@ pub struct S3BucketSpec {
     #[x_kube(validation = Rule::new("self == oldSelf").message("tenantRef is immutable"))]
     pub tenant_ref: TenantRef,
 
-    /// Name of the bucket on the backend. Defaults to `<namespace>-<name>`. Immutable.
+    /// Name of the bucket on the backend. Defaults to `<namespace>-<name>-<hash>` (8 hex digits
+    /// of a hash of the namespace and name, so no two S3Buckets share a default). Immutable.
     /// S3 rules apply: 3-63 characters of lowercase letters, digits, hyphens and dots, starting and
     /// ending with a letter or digit, no two dots in a row, and not shaped like an IP address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -226,4 +229,25 @@ pub struct S3BucketStatus {
     /// The `metadata.generation` this status reflects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+impl S3Bucket {
+    /// The bucket's name on the backend: `spec.bucketName`, else the name keeper recorded
+    /// (`status.bucketName`, or the create intent written before the create), else the default
+    /// for the namespace and name. The recorded name comes before the default so that a default
+    /// that changes between releases never moves an existing bucket.
+    pub fn backend_name(&self) -> String {
+        let status = self.status.as_ref();
+        self.spec
+            .bucket_name
+            .clone()
+            .or_else(|| status.and_then(|s| s.bucket_name.clone()))
+            .or_else(|| status.and_then(|s| s.create_intent.clone()))
+            .unwrap_or_else(|| {
+                default_bucket_name(
+                    self.metadata.namespace.as_deref().unwrap_or_default(),
+                    self.metadata.name.as_deref().unwrap_or_default(),
+                )
+            })
+    }
 }

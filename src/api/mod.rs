@@ -43,6 +43,34 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_buckets_backend_name_is_its_spec_then_what_keeper_recorded_then_the_default() {
+        let mut bucket = S3Bucket::new(
+            "media",
+            serde_json::from_value(serde_json::json!({"tenantRef": {"name": "t"}})).unwrap(),
+        );
+        bucket.metadata.namespace = Some("team-a".into());
+        assert_eq!(
+            bucket.backend_name(),
+            names::default_bucket_name("team-a", "media")
+        );
+        // Created before the create was recorded: the intent names it.
+        bucket.status = Some(S3BucketStatus {
+            create_intent: Some("team-a-media".into()),
+            ..S3BucketStatus::default()
+        });
+        assert_eq!(bucket.backend_name(), "team-a-media");
+        // Recorded by an older keeper, whose default was `<namespace>-<name>`: it stays.
+        bucket.status = Some(S3BucketStatus {
+            bucket_name: Some("team-a-media".into()),
+            create_intent: Some("other".into()),
+            ..S3BucketStatus::default()
+        });
+        assert_eq!(bucket.backend_name(), "team-a-media");
+        bucket.spec.bucket_name = Some("assets".into());
+        assert_eq!(bucket.backend_name(), "assets");
+    }
+
     fn spec<T: serde::de::DeserializeOwned>(yaml: &str) -> T {
         serde_yaml::from_str(yaml).unwrap()
     }

@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use sha2::{Digest, Sha256};
+
 /// The finalizer on every S3Tenant: its account is cleaned up before the object goes.
 pub const TENANT_FINALIZER: &str = "keeper.dev/tenant-cleanup";
 /// The finalizer on every S3Bucket: its bucket and keys are cleaned up before the object goes.
@@ -103,9 +105,39 @@ fn is_dotted_quad(name: &str) -> bool {
             .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// The bucket name keeper uses when the spec names none: `<namespace>-<name>`.
+/// The bucket name keeper uses when the spec names none: `<namespace>-<name>-<hash>` (see
+/// [`with_identity_hash`]), at most 63 characters. Namespaces and resource names are already
+/// lowercase letters, digits, `-` and `.`, so nothing needs replacing.
 pub fn default_bucket_name(namespace: &str, name: &str) -> String {
-    format!("{namespace}-{name}")
+    with_identity_hash(
+        &format!("{namespace}-{name}"),
+        namespace,
+        name,
+        MAX_BUCKET_NAME,
+    )
+}
+
+/// The longest name S3 and StorageGRID accept for a bucket.
+const MAX_BUCKET_NAME: usize = 63;
+
+/// `readable` cut to fit `max` characters and followed by `-` and 8 hex digits of the SHA-256
+/// of `<namespace>/<name>`. The hash is not only for shortening: joining a namespace and a name
+/// with `-` is ambiguous (`a-b/c` and `a/b-c`), and two resources must never be given the same
+/// backend name. A cut that ends in `-` or `.` is trimmed (neither may end a name).
+pub fn with_identity_hash(readable: &str, namespace: &str, name: &str, max: usize) -> String {
+    const HASH_LEN: usize = 8;
+    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    let hash: String = digest
+        .iter()
+        .take(HASH_LEN / 2)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut base = readable.to_string();
+    base.truncate(max - HASH_LEN - 1);
+    while base.ends_with(['-', '.']) {
+        base.pop();
+    }
+    format!("{base}-{hash}")
 }
 
 /// A duration string that does not parse.
@@ -196,6 +228,37 @@ pub fn parse_quantity_bytes(value: &str) -> Result<u64, InvalidQuantity> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_bucket_names_keep_ambiguous_joins_apart_and_are_valid() {
+        // `a-b/c` and `a/b-c` both joined to `a-b-c` before the hash.
+        assert_ne!(
+            default_bucket_name("a-b", "c"),
+            default_bucket_name("a", "b-c")
+        );
+        // The value is part of the contract: a bucket not yet recorded in status is looked for
+        // under it after an upgrade, so it never changes between releases.
+        assert_eq!(
+            default_bucket_name("team-a", "media"),
+            "team-a-media-c9f94268"
+        );
+        let long = "n".repeat(63);
+        for (namespace, name) in [
+            ("team-a", "media"),
+            (long.as_str(), long.as_str()),
+            ("ns", "logs.2026"),
+            ("ns", &format!("{}.{}", "x".repeat(50), "y".repeat(20))),
+        ] {
+            let bucket = default_bucket_name(namespace, name);
+            assert_eq!(validate_bucket_name(&bucket), Ok(()), "{bucket}");
+            assert!(bucket.len() <= 63, "{bucket}");
+        }
+        let prefix = "x".repeat(80);
+        assert_ne!(
+            default_bucket_name("ns", &format!("{prefix}1")),
+            default_bucket_name("ns", &format!("{prefix}2"))
+        );
+    }
 
     #[test]
     fn valid_bucket_names_pass() {

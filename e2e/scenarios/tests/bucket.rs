@@ -71,11 +71,7 @@ async fn delete_blocked_then_drained_and_gone(env: &Env, ns: &str, provider: &st
         ready,
     );
     let name = obj["status"]["bucketName"].as_str().unwrap().to_string();
-    assert_eq!(
-        name,
-        format!("{ns}-big"),
-        "the default bucket name is <namespace>-<name>"
-    );
+    assert_default_name(&name, ns, "big");
     let creds = secret_data(env, ns, "big-credentials").unwrap();
     for key in [
         "accessKeyId",
@@ -155,6 +151,45 @@ async fn delete_blocked_then_drained_and_gone(env: &Env, ns: &str, provider: &st
     let root = client_for(&tenant_creds);
     let head = root.head_bucket().bucket(&name).send().await;
     assert!(head.is_err(), "the bucket is gone from the backend");
+}
+
+/// The default bucket name: `<namespace>-<name>-` and 8 hex digits of a hash of both.
+fn assert_default_name(bucket: &str, ns: &str, name: &str) {
+    let hash = bucket.strip_prefix(&format!("{ns}-{name}-"));
+    assert!(
+        hash.is_some_and(|h| h.len() == 8 && h.bytes().all(|b| b.is_ascii_hexdigit())),
+        "the default bucket name is <namespace>-<name>-<hash>, got {bucket}"
+    );
+}
+
+/// `a/b-c` and `a-b/c` joined with `-` are the same text: the default names must still differ,
+/// so both get a bucket of their own (before, the second was refused `BucketOwnedElsewhere`).
+#[tokio::test(flavor = "multi_thread")]
+async fn default_bucket_names_of_namespaces_joining_to_the_same_text_differ() {
+    let env = Env::from_env().unwrap();
+    let first = env.namespace("e2e-nm").unwrap();
+    let second = env.namespace(&format!("{}-x", first.name)).unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    // first/x-<rest>-y and second/y both join to `<second>-y`.
+    let long_name = format!("{}-y", &second.name[first.name.len() + 1..]);
+    let mut names = Vec::new();
+    for (ns, name) in [(&first.name, long_name.as_str()), (&second.name, "y")] {
+        assert_eq!(format!("{ns}-{name}"), format!("{}-y", second.name));
+        ready_tenant(&env, ns, "t", "s3");
+        env.apply(ns, &bucket(name, "t", "")).unwrap();
+        let obj = wait_for(
+            &env,
+            ns,
+            &format!("s3bucket/{name}"),
+            "Ready",
+            Duration::from_secs(60),
+            ready,
+        );
+        let bucket_name = obj["status"]["bucketName"].as_str().unwrap().to_string();
+        assert_default_name(&bucket_name, ns, name);
+        names.push(bucket_name);
+    }
+    assert_ne!(names[0], names[1], "each S3Bucket has a bucket of its own");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -54,7 +54,8 @@ impl Requeue for Report {
 }
 
 const UID: &str = "uid-1";
-const NAME: &str = "ns-b";
+/// The backend name of [`s3bucket`]: `default_bucket_name("ns", "b")`.
+const NAME: &str = "ns-b-887dba89";
 
 fn s3bucket() -> S3Bucket {
     let mut b = crate::test_support::bucket_with(

@@ -141,7 +141,7 @@ pub async fn bucket_resources(
 ) -> Result<Vec<(String, String)>, kube::Error> {
     let api: Api<S3Bucket> = Api::namespaced(client.clone(), namespace);
     let buckets = api.list(&ListParams::default()).await?.items;
-    Ok(plan::tenant_buckets(&buckets, namespace, tenant))
+    Ok(plan::tenant_buckets(&buckets, tenant))
 }
 
 /// The tenant an S3Bucket belongs to: a bucket's change (above all its deletion) re-checks it.

@@ -5,7 +5,6 @@ use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
 use crate::api::names::BUCKET_FINALIZER;
-use crate::api::names::default_bucket_name;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
 use crate::config::{BucketKeys, Provider};
 
@@ -253,27 +252,17 @@ pub fn bucket_trigger_key(bucket: &S3Bucket) -> u64 {
     hasher.finish()
 }
 
-/// The S3Bucket resources among `buckets` (of `namespace`) that hold `tenant`, sorted: (resource
-/// name, bucket name on the backend). The controller (from its cache) and the admission webhook
+/// The S3Bucket resources among `buckets` (of the tenant's namespace) that hold `tenant`, sorted:
+/// (resource name, bucket name on the backend). The controller (from its cache) and the admission webhook
 /// (from the API) both ask this.
 pub fn tenant_buckets<'a>(
     buckets: impl IntoIterator<Item = &'a S3Bucket>,
-    namespace: &str,
     tenant: &str,
 ) -> Vec<(String, String)> {
     let mut found: Vec<(String, String)> = buckets
         .into_iter()
         .filter(|b| holds_tenant(b, tenant))
-        .map(|b| {
-            let name = b.name_any();
-            let bucket = b
-                .status
-                .as_ref()
-                .and_then(|s| s.bucket_name.clone())
-                .or_else(|| b.spec.bucket_name.clone())
-                .unwrap_or_else(|| default_bucket_name(namespace, &name));
-            (name, bucket)
-        })
+        .map(|b| (b.name_any(), b.backend_name()))
         .collect();
     found.sort();
     found

@@ -305,7 +305,6 @@ async fn bucket_resources<B: Backends>(
     let buckets = cx.kube().buckets(&namespace).await?;
     Ok(plan::tenant_buckets(
         buckets.iter().map(|b| b.as_ref()),
-        &namespace,
         &tenant.name_any(),
     ))
 }

@@ -30,9 +30,7 @@ use super::plan::lifecycle::{self, Adoption, TenantGate};
 use super::plan::ready::{self, KeysVerdict, Usable};
 use super::plan::requests::{self, Kind, Request};
 use super::{ADOPT_ANNOTATION, Error, S3BucketReconciler, USAGE_REFRESH};
-use crate::api::names::{
-    bucket_credentials_secret_name, default_bucket_name, validate_bucket_name,
-};
+use crate::api::names::{bucket_credentials_secret_name, validate_bucket_name};
 use crate::api::{BucketPhase, S3Bucket, S3BucketStatus};
 use crate::backends::s3::OwnerMark;
 use crate::config::AdoptionScope;
@@ -278,11 +276,7 @@ async fn resolve<'a, C: Connect>(
                 tenant.spec.provider
             ),
         })?;
-    let bucket = obj
-        .spec
-        .bucket_name
-        .clone()
-        .unwrap_or_else(|| default_bucket_name(&namespace, &obj.name_any()));
+    let bucket = obj.backend_name();
     validate_bucket_name(&bucket).map_err(|e| Error::Invalid {
         reason: "InvalidBucketName",
         message: e.to_string(),

@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 
+use super::NAME;
 use super::fake::Fake;
 use super::flow::{Cx, context, finalized, started, status_patches};
 use crate::api::{DrainMode, S3Bucket, S3BucketStatus, TenantPhase};
@@ -306,11 +307,11 @@ async fn a_bucket_whose_keys_cannot_be_set_up_is_still_recorded_as_ours() {
     let (kube, fake, cx) = context(fake, TenantPhase::Ready);
     let failed = testing::reconcile(&cx, finalized()).await;
     assert!(failed.is_err(), "the keys failed: {failed:?}");
-    assert!(fake.bucket("ns-b").is_some(), "the bucket was created");
+    assert!(fake.bucket(NAME).is_some(), "the bucket was created");
     let recorded = stored(&kube);
     assert_eq!(
         recorded.status.as_ref().unwrap().bucket_name.as_deref(),
-        Some("ns-b"),
+        Some(NAME),
         "{:?}",
         status_patches(&kube)
     );

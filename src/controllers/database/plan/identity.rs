@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use rand::Rng;
-use sha2::{Digest, Sha256};
 
+use crate::api::names::with_identity_hash;
 use crate::api::{CloudDatabase, CloudDatabaseSpec, DatabaseEndpoint, Engine};
 use crate::backends::rds::Password;
 
@@ -23,14 +23,6 @@ const PASSWORD_CHARSET: &[u8] =
 /// shortening: joining with `-` is ambiguous (`a-b/c` and `a/b-c`), and two resources must
 /// never map to the same instance.
 pub fn instance_identifier(namespace: &str, name: &str) -> String {
-    const MAX: usize = 63;
-    const HASH_LEN: usize = 8;
-    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
-    let hash: String = digest
-        .iter()
-        .take(HASH_LEN / 2)
-        .map(|b| format!("{b:02x}"))
-        .collect();
     let mut base = String::new();
     for c in format!("{namespace}-{name}").chars() {
         let c = if c.is_ascii_alphanumeric() {
@@ -46,11 +38,7 @@ pub fn instance_identifier(namespace: &str, name: &str) -> String {
     if !base.starts_with(|c: char| c.is_ascii_lowercase()) {
         base.insert_str(0, "db-");
     }
-    base.truncate(MAX - HASH_LEN - 1);
-    while base.ends_with('-') {
-        base.pop();
-    }
-    format!("{base}-{hash}")
+    with_identity_hash(&base, namespace, name, 63)
 }
 
 /// A unique final snapshot identifier: `<instanceId>-final-<UTC timestamp>`.
@@ -196,7 +184,11 @@ mod tests {
             assert_valid_rds_identifier(&id);
             assert_eq!(id, instance_identifier(namespace, name));
         }
-        assert!(instance_identifier("shop", "orders").starts_with("shop-orders-"));
+        // Existing instances are found by this name: it never changes between releases.
+        assert_eq!(
+            instance_identifier("shop", "orders"),
+            "shop-orders-644f7b8c"
+        );
         assert!(instance_identifier("1st", "db").starts_with("db-1st-db-"));
     }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::api::names::default_bucket_name;
 
 #[test]
 fn account_names_fit_the_grid_and_long_resource_names_never_collide() {
@@ -282,7 +283,7 @@ fn a_tenants_buckets_are_its_own_resources_with_their_backend_names() {
         bucket("other", "u", None),
     ];
     assert_eq!(
-        tenant_buckets(&buckets, "ns", "t"),
+        tenant_buckets(&buckets, "t"),
         [
             ("logs".to_string(), "custom-logs".to_string()),
             ("media".to_string(), default_bucket_name("ns", "media")),
@@ -308,11 +309,11 @@ fn a_tenants_buckets_are_its_own_resources_with_their_backend_names() {
     deleting[0].metadata.finalizers =
         Some(vec!["example.com/audit".into(), BUCKET_FINALIZER.into()]);
     assert_eq!(
-        tenant_buckets(&deleting, "ns", "t"),
+        tenant_buckets(&deleting, "t"),
         [("media".to_string(), default_bucket_name("ns", "media"))]
     );
     deleting[0].metadata.finalizers = None;
-    assert!(tenant_buckets(&deleting, "ns", "t").is_empty());
+    assert!(tenant_buckets(&deleting, "t").is_empty());
 }
 
 #[test]
