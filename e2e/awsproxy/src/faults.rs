@@ -14,11 +14,15 @@
 //!
 //! Faults: `"500"` (S3 `InternalError`, IAM/RDS `InternalFailure`), `"503"` (`ServiceUnavailable`),
 //! `"throttle"` (S3 503 `SlowDown`, IAM/RDS 400 `Throttling` "Rate exceeded"), `"drop"` (the
-//! connection is closed before the call reaches moto: nothing happened) and `"lost"` (the call is
+//! connection is closed before the call reaches moto: nothing happened), `"lost"` (the call is
 //! forwarded and moto acts, then the connection is closed without an answer: the create
-//! succeeded, the client never heard). Error bodies are the XML AWS sends: S3's `<Error>`, the
-//! Query API's `<ErrorResponse>`. The first rule that matches a call decides for it; moto's own
-//! API (`/moto-api/...`) is never faulted.
+//! succeeded, the client never heard) and a named error, `{"code": "LimitExceeded", "status":
+//! 409, "message": "Cannot exceed quota for UsersPerAccount: 5000"}` (status 400..=599, message
+//! optional): the answer AWS gives for that error code, which moto does not emulate (IAM's
+//! `LimitExceeded` and `DeleteConflict` are 409s). Error bodies are the XML AWS sends: S3's
+//! `<Error>`, the Query API's `<ErrorResponse>` (`Type` `Sender` below 500, `Receiver` from 500).
+//! The first rule that matches a call decides for it; moto's own API (`/moto-api/...`) is never
+//! faulted. `GET` counts each rule's faults by name (the error code for a named error).
 
 use crate::classify::Call;
 use bytes::Bytes;
@@ -26,25 +30,101 @@ use http::{Response, StatusCode, header};
 use http_body_util::Full;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// How a faulted call fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
-    #[serde(rename = "500")]
+    /// `"500"`
     InternalError,
-    #[serde(rename = "503")]
+    /// `"503"`
     Unavailable,
-    #[serde(rename = "throttle")]
+    /// `"throttle"`
     Throttle,
-    #[serde(rename = "drop")]
+    /// `"drop"`
     Drop,
-    #[serde(rename = "lost")]
+    /// `"lost"`
     Lost,
+    /// `{"code": ..., "status": ..., "message": ...}`
+    Named(NamedError),
+}
+
+/// An AWS error by its code, answered as AWS answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NamedError {
+    pub code: String,
+    pub status: u16,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// The names of the faults that are not named errors.
+const FAULT_NAMES: [(&str, Fault); 5] = [
+    ("500", Fault::InternalError),
+    ("503", Fault::Unavailable),
+    ("throttle", Fault::Throttle),
+    ("drop", Fault::Drop),
+    ("lost", Fault::Lost),
+];
+
+impl Fault {
+    /// What the counters and the call log call it: its name, or a named error's code.
+    pub fn label(&self) -> &str {
+        match self {
+            Fault::Named(e) => &e.code,
+            other => FAULT_NAMES
+                .iter()
+                .find(|(_, f)| f == other)
+                .map_or("?", |(name, _)| name),
+        }
+    }
+}
+
+impl Serialize for Fault {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Fault::Named(e) => e.serialize(s),
+            other => s.serialize_str(other.label()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Fault {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Fault, D::Error> {
+        use serde::de::Error;
+        match Value::deserialize(d)? {
+            Value::String(name) => FAULT_NAMES
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, f)| f.clone())
+                .ok_or_else(|| {
+                    D::Error::custom(format!(
+                        "unknown fault {name:?}: one of \"500\", \"503\", \"throttle\", \"drop\", \"lost\" or {{\"code\": ..., \"status\": ...}}"
+                    ))
+                }),
+            other => {
+                let e: NamedError = serde_json::from_value(other).map_err(D::Error::custom)?;
+                if !(400..=599).contains(&e.status) {
+                    return Err(D::Error::custom(format!(
+                        "error {}: status {} is not an error status (400..=599)",
+                        e.code, e.status
+                    )));
+                }
+                if e.code.is_empty() || !e.code.chars().all(|c| c.is_ascii_alphanumeric() || c == '.') {
+                    return Err(D::Error::custom(format!(
+                        "error code {:?} is not an AWS error code (letters and digits)",
+                        e.code
+                    )));
+                }
+                Ok(Fault::Named(e))
+            }
+        }
+    }
 }
 
 /// One rule (see the module documentation).
@@ -109,7 +189,8 @@ impl Settings {
 #[derive(Debug, Clone, Default, Serialize)]
 struct Counters {
     matched: u64,
-    faulted: BTreeMap<Fault, u64>,
+    /// By [`Fault::label`].
+    faulted: BTreeMap<String, u64>,
 }
 
 struct Inner {
@@ -167,9 +248,12 @@ impl Faults {
         let rule = &inner.rules[i];
         inner.counters[i].matched += 1;
         let fault = (rule.share > 0.0 && inner.rng.random_bool(rule.share))
-            .then(|| rule.faults[inner.rng.random_range(0..rule.faults.len())]);
-        if let Some(f) = fault {
-            *inner.counters[i].faulted.entry(f).or_default() += 1;
+            .then(|| rule.faults[inner.rng.random_range(0..rule.faults.len())].clone());
+        if let Some(f) = &fault {
+            *inner.counters[i]
+                .faulted
+                .entry(f.label().to_string())
+                .or_default() += 1;
         }
         Decision {
             latency: Duration::from_millis(rule.latency_ms),
@@ -185,7 +269,7 @@ impl Faults {
 
 /// The answer AWS gives for an error fault (`None` for the connection faults).
 pub fn error_response(
-    fault: Fault,
+    fault: &Fault,
     call: &Call,
     path: &str,
     head: bool,
@@ -210,12 +294,22 @@ pub fn error_response(
         ),
         (Fault::Throttle, false) => (503, "SlowDown", "Please reduce your request rate."),
         (Fault::Throttle, true) => (400, "Throttling", "Rate exceeded"),
+        (Fault::Named(e), _) => (
+            e.status,
+            e.code.as_str(),
+            if e.message.is_empty() {
+                e.code.as_str()
+            } else {
+                e.message.as_str()
+            },
+        ),
     };
     let body = if query {
         query_error(&call.service, status < 500, code, message)
     } else {
         format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
+            xml_escape(message),
             xml_escape(path),
             request_id()
         )
@@ -308,12 +402,115 @@ mod tests {
         assert!(err(r#"{"rules": [{"share": 0.5}]}"#).contains("needs faults"));
         assert!(err(r#"{"rules": [{"share": 0.5, "faults": ["404"]}]}"#).contains("404"));
         assert!(err(r#"{"rules": [{"action": "x"}]}"#).contains("action"));
+        let named = |fault: &str| {
+            err(&format!(
+                r#"{{"rules": [{{"share": 1, "faults": [{fault}]}}]}}"#
+            ))
+        };
+        assert!(named(r#"{"code": "LimitExceeded", "status": 200}"#).contains("status 200"));
+        assert!(
+            named(r#"{"code": "Limit Exceeded", "status": 409}"#).contains("not an AWS error code")
+        );
+        assert!(named(r#"{"code": "LimitExceeded"}"#).contains("status"));
+        assert!(named(r#"{"code": "X", "status": 409, "type": "Sender"}"#).contains("type"));
+    }
+
+    #[test]
+    fn a_named_error_is_parsed_shown_and_counted_by_its_code() {
+        let settings = Settings::parse(
+            br#"{"seed": 1, "rules": [{"service": "iam", "actions": ["CreateUser"], "share": 1, "faults": [{"code": "LimitExceeded", "status": 409, "message": "Cannot exceed quota for UsersPerAccount: 5000"}]}]}"#,
+        )
+        .unwrap();
+        let faults = Faults::new(settings);
+        let fault = faults.decide(&call("iam", "CreateUser")).fault.unwrap();
+        assert_eq!(fault.label(), "LimitExceeded");
+        let shown = faults.describe();
+        assert_eq!(shown["rules"][0]["faults"][0]["code"], "LimitExceeded");
+        assert_eq!(
+            shown["counters"][0]["faulted"]["LimitExceeded"], 1,
+            "{shown}"
+        );
+        // What `GET` shows can be put back as it is.
+        let again = json!({"rules": shown["rules"]}).to_string();
+        assert_eq!(
+            Settings::parse(again.as_bytes()).unwrap().rules[0].faults,
+            [fault]
+        );
+    }
+
+    fn body_of(answer: Response<Full<Bytes>>) -> String {
+        use http_body_util::BodyExt;
+        let Ok(collected) = ready_now(answer.into_body().collect());
+        let bytes = collected.to_bytes();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    /// The body of a `Full` is ready at once: one poll collects it.
+    fn ready_now<F: std::future::Future>(f: F) -> F::Output {
+        let mut f = std::pin::pin!(f);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(out) => out,
+            std::task::Poll::Pending => panic!("a full body is ready at once"),
+        }
+    }
+
+    #[test]
+    fn a_named_error_answers_with_its_status_code_and_message_per_api() {
+        let named = |status, message: &str| {
+            Fault::Named(NamedError {
+                code: "DeleteConflict".into(),
+                status,
+                message: message.into(),
+            })
+        };
+        let conflict = named(409, "Cannot delete entity, must detach all policies first.");
+        let iam = error_response(&conflict, &call("iam", "DeleteUser"), "/", false).unwrap();
+        assert_eq!(iam.status(), 409);
+        let body = body_of(iam);
+        assert!(
+            body.starts_with("<ErrorResponse xmlns=\"https://iam.amazonaws.com/doc/2010-05-08/\">"),
+            "{body}"
+        );
+        assert!(body.contains("<Type>Sender</Type><Code>DeleteConflict</Code><Message>Cannot delete entity, must detach all policies first.</Message>"), "{body}");
+        let s3 = error_response(
+            &named(503, "a <b>"),
+            &call("s3", "PutObject"),
+            "/b/k",
+            false,
+        )
+        .unwrap();
+        assert_eq!(s3.status(), 503);
+        let body = body_of(s3);
+        assert!(body.contains("<Error><Code>DeleteConflict</Code><Message>a &lt;b&gt;</Message><Resource>/b/k</Resource>"), "{body}");
+        // Without a message, the code stands for it; from 500 it is the receiver's fault.
+        let body = body_of(
+            error_response(
+                &named(500, ""),
+                &call("rds", "CreateDBInstance"),
+                "/",
+                false,
+            )
+            .unwrap(),
+        );
+        assert!(
+            body.contains(
+                "<Type>Receiver</Type><Code>DeleteConflict</Code><Message>DeleteConflict</Message>"
+            ),
+            "{body}"
+        );
+        // A HEAD answer has no body.
+        let head = error_response(&conflict, &call("s3", "HeadBucket"), "/b", true).unwrap();
+        assert_eq!(
+            (head.status().as_u16(), body_of(head)),
+            (409, String::new())
+        );
     }
 
     #[test]
     fn errors_have_the_shape_aws_sends() {
         let throttled = error_response(
-            Fault::Throttle,
+            &Fault::Throttle,
             &call("rds", "CreateDBInstance"),
             "/",
             false,
@@ -321,8 +518,8 @@ mod tests {
         .unwrap();
         assert_eq!(throttled.status(), 400);
         let slow =
-            error_response(Fault::Throttle, &call("s3", "PutObject"), "/b/k", false).unwrap();
+            error_response(&Fault::Throttle, &call("s3", "PutObject"), "/b/k", false).unwrap();
         assert_eq!(slow.status(), 503);
-        assert!(error_response(Fault::Lost, &call("s3", "PutObject"), "/b/k", false).is_none());
+        assert!(error_response(&Fault::Lost, &call("s3", "PutObject"), "/b/k", false).is_none());
     }
 }

@@ -5,8 +5,9 @@
 //! signatures still verify, and body) and can
 //!
 //! - inject faults by share, per service (`s3`, `iam`, `rds`) and action: 500/503, S3 `SlowDown`,
-//!   IAM/RDS `Throttling` with the XML bodies AWS sends, connections dropped before the call
-//!   reaches moto, and answers lost after moto acted (module [`faults`]);
+//!   IAM/RDS `Throttling`, any AWS error by its code and status (IAM's `LimitExceeded`,
+//!   `DeleteConflict`) with the XML bodies AWS sends, connections dropped before the call reaches
+//!   moto, and answers lost after moto acted (module [`faults`]);
 //! - give RDS instances `creating` → `backing-up` → `available`, `modifying` and `deleting`
 //!   phases of configurable length (module [`rds`]).
 //!
@@ -27,7 +28,9 @@
 //! - `GET|PUT /_awsproxy/rds`: phase lengths in milliseconds,
 //!   `{"creating": 2000, "backingUp": 2000, "modifying": 2000, "deleting": 2000}`.
 //! - `GET|DELETE /_awsproxy/calls`: calls by service and action since the last reset (see
-//!   [`calls`]), `{"calls": {"s3": {"CreateBucket": 2}}, "total": 2}`.
+//!   [`calls`]), `{"calls": {"s3": {"CreateBucket": 2}}, "total": 2}`; `GET
+//!   /_awsproxy/calls/log`: the last calls with when they arrived and the fault they got,
+//!   `{"log": [{"atMs": 1700000000000, "service": "iam", "action": "CreateUser", "fault": "LimitExceeded"}]}`.
 
 pub mod calls;
 pub mod classify;
@@ -195,24 +198,20 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Full<B
         &parts.headers,
         &body,
     );
-    ctx.calls.count(&call);
     let decision = ctx.faults.decide(&call);
+    ctx.calls.record(&call, decision.fault.as_ref());
     if !decision.latency.is_zero() {
         tokio::time::sleep(decision.latency).await;
     }
     let head = parts.method == Method::HEAD;
-    match decision.fault {
+    match &decision.fault {
         Some(faults::Fault::Drop) => return Err(Dropped),
-        Some(
-            fault @ (faults::Fault::InternalError
-            | faults::Fault::Unavailable
-            | faults::Fault::Throttle),
-        ) => {
+        Some(faults::Fault::Lost) | None => {}
+        Some(fault) => {
             if let Some(answer) = faults::error_response(fault, &call, &path, head) {
                 return Ok(answer);
             }
         }
-        Some(faults::Fault::Lost) | None => {}
     }
     let rds = call.service == "rds";
     if rds && let Some(refusal) = ctx.rds.refuse(&call) {
@@ -273,7 +272,7 @@ async fn handle(ctx: Arc<Ctx>, req: Request<Incoming>) -> Result<Response<Full<B
     Ok(Response::from_parts(parts, Full::new(body)))
 }
 
-/// `/_awsproxy/faults` and `/_awsproxy/rds`.
+/// `/_awsproxy/faults`, `/_awsproxy/rds` and `/_awsproxy/calls`.
 fn debug(ctx: &Ctx, method: &Method, path: &str, body: &[u8]) -> Response<Full<Bytes>> {
     match (method.clone(), path) {
         (Method::GET, "faults") => plain(StatusCode::OK, ctx.faults.describe()),
@@ -289,6 +288,7 @@ fn debug(ctx: &Ctx, method: &Method, path: &str, body: &[u8]) -> Response<Full<B
             plain(StatusCode::OK, ctx.faults.describe())
         }
         (Method::GET, "calls") => plain(StatusCode::OK, ctx.calls.describe()),
+        (Method::GET, "calls/log") => plain(StatusCode::OK, ctx.calls.log()),
         (Method::DELETE, "calls") => {
             ctx.calls.reset();
             plain(StatusCode::OK, ctx.calls.describe())
@@ -306,7 +306,7 @@ fn debug(ctx: &Ctx, method: &Method, path: &str, body: &[u8]) -> Response<Full<B
         },
         _ => plain(
             StatusCode::NOT_FOUND,
-            json!({"error": "GET|PUT|DELETE /_awsproxy/faults, GET|PUT /_awsproxy/rds, GET|DELETE /_awsproxy/calls"}),
+            json!({"error": "GET|PUT|DELETE /_awsproxy/faults, GET|PUT /_awsproxy/rds, GET|DELETE /_awsproxy/calls, GET /_awsproxy/calls/log"}),
         ),
     }
 }

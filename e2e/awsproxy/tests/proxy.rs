@@ -40,6 +40,18 @@ impl Stack {
         v
     }
 
+    async fn get(&self, what: &str) -> Value {
+        let url = format!("{}/_awsproxy/{what}", self.proxy.url());
+        let r = self.http.get(url).send().await.unwrap();
+        r.json().await.unwrap()
+    }
+
+    async fn delete(&self, what: &str) {
+        let url = format!("{}/_awsproxy/{what}", self.proxy.url());
+        let r = self.http.delete(url).send().await.unwrap();
+        assert!(r.status().is_success(), "{}", r.status());
+    }
+
     async fn sdk(endpoint: &str) -> aws_config::SdkConfig {
         aws_config::defaults(aws_config::BehaviorVersion::latest())
             .endpoint_url(endpoint)
@@ -454,4 +466,122 @@ async fn calls_are_counted_by_service_and_action_until_reset() {
         .await
         .unwrap();
     assert_eq!(calls(&s).await["total"], 0);
+}
+
+#[tokio::test]
+async fn named_iam_errors_reach_the_sdk_as_aws_sends_them_and_moto_never_acts() {
+    let s = Stack::start().await;
+    let iam = s.iam().await;
+    iam.create_user().user_name("kept").send().await.unwrap();
+    s.put(
+        "faults",
+        json!({"rules": [
+            {"service": "iam", "actions": ["CreateUser"], "share": 1.0, "faults": [
+                {"code": "LimitExceeded", "status": 409, "message": "Cannot exceed quota for UsersPerAccount: 5000"}]},
+            {"service": "iam", "actions": ["DeleteUser"], "share": 1.0, "faults": [
+                {"code": "DeleteConflict", "status": 409, "message": "Cannot delete entity, must detach all policies first."}]},
+            {"service": "s3", "actions": ["CreateBucket"], "share": 1.0, "faults": [
+                {"code": "TooManyBuckets", "status": 400}]},
+        ]}),
+    )
+    .await;
+
+    let e = iam
+        .create_user()
+        .user_name("one-too-many")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.raw_response().unwrap().status().as_u16(), 409);
+    let service = e.into_service_error();
+    assert!(service.is_limit_exceeded_exception(), "{service:?}");
+    assert_eq!(
+        service.message(),
+        Some("Cannot exceed quota for UsersPerAccount: 5000")
+    );
+    let e = iam
+        .delete_user()
+        .user_name("kept")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.raw_response().unwrap().status().as_u16(), 409);
+    assert!(
+        e.into_service_error().is_delete_conflict_exception(),
+        "DeleteConflict"
+    );
+    let e = s
+        .s3()
+        .await
+        .create_bucket()
+        .bucket("refused")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some("TooManyBuckets"), "{e:?}");
+    assert_eq!(e.message(), Some("TooManyBuckets"), "the code stands in");
+
+    // Refused before moto: nothing was created, nothing deleted.
+    s.delete("faults").await;
+    let users: Vec<String> = iam
+        .list_users()
+        .send()
+        .await
+        .unwrap()
+        .users()
+        .iter()
+        .map(|u| u.user_name().to_string())
+        .collect();
+    assert_eq!(users, ["kept"]);
+    assert!(!s.moto_has_bucket("refused").await);
+}
+
+#[tokio::test]
+async fn the_call_log_shows_when_each_call_came_and_what_it_got() {
+    let s = Stack::start().await;
+    s.put(
+        "faults",
+        json!({"rules": [{"service": "iam", "actions": ["CreateUser"], "share": 1.0,
+                          "faults": [{"code": "LimitExceeded", "status": 409}]}]}),
+    )
+    .await;
+    let iam = s.iam().await;
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(iam.create_user().user_name("a").send().await.is_err());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(iam.create_user().user_name("a").send().await.is_err());
+    iam.list_users().send().await.unwrap();
+    let got = s.get("calls/log").await["log"].as_array().unwrap().clone();
+    let entries: Vec<(&str, &str, &Value)> = got
+        .iter()
+        .map(|c| {
+            (
+                c["service"].as_str().unwrap(),
+                c["action"].as_str().unwrap(),
+                &c["fault"],
+            )
+        })
+        .collect();
+    let limit = Value::from("LimitExceeded");
+    assert_eq!(
+        entries,
+        [
+            ("iam", "CreateUser", &limit),
+            ("iam", "CreateUser", &limit),
+            ("iam", "ListUsers", &Value::Null)
+        ]
+    );
+    let at: Vec<u64> = got.iter().map(|c| c["atMs"].as_u64().unwrap()).collect();
+    assert!(at[0] >= before, "{got:?}");
+    assert!(
+        at[1] - at[0] >= 300,
+        "the wait shows between the attempts: {at:?}"
+    );
+    assert!(at[2] >= at[1]);
+    // Reset with the counts.
+    s.delete("calls").await;
+    assert_eq!(s.get("calls/log").await["log"], json!([]));
 }

@@ -1169,6 +1169,25 @@ pub fn wait_for(
     obj
 }
 
+/// Applies S3Tenant `name` on `provider` and waits until it is Ready; returns it.
+pub fn ready_tenant(env: &Env, namespace: &str, name: &str, provider: &str) -> Value {
+    env.apply(
+        namespace,
+        &format!(
+            "apiVersion: keeper.dev/v1alpha1\nkind: S3Tenant\nmetadata:\n  name: {name}\nspec:\n  provider: {provider}\n"
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{e:#}"));
+    wait_for(
+        env,
+        namespace,
+        &format!("s3tenant/{name}"),
+        "Ready",
+        Duration::from_secs(60),
+        |t| condition_is(t, "Ready", "True"),
+    )
+}
+
 /// Whether the object has condition `type_` with `status` (`"True"` or `"False"`).
 pub fn condition_is(obj: &Value, type_: &str, status: &str) -> bool {
     condition(obj, type_).is_some_and(|c| c["status"] == status)

@@ -12,7 +12,7 @@ use std::time::Duration;
 use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
 use keeper_e2e_scenarios::{
     Env, Keeper, client_for, condition, condition_is, iam_client, iam_users_of, put_objects,
-    tenant_wide_credentials, wait_for,
+    ready_tenant, tenant_wide_credentials, wait_for,
 };
 use serde_json::Value;
 
@@ -66,19 +66,6 @@ fn adoption_config(env: &Env, namespace: &str) -> std::path::PathBuf {
     path
 }
 
-fn ready_tenant(env: &Env, ns: &str) {
-    env.apply(ns, &manifest("S3Tenant", "t", "", "  provider: s3\n"))
-        .unwrap();
-    wait_for(
-        env,
-        ns,
-        "s3tenant/t",
-        "Ready",
-        Duration::from_secs(60),
-        |o| condition_is(o, "Ready", "True"),
-    );
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn adoption_is_allowed_only_from_the_namespaces_the_provider_names() {
     let env = Env::from_env().unwrap();
@@ -87,8 +74,8 @@ async fn adoption_is_allowed_only_from_the_namespaces_the_provider_names() {
     let mut configured = env.clone();
     configured.keeper_config = adoption_config(&env, &admitted.name);
     let _keeper = Keeper::start(&configured).unwrap();
-    ready_tenant(&env, &admitted.name);
-    ready_tenant(&env, &other.name);
+    ready_tenant(&env, &admitted.name, "t", "s3");
+    ready_tenant(&env, &other.name, "t", "s3");
 
     // Someone's bucket on the store, versioned, with data.
     let store = client_for(&tenant_wide_credentials(&env, &other.name, "t", "s3").unwrap());
