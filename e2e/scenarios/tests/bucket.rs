@@ -170,11 +170,11 @@ async fn default_bucket_names_of_namespaces_joining_to_the_same_text_differ() {
     let first = env.namespace("e2e-nm").unwrap();
     let second = env.namespace(&format!("{}-x", first.name)).unwrap();
     let _keeper = Keeper::start(&env).unwrap();
-    // first/x-<rest>-y and second/y both join to `<second>-y`.
-    let long_name = format!("{}-y", &second.name[first.name.len() + 1..]);
+    // first/x-<rest>-media and second/media both join to `<second>-media`.
+    let long_name = format!("{}-media", &second.name[first.name.len() + 1..]);
     let mut names = Vec::new();
-    for (ns, name) in [(&first.name, long_name.as_str()), (&second.name, "y")] {
-        assert_eq!(format!("{ns}-{name}"), format!("{}-y", second.name));
+    for (ns, name) in [(&first.name, long_name.as_str()), (&second.name, "media")] {
+        assert_eq!(format!("{ns}-{name}"), format!("{}-media", second.name));
         ready_tenant(&env, ns, "t", "s3");
         env.apply(ns, &bucket(name, "t", "")).unwrap();
         let obj = wait_for(
