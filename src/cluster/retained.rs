@@ -142,12 +142,11 @@ pub enum Retained {
     Missing,
 }
 
-/// Keeps `owner`'s Secret `name` (`role`: its name's part after the resource's name; `backend_id`
-/// see [`retained_copy`]) for a
-/// resource retained on deletion: copies it into `operator_namespace` first, then releases it
-/// from `owner`; the copy must exist before the release, so a failed copy fails the whole step
-/// (it is retried) and the Secret stays held. The copy's event goes to keeper's namespace, and
-/// keeper's log says it too.
+/// Keeps `owner`'s Secret `name` (`role`: its name's part after the resource's name; for
+/// `backend_id` see [`retained_copy`]) for a resource retained on deletion: copies it into
+/// `operator_namespace` first, then releases it from `owner`; the copy must exist before the
+/// release, so a failed copy fails the whole step (it is retried) and the Secret stays held. The
+/// copy's event goes to keeper's namespace, and keeper's log says it too.
 pub async fn retain_secret(
     kube: &dyn Kube,
     owner: &Target,
