@@ -275,6 +275,20 @@ impl Kube for KubeApi {
         .boxed()
     }
 
+    fn keep_copy<'a>(&'a self, copy: Secret) -> BoxFuture<'a, Result<Secret, SecretError>> {
+        async move {
+            let namespace = copy.namespace().unwrap_or_default();
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), &namespace);
+            // Read from the API: keeper's caches hold only the Secrets it labels as its own.
+            let existing = api.get_opt(&copy.name_any()).await?;
+            match super::retained::copy_write(existing.clone(), &copy)? {
+                Some(secret) => Ok(write_secret(&api, &secret).await?),
+                None => Ok(existing.expect("nothing to write only over the copy")),
+            }
+        }
+        .boxed()
+    }
+
     fn swap_secret<'a>(
         &'a self,
         owner: &'a Target,

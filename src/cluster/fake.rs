@@ -23,6 +23,7 @@ use super::*;
 pub enum Call {
     ApplySecret { namespace: String, name: String },
     ReleaseSecret { namespace: String, name: String },
+    KeepCopy { namespace: String, name: String },
     DeleteSecret { namespace: String, name: String },
     UnholdSecret { namespace: String, name: String },
     PatchStatus { name: String, patch: Value },
@@ -292,6 +293,31 @@ impl Kube for FakeKube {
                 name: name.to_string(),
             });
             Ok(true)
+        }
+        .boxed()
+    }
+
+    fn keep_copy<'a>(&'a self, copy: Secret) -> BoxFuture<'a, Result<Secret, SecretError>> {
+        async move {
+            let key = (copy.namespace().unwrap_or_default(), copy.name_any());
+            let existing = self.secrets.lock().expect("lock").get(&key).cloned();
+            let Some(mut secret) = super::retained::copy_write(existing.clone(), &copy)? else {
+                return Ok(existing.expect("nothing to write only over the copy"));
+            };
+            self.take_failure().map_err(SecretError::Kube)?;
+            let mut version = self.version.lock().expect("lock");
+            *version += 1;
+            secret.metadata.resource_version = Some(version.to_string());
+            secret.metadata.uid = Some(format!("uid-{}", key.1));
+            self.secrets
+                .lock()
+                .expect("lock")
+                .insert(key.clone(), secret.clone());
+            self.record(Call::KeepCopy {
+                namespace: key.0,
+                name: key.1,
+            });
+            Ok(secret)
         }
         .boxed()
     }

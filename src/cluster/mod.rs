@@ -12,6 +12,7 @@ mod api;
 #[cfg(test)]
 pub mod fake;
 pub mod informer;
+pub mod retained;
 mod secrets;
 #[cfg(test)]
 mod tests;
@@ -159,6 +160,11 @@ pub trait Kube: Send + Sync + 'static {
         owner: &'a Target,
         name: &'a str,
     ) -> BoxFuture<'a, KubeResult<bool>>;
+
+    /// Writes `copy`, a [`retained::retained_copy`] in keeper's namespace, as
+    /// [`retained::copy_write`] decides (created; brought up to date when the copy for the same
+    /// resource exists; never over another Secret). Returns the Secret as it is now.
+    fn keep_copy<'a>(&'a self, copy: Secret) -> BoxFuture<'a, Result<Secret, SecretError>>;
 
     /// Deletes Secret `name` if keeper created it for `owner` (a Secret of that name keeper did
     /// not create is never touched). Returns whether there was one to delete.

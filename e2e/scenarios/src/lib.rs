@@ -1018,6 +1018,40 @@ pub fn moto_recorded_calls(
     Ok(calls)
 }
 
+/// The master password keeper last gave RDS for instance `id` (in a `CreateDBInstance` or a
+/// `ModifyDBInstance`), from moto's recording (see [`moto_start_recording`]).
+pub fn master_password_sent(env: &Env, id: &str) -> anyhow::Result<Option<String>> {
+    Ok(moto_recorded_calls(env)?
+        .into_iter()
+        .filter(|c| {
+            matches!(
+                c["Action"].as_str(),
+                "CreateDBInstance" | "ModifyDBInstance"
+            ) && c.get("DBInstanceIdentifier").map(String::as_str) == Some(id)
+        })
+        .filter_map(|c| c.get("MasterUserPassword").cloned())
+        .next_back())
+}
+
+/// A keeper resource's manifest; `spec` is the body of its spec, indented by two spaces.
+pub fn manifest(kind: &str, name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: keeper.dev/v1alpha1\nkind: {kind}\nmetadata:\n  name: {name}\nspec:\n{spec}"
+    )
+}
+
+/// Waits up to 90 s for `resource` to be `Ready=True` and returns it.
+pub fn wait_ready(env: &Env, namespace: &str, resource: &str) -> Value {
+    wait_for(
+        env,
+        namespace,
+        resource,
+        "Ready",
+        Duration::from_secs(90),
+        |o| condition_is(o, "Ready", "True"),
+    )
+}
+
 /// One API request as kube-apiserver's audit log records it (level Metadata).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ApiRequest {

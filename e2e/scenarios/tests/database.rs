@@ -242,22 +242,14 @@ async fn ten_sigkills_during_creation_and_deletion_leave_one_instance_with_the_s
             })
             .count();
         assert!(creates >= 1, "no CreateDBInstance recorded for {id}");
-        let sent = calls
-            .iter()
-            .filter(|c| {
-                matches!(
-                    c["Action"].as_str(),
-                    "CreateDBInstance" | "ModifyDBInstance"
-                ) && c.get("DBInstanceIdentifier") == Some(&id)
-            })
-            .filter_map(|c| c.get("MasterUserPassword"))
-            .next_back()
+        let sent = keeper_e2e_scenarios::master_password_sent(&env, &id)
+            .unwrap()
             .expect("a password was sent to RDS");
         let secret =
             keeper_e2e_scenarios::secret_data(&env, &ns.name, &format!("{name}-connection"))
                 .unwrap();
         assert_eq!(
-            &secret["password"], sent,
+            secret["password"], sent,
             "the Secret's password is not the instance's"
         );
         uids.push(uid);

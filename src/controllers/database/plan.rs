@@ -15,6 +15,7 @@ pub use identity::{
 use super::{TAG_NAME, TAG_NAMESPACE, TAG_OWNER_UID};
 use crate::api::{CloudDatabase, CloudDatabaseSpec, DatabaseDeletionPolicy};
 use crate::backends::rds::{DbInstance, FinalSnapshot, Modification};
+use crate::cluster::Hold;
 use crate::config::RdsConfig;
 
 /// The tags keeper puts on every instance it creates; the owner UID makes an instance ours.
@@ -243,6 +244,30 @@ pub fn summarize(modification: &Modification) -> String {
         parts.push(format!("deletion protection {protection}"));
     }
     parts.join(", ")
+}
+
+/// Whether the connection Secret is held for the database's cleanup: with `deletionPolicy:
+/// Retain` the cleanup copies the master password into keeper's namespace before letting go, so
+/// a namespace deletion must not take the Secret first (F4/F11). Any other policy deletes the
+/// instance, and nothing reads the Secret then.
+pub fn connection_hold(spec: &CloudDatabaseSpec) -> Hold {
+    if spec.deletion_policy == DatabaseDeletionPolicy::Retain {
+        Hold::UntilReleased
+    } else {
+        Hold::No
+    }
+}
+
+/// The `Retained` event: the instance is left running, untagged; its connection details stay in
+/// the released Secret and, when there was one, in keeper's copy `copy`
+/// (`namespace/name`), which deleting the database's namespace does not take.
+pub fn retained_message(id: &str, secret: &str, copy: Option<&str>) -> String {
+    match copy {
+        Some(copy) => format!(
+            "deletionPolicy Retain: RDS instance {id} is left running, untagged; its connection details (master password included) stay in Secret {secret} (no longer owned by the CloudDatabase) and in keeper's copy {copy}, which deleting this namespace does not take"
+        ),
+        None => format!("deletionPolicy Retain: RDS instance {id} is left running, untagged"),
+    }
 }
 
 /// The next step for a CloudDatabase being deleted.

@@ -19,7 +19,8 @@ use super::{
 };
 use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
 use crate::backends::rds::{FinalSnapshot, Modification, NewInstance, Password};
-use crate::cluster::{Hold, Target, owned_secret_object, secret_data};
+use crate::cluster::retained::{Retained, retain_secret};
+use crate::cluster::{Target, owned_secret_object, secret_data};
 use crate::error::BackendError;
 use crate::runtime::conditions::DELETION_BLOCKED;
 use crate::runtime::policy::PERMANENT_RETRY;
@@ -143,7 +144,7 @@ async fn apply_steps<B: DatabaseBackend>(
                         &secret_name,
                         read.as_ref(),
                         secret.clone(),
-                        Hold::No,
+                        plan::connection_hold(&db.spec),
                         None,
                     )
                     .await?;
@@ -229,7 +230,12 @@ async fn apply_steps<B: DatabaseBackend>(
                     .unwrap_or_else(|| DEFAULT_USERNAME.to_string());
                 secret = credentials(&db.spec, &username, &password);
                 cx.kube()
-                    .apply_secret(&target, &secret_name, secret.clone(), Hold::No)
+                    .apply_secret(
+                        &target,
+                        &secret_name,
+                        secret.clone(),
+                        plan::connection_hold(&db.spec),
+                    )
                     .await?;
                 out.note(Note::normal(
                     "PasswordReset",
@@ -261,7 +267,12 @@ async fn apply_steps<B: DatabaseBackend>(
                 }
                 let details = connection_details(&secret, db.spec.engine, &endpoint);
                 cx.kube()
-                    .apply_secret(&target, &secret_name, details, Hold::No)
+                    .apply_secret(
+                        &target,
+                        &secret_name,
+                        details,
+                        plan::connection_hold(&db.spec),
+                    )
                     .await?;
                 out.status.endpoint = Some(endpoint);
                 match shrink {
@@ -299,13 +310,17 @@ pub async fn cleanup<B: DatabaseBackend>(
     db: &CloudDatabase,
 ) -> Result<DbOutcome, Error> {
     let current = db.status.clone().unwrap_or_default();
-    let Some(id) = current.instance_id.clone() else {
-        // The identity is recorded before any create call: nothing was ever created.
-        return Ok(Outcome::new(current, Next::Release));
-    };
     let mut out = Outcome::new(current.clone(), Next::Release);
-    out.next = cleanup_steps(db, cx, &id, &mut out).await?;
+    // The identity is recorded before any create call: without it nothing was ever created.
+    if let Some(id) = current.instance_id.clone() {
+        out.next = cleanup_steps(db, cx, &id, &mut out).await?;
+    }
     if out.next == Next::Release {
+        // A hold left on the connection Secret (Retain, or a policy changed since) goes with the
+        // resource: nothing reads the Secret any more (a retained one was released already).
+        cx.kube()
+            .unhold_secret(&Target::of(db), &connection_secret_name(db))
+            .await?;
         // The object is about to go: its status is not worth a write.
         out.status = current;
     } else {
@@ -366,16 +381,25 @@ async fn cleanup_steps<B: DatabaseBackend>(
                     Err(e) => return busy(e, out, deleting, generation),
                 }
                 // The instance keeps running and its connection details stay usable: the
-                // Secret is released from the resource so the garbage collector keeps it.
+                // Secret is released from the resource so the garbage collector keeps it, after
+                // a copy went to keeper's namespace, which no deletion of this namespace takes.
                 let secret = connection_secret_name(db);
-                let kept = cx.kube().release_secret(&Target::of(db), &secret).await?;
+                let operator_namespace = &cx.shared.operator_namespace;
+                let copy = match retain_secret(
+                    cx.kube(),
+                    &Target::of(db),
+                    (&secret, "connection"),
+                    operator_namespace,
+                    Some(id),
+                )
+                .await?
+                {
+                    Retained::Copied { copy } => Some(format!("{operator_namespace}/{copy}")),
+                    Retained::Missing => None,
+                };
                 out.note(Note::normal(
                     "Retained",
-                    if kept {
-                        format!("deletionPolicy Retain: RDS instance {id} is left running, untagged; its connection details stay in Secret {secret} (no longer owned by the CloudDatabase)")
-                    } else {
-                        format!("deletionPolicy Retain: RDS instance {id} is left running, untagged")
-                    },
+                    plan::retained_message(id, &secret, copy.as_deref()),
                 ));
                 return Ok(Next::Release);
             }

@@ -613,6 +613,60 @@ async fn retain_removes_our_tags_and_leaves_the_instance() {
         ))["password"]
             .is_empty()
     );
+    assert!(
+        kept.metadata.finalizers.unwrap_or_default().is_empty(),
+        "the hold goes with the release"
+    );
+    // F4/F11: the master password is copied where deleting the namespace does not reach.
+    let uid = db.metadata.uid.clone().unwrap();
+    let copy = cluster
+        .kube
+        .secret_data("keeper-system", &format!("retained-{uid}-connection"))
+        .expect("a copy in keeper's namespace");
+    assert_eq!(
+        copy,
+        cluster.secret(&format!(
+            "{}-connection",
+            db.metadata.name.as_deref().unwrap()
+        ))
+    );
+    assert!(
+        cluster
+            .events()
+            .contains(&"RetainedCredentialsCopied".to_string())
+    );
+}
+
+#[tokio::test]
+async fn a_retained_databases_connection_secret_is_held_until_its_cleanup_copied_it() {
+    let cluster = Cluster::default();
+    let db = cluster
+        .ready_database(database(
+            json!({"engine": "postgres", "size": "small", "deletionPolicy": "Retain"}),
+        ))
+        .await;
+    let name = format!("{}-connection", db.metadata.name.as_deref().unwrap());
+    let held = |cluster: &Cluster| {
+        cluster
+            .kube
+            .secrets
+            .lock()
+            .unwrap()
+            .get(&("shop".to_string(), name.clone()))
+            .and_then(|s| s.metadata.finalizers.clone())
+            .unwrap_or_default()
+            .contains(&crate::api::names::CLEANUP_HOLD.to_string())
+    };
+    assert!(
+        held(&cluster),
+        "a namespace deletion must not take it first"
+    );
+    // With another policy the Secret is read by no cleanup: the hold goes on release.
+    let mut other = deleting(db);
+    other.spec.deletion_policy = crate::api::DatabaseDeletionPolicy::Delete;
+    cluster.rds().state.lock().unwrap().instances.clear();
+    assert_eq!(cluster.cleanup(&other).await.unwrap(), Cleanup::Done);
+    assert!(!held(&cluster));
 }
 
 #[tokio::test]

@@ -290,6 +290,30 @@ pub fn deletion_gate(spec: &S3TenantSpec) -> DeletionGate {
     }
 }
 
+/// The `Retained` event: the account is kept, and each of its credentials Secrets (`kept`: the
+/// Secret and its copy in keeper's namespace `operator_namespace`) stays usable, the Secret in
+/// the tenant's namespace released and a copy where deleting that namespace does not reach.
+/// `account`: " (account ID)" or empty.
+pub fn retained_message(
+    account: &str,
+    kept: &[(String, String)],
+    operator_namespace: &str,
+) -> String {
+    if kept.is_empty() {
+        return format!("deletionPolicy Retain: the tenant's account{account} is kept");
+    }
+    let secrets: Vec<&str> = kept.iter().map(|(secret, _)| secret.as_str()).collect();
+    let copies: Vec<String> = kept
+        .iter()
+        .map(|(_, copy)| format!("{operator_namespace}/{copy}"))
+        .collect();
+    format!(
+        "deletionPolicy Retain: the tenant's account{account} is kept, and its credentials stay usable in Secret(s) {} (no longer owned by the S3Tenant) and in keeper's copies {}, which deleting this namespace does not take",
+        secrets.join(", "),
+        copies.join(", ")
+    )
+}
+
 /// What deleting the tenant does now, given what the backend holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DeletionStep {

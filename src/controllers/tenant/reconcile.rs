@@ -17,6 +17,7 @@ use crate::api::names::{tenant_credentials_secret_name, tenant_root_secret_name}
 use crate::api::{S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::Keys;
 use crate::backends::storagegrid::Login;
+use crate::cluster::retained::{Retained, retain_secret};
 use crate::cluster::{Hold, Target, owned_secret, owned_secret_object, secret_data};
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
@@ -174,15 +175,24 @@ pub async fn cleanup<B: Backends>(
         }
         DeletionGate::Retain => {
             // The account stays, and so do its working credentials: the Secrets are released
-            // from the resource so the garbage collector keeps them.
+            // from the resource so the garbage collector keeps them, after a copy of each went
+            // to keeper's namespace, which no deletion of this namespace takes (F4/F11).
             let owner = Target::of(tenant);
             let mut kept = Vec::new();
-            for secret in [
-                tenant_credentials_secret_name(&name),
-                tenant_root_secret_name(&name),
+            for (role, secret) in [
+                ("s3-credentials", tenant_credentials_secret_name(&name)),
+                ("root-credentials", tenant_root_secret_name(&name)),
             ] {
-                if cx.kube().release_secret(&owner, &secret).await? {
-                    kept.push(secret);
+                let retained = retain_secret(
+                    cx.kube(),
+                    &owner,
+                    (&secret, role),
+                    &cx.shared.operator_namespace,
+                    status.account_id.as_deref(),
+                )
+                .await?;
+                if let Retained::Copied { copy } = retained {
+                    kept.push((secret, copy));
                 }
             }
             let mut outcome = Outcome::new(status, Next::Release);
@@ -193,14 +203,7 @@ pub async fn cleanup<B: Backends>(
                 .map_or(String::new(), |id| format!(" (account {id})"));
             outcome.note(Note::normal(
                 "Retained",
-                if kept.is_empty() {
-                    format!("deletionPolicy Retain: the tenant's account{account} is kept")
-                } else {
-                    format!(
-                        "deletionPolicy Retain: the tenant's account{account} is kept, and its credentials stay usable in Secret(s) {} (no longer owned by the S3Tenant)",
-                        kept.join(", ")
-                    )
-                },
+                plan::retained_message(&account, &kept, &cx.shared.operator_namespace),
             ));
             return Ok(outcome);
         }

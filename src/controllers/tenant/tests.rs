@@ -643,6 +643,28 @@ async fn retain_releases_the_tenant_and_keeps_the_account() {
         "{}",
         note.message
     );
+    // F4/F11: a copy of each in keeper's namespace, which a namespace deletion does not take.
+    let uid = "u1";
+    for role in ["s3-credentials", "root-credentials"] {
+        let copy = format!("retained-{uid}-{role}");
+        let original = h.kube.secret_data("ns", &format!("t-{role}")).unwrap();
+        assert_eq!(
+            h.kube.secret_data("keeper-system", &copy),
+            Some(original),
+            "{copy}"
+        );
+        assert!(
+            note.message.contains(&format!("keeper-system/{copy}")),
+            "{}",
+            note.message
+        );
+        assert!(
+            retained
+                .iter()
+                .any(|n| n.reason == "RetainedCredentialsCopied" && n.message.contains(&copy)),
+            "{retained:?}"
+        );
+    }
 }
 
 #[tokio::test]

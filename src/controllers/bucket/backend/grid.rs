@@ -118,6 +118,14 @@ fn bucket_group(bucket: &str, owner: &OwnerMark) -> storagegrid::NewGroup {
     }
 }
 
+/// The grid's server-side drain: the bucket's "delete objects" setting is on.
+fn is_deleting_objects(container: &storagegrid::Container) -> bool {
+    container
+        .delete_object_status
+        .as_ref()
+        .is_some_and(|s| s.is_deleting_objects)
+}
+
 impl StorageGrid {
     async fn container(
         &self,
@@ -330,10 +338,15 @@ impl BucketBackend for StorageGrid {
         Ok(Some(Observed {
             objects: i64::try_from(objects).unwrap_or(i64::MAX),
             bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
-            backend_draining: container
-                .delete_object_status
-                .is_some_and(|s| s.is_deleting_objects),
+            backend_draining: is_deleting_objects(&container),
         }))
+    }
+
+    async fn drain_running(&self, bucket: &str) -> Result<bool, BackendError> {
+        Ok(self
+            .container(bucket)
+            .await?
+            .is_some_and(|c| is_deleting_objects(&c)))
     }
 
     async fn start_drain(&self, bucket: &str) -> Result<(), BackendError> {

@@ -156,6 +156,14 @@ pub trait BucketBackend: Send + Sync {
         purpose: Purpose,
     ) -> impl Future<Output = Result<Option<Observed>, BackendError>> + Send;
 
+    /// Whether the backend itself is deleting the bucket's objects (a server-side drain: on
+    /// StorageGRID the bucket's "delete objects" setting), from the backend, not from status;
+    /// `false` when the bucket does not exist. One call, without usage figures.
+    fn drain_running(
+        &self,
+        bucket: &str,
+    ) -> impl Future<Output = Result<bool, BackendError>> + Send;
+
     /// Tells the backend to start deleting every object (server-side drains).
     fn start_drain(&self, bucket: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
 
@@ -377,6 +385,10 @@ impl BucketBackend for AnyBackend {
         purpose: Purpose,
     ) -> Result<Option<Observed>, BackendError> {
         either!(self, b => b.observe(bucket, purpose).await)
+    }
+
+    async fn drain_running(&self, bucket: &str) -> Result<bool, BackendError> {
+        either!(self, b => b.drain_running(bucket).await)
     }
 
     async fn start_drain(&self, bucket: &str) -> Result<(), BackendError> {

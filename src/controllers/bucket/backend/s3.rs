@@ -183,6 +183,11 @@ impl BucketBackend for S3Compatible {
 
     // keeper itself deletes the objects: there is no backend drain to start or stop, only the
     // entries kept from the count to drop when the drain ends.
+    /// Client-side drains run in keeper's reconciles only: the store never deletes by itself.
+    async fn drain_running(&self, _bucket: &str) -> Result<bool, BackendError> {
+        Ok(false)
+    }
+
     async fn start_drain(&self, _bucket: &str) -> Result<(), BackendError> {
         Ok(())
     }

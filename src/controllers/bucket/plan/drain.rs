@@ -330,6 +330,44 @@ pub fn stopped_before_letting_go(current: &DrainStatus, why: &str) -> Note {
     )
 }
 
+/// What stands between a bucket retained on deletion (`deletionPolicy: Retain`) and keeper
+/// letting go of it (F1): the user chose to keep the objects, so nothing may go on deleting
+/// them once keeper no longer looks after the bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LettingGo {
+    /// Nothing deletes objects: release.
+    Release,
+    /// A drain of ours recorded in status runs: stop it, then release.
+    StopRecordedDrain,
+    /// The backend deletes objects from a bucket of ours without a drain recorded in status
+    /// (keeper started it and the status write that recorded it failed): stop it, then release.
+    StopUnrecordedDrain,
+}
+
+/// Decides [`LettingGo`]. `backend_draining`: the backend itself deletes the bucket's objects
+/// (a server-side drain; a client-side drain runs only in keeper's reconciles, which end with the
+/// release). `ours`: the bucket carries this resource's mark; a drain found on a bucket that is
+/// not ours was not started through this resource (keeper checks the mark before starting one)
+/// and is left alone, as everything else about that bucket.
+pub fn before_letting_go(recorded: bool, backend_draining: bool, ours: bool) -> LettingGo {
+    if recorded {
+        LettingGo::StopRecordedDrain
+    } else if backend_draining && ours {
+        LettingGo::StopUnrecordedDrain
+    } else {
+        LettingGo::Release
+    }
+}
+
+/// Transition: keeper lets go of a retained bucket that the backend was deleting objects from
+/// without a drain recorded in status (the record of its start was lost).
+pub fn stopped_unrecorded_before_letting_go() -> Note {
+    Note::warning(
+        ORPHANED,
+        "The backend was deleting objects from this bucket although no drain is recorded in its status (keeper started one and could not record it); told it to stop before letting go of the bucket (deletionPolicy is Retain): the objects not yet deleted stay",
+    )
+}
+
 /// Transition: the backend runs a drain nobody asked for through this resource.
 pub fn cancel_orphan() -> Note {
     Note::warning(

@@ -4,14 +4,14 @@
 use kube::ResourceExt;
 
 use super::super::backend::{BucketBackend, Connect, Owner};
-use super::super::plan::drain::{self};
+use super::super::plan::drain::{self, LettingGo};
 use super::super::plan::lifecycle::{self};
 use super::super::plan::requests::{self, Kind};
 use super::super::{Error, S3BucketReconciler, SHORT_RETRY, USAGE_REFRESH};
 use super::drain::{ownership_lost, run_drain, stop_drain_before_letting_go};
 use super::{Cache, Report, View, request, resolve, waiting};
 use crate::api::names::bucket_credentials_secret_name;
-use crate::api::{BucketPhase, DeletionPolicy, S3Bucket, S3BucketStatus};
+use crate::api::{BucketPhase, DeletionPolicy, DrainMode, S3Bucket, S3BucketStatus};
 use crate::backends::s3::DeleteOutcome;
 use crate::cluster::{Target, owned_secret_object, secret_data};
 use crate::runtime::{Context, Next, Note, Outcome, conditions};
@@ -57,19 +57,38 @@ pub async fn cleanup_bucket<B: BucketBackend>(
 }
 
 /// Releases a resource with `deletionPolicy: Retain`: the bucket and its objects stay, and a drain
-/// of ours is stopped first (the user chose to keep what is left).
+/// of ours is stopped first (the user chose to keep what is left). The backend is asked whether
+/// it is deleting objects, not only the status (F1): a drain whose start keeper could not record
+/// would otherwise go on emptying the bucket after keeper let go of it.
 pub async fn retain_bucket<B: BucketBackend>(
     backend: &B,
     view: &View<'_>,
 ) -> Result<Report, Error> {
     let mut out = Report::new(deleting_status(view.obj), USAGE_REFRESH);
-    stop_drain_before_letting_go(
-        backend,
-        &view.desired.name,
-        &mut out,
-        "deletionPolicy is Retain",
-    )
-    .await?;
+    let bucket = &view.desired.name;
+    let recorded = drain::is_ours(out.status.drain_status.as_ref());
+    // Client-side drains run only in keeper's reconciles, which end here: nothing to ask.
+    let backend_draining = !recorded
+        && backend.drain_mode() == DrainMode::ServerSide
+        && backend.drain_running(bucket).await?;
+    let ours = backend_draining && backend.owner(&view.desired).await? == Owner::Us;
+    match drain::before_letting_go(recorded, backend_draining, ours) {
+        LettingGo::Release => {}
+        LettingGo::StopRecordedDrain => {
+            stop_drain_before_letting_go(backend, bucket, &mut out, "deletionPolicy is Retain")
+                .await?;
+        }
+        LettingGo::StopUnrecordedDrain => {
+            // Released only once the backend took the stop: an error retries the whole delete.
+            backend.stop_drain(bucket).await?;
+            let note = drain::stopped_unrecorded_before_letting_go();
+            // Logged too: the event goes out with the status write, and a failing status write
+            // is how such a drain came about; the next attempt finds nothing left to stop.
+            tracing::warn!(bucket = %bucket, "{}", note.message);
+            out.note(note);
+            out.observed = Cache::Forget;
+        }
+    }
     out.note(Note::normal("BucketRetained", lifecycle::RETAINED_MESSAGE));
     out.next = Next::Release;
     Ok(out)
@@ -194,15 +213,7 @@ pub async fn cleanup<C: Connect>(
     cx: &Context<S3BucketReconciler<C>>,
     obj: &S3Bucket,
 ) -> Result<Outcome<S3BucketStatus>, Error> {
-    let draining = drain::is_ours(obj.status.as_ref().and_then(|s| s.drain_status.as_ref()));
-    if obj.spec.deletion_policy == DeletionPolicy::Retain && !draining {
-        let mut out = Outcome::new(obj.status.clone().unwrap_or_default(), Next::Release);
-        if !lifecycle::never_created(obj) {
-            out.note(Note::normal("BucketRetained", lifecycle::RETAINED_MESSAGE));
-            keep_credentials(cx, obj, &mut out).await?;
-        }
-        return Ok(out);
-    }
+    let retain = obj.spec.deletion_policy == DeletionPolicy::Retain;
     let mut resolved = match resolve(cx, obj).await {
         Ok(Ok(resolved)) => resolved,
         // Nothing was ever created without a recorded bucket name and a reachable tenant.
@@ -212,17 +223,25 @@ pub async fn cleanup<C: Connect>(
                 Next::Release,
             ));
         }
+        // A retained bucket too waits for its backend: keeper cannot tell whether the backend
+        // is deleting its objects before it has asked (F1).
         Ok(Err(wait)) => return Ok(waiting(obj, wait, true)),
         Err(e) => return Err(e),
     };
-    resolved.view.only_key = only_published_key(cx, obj).await;
-    let mut report = if obj.spec.deletion_policy == DeletionPolicy::Retain {
-        // A drain runs: it is stopped before the bucket is let go.
+    let mut report = if retain {
+        if lifecycle::never_created(obj) {
+            // Nothing of it exists on the backend: nothing to retain or to stop.
+            return Ok(Outcome::new(
+                obj.status.clone().unwrap_or_default(),
+                Next::Release,
+            ));
+        }
         retain_bucket(&resolved.backend, &resolved.view).await?
     } else {
+        resolved.view.only_key = only_published_key(cx, obj).await;
         cleanup_bucket(&resolved.backend, &resolved.view).await?
     };
-    if obj.spec.deletion_policy == DeletionPolicy::Retain {
+    if retain {
         keep_credentials(cx, obj, &mut report.outcome).await?;
     }
     cx.reconciler.settle(obj, &report);

@@ -41,6 +41,8 @@ pub struct Fake {
     pub fail_permanently: Mutex<Option<String>>,
     /// The next call fails with an error of this class.
     pub fail_next: Mutex<Option<ErrorClass>>,
+    /// Every call of this name fails transiently (a backend that refuses one operation).
+    pub fail_call: Mutex<Option<&'static str>>,
     /// Removes this bucket right after the next ownership check (a concurrent manual delete).
     pub vanish_after_owner: Mutex<Option<String>>,
     /// How many more key checks refuse the keys (an eventually consistent IAM).
@@ -75,6 +77,7 @@ impl Fake {
             fail_permanently: Mutex::default(),
             fail_user_keys: Mutex::default(),
             fail_next: Mutex::default(),
+            fail_call: Mutex::default(),
             vanish_after_owner: Mutex::default(),
             keys_not_yet_valid: Mutex::default(),
             shared_keys: false,
@@ -102,7 +105,14 @@ impl Fake {
 
     fn call(&self, what: &str) -> Result<(), BackendError> {
         self.calls.lock().unwrap().push(what.to_string());
-        if let Some(class) = self.fail_next.lock().unwrap().take() {
+        let refused = *self.fail_call.lock().unwrap() == Some(what);
+        if let Some(class) = self
+            .fail_next
+            .lock()
+            .unwrap()
+            .take()
+            .or(refused.then_some(ErrorClass::Transient))
+        {
             let code = match class {
                 ErrorClass::Transient => "HTTP 503",
                 ErrorClass::Permanent => "HTTP 400",
@@ -212,6 +222,16 @@ macro_rules! fake_backend {
                         backend_draining: b.draining,
                     }
                 }))
+            }
+
+            async fn drain_running(&self, bucket: &str) -> Result<bool, BackendError> {
+                self.call("drain_running")?;
+                Ok(self
+                    .buckets
+                    .lock()
+                    .unwrap()
+                    .get(bucket)
+                    .is_some_and(|b| b.draining))
             }
 
             async fn start_drain(&self, bucket: &str) -> Result<(), BackendError> {

@@ -547,6 +547,94 @@ async fn a_retained_bucket_deleted_while_draining_on_the_grid_stops_the_drain_th
     );
 }
 
+/// A Retain delete of a bucket of ours on the grid, whose `draining` and owner are given, with no
+/// drain recorded in status.
+fn retained_on_the_grid(bucket: FakeBucket) -> (Arc<FakeKube>, Arc<Fake>, Cx, S3Bucket) {
+    let (kube, fake, cx) = context(
+        Fake::new(DrainMode::ServerSide).with(NAME, bucket),
+        TenantPhase::Ready,
+    );
+    let mut obj = deleting();
+    obj.spec.deletion_policy = crate::api::DeletionPolicy::Retain;
+    (kube, fake, cx, obj)
+}
+
+#[tokio::test]
+async fn a_retained_bucket_whose_drain_start_was_never_recorded_has_the_drain_stopped_first() {
+    // F1: keeper started the grid's drain and the status write that recorded it failed.
+    let (kube, fake, cx, obj) = retained_on_the_grid(FakeBucket {
+        draining: true,
+        ..ours(5)
+    });
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(released(&kube), "{:?}", kube.calls());
+    assert_eq!(fake.take_calls(), ["drain_running", "owner", "stop_drain"]);
+    let bucket = fake.bucket(NAME).unwrap();
+    assert!(!bucket.draining, "the grid no longer deletes objects");
+    assert_eq!(bucket.objects, 5);
+    let notes = kube.notes();
+    assert_eq!(
+        notes
+            .iter()
+            .map(|n| (n.type_, n.reason))
+            .collect::<Vec<_>>(),
+        [
+            (EventType::Warning, "BucketOrphanedDrain"),
+            (EventType::Normal, "BucketRetained")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_retained_bucket_is_not_let_go_while_the_grid_refuses_to_stop_its_drain() {
+    let (kube, fake, cx, obj) = retained_on_the_grid(FakeBucket {
+        draining: true,
+        ..ours(5)
+    });
+    *fake.fail_call.lock().unwrap() = Some("stop_drain");
+    assert!(testing::reconcile(&cx, obj).await.is_err());
+    assert!(!released(&kube), "{:?}", kube.calls());
+    assert!(fake.bucket(NAME).unwrap().draining);
+}
+
+#[tokio::test]
+async fn a_retained_bucket_the_grid_is_not_draining_is_released_after_one_look() {
+    let (kube, fake, cx, obj) = retained_on_the_grid(ours(5));
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(released(&kube));
+    assert_eq!(fake.take_calls(), ["drain_running"]);
+    assert_eq!(kube.notes()[0].reason, "BucketRetained");
+}
+
+#[tokio::test]
+async fn a_drain_on_a_retained_bucket_that_is_not_ours_is_left_alone() {
+    let (kube, fake, cx, obj) = retained_on_the_grid(FakeBucket {
+        draining: true,
+        owner: Some("another-uid".into()),
+        objects: 5,
+        ..Default::default()
+    });
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(released(&kube));
+    assert_eq!(fake.take_calls(), ["drain_running", "owner"]);
+    assert!(fake.bucket(NAME).unwrap().draining, "not keeper's to stop");
+}
+
+#[tokio::test]
+async fn a_retained_bucket_waits_while_its_backend_cannot_be_reached() {
+    // Without its tenant keeper cannot ask the grid whether it deletes the bucket's objects.
+    let (kube, fake, cx, obj) = retained_on_the_grid(FakeBucket {
+        draining: true,
+        ..ours(5)
+    });
+    kube.tenants.lock().unwrap().clear();
+    testing::reconcile(&cx, obj).await.unwrap();
+    assert!(!released(&kube));
+    assert!(fake.take_calls().is_empty());
+    let patch = &status_patches(&kube).pop().unwrap()["status"];
+    assert!(patch.to_string().contains("BackendUnavailable"), "{patch}");
+}
+
 #[tokio::test]
 async fn a_bucket_is_ready_only_once_its_new_keys_are_accepted() {
     let fake = Fake::new(DrainMode::ClientSide);

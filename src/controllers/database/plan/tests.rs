@@ -277,3 +277,35 @@ fn policy_delete_skips_the_final_snapshot() {
         CleanupStep::Delete(FinalSnapshot::Skip)
     );
 }
+
+#[test]
+fn only_a_retained_databases_connection_secret_is_held_for_cleanup() {
+    use crate::api::DatabaseDeletionPolicy;
+    let mut spec = postgres().spec;
+    for (policy, hold) in [
+        (DatabaseDeletionPolicy::Retain, Hold::UntilReleased),
+        (DatabaseDeletionPolicy::Delete, Hold::No),
+        (DatabaseDeletionPolicy::Snapshot, Hold::No),
+    ] {
+        spec.deletion_policy = policy;
+        assert_eq!(connection_hold(&spec), hold, "{policy:?}");
+    }
+}
+
+#[test]
+fn the_retained_message_names_the_secret_and_keepers_copy() {
+    let message = retained_message(
+        "db-1",
+        "shop-connection",
+        Some("keeper-system/retained-u-connection"),
+    );
+    assert!(
+        message.contains("Secret shop-connection")
+            && message.contains("keeper-system/retained-u-connection"),
+        "{message}"
+    );
+    assert_eq!(
+        retained_message("db-1", "shop-connection", None),
+        "deletionPolicy Retain: RDS instance db-1 is left running, untagged"
+    );
+}

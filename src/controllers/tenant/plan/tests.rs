@@ -345,3 +345,32 @@ fn racing_writers_record_the_same_account_and_delete_the_others() {
 fn the_marker_is_the_uid() {
     assert_eq!(ownership_marker("u-1"), "keeper.dev/owner-uid=u-1");
 }
+
+#[test]
+fn the_retained_message_says_where_the_credentials_and_their_copies_are() {
+    assert_eq!(
+        retained_message(" (account 42)", &[], "keeper-system"),
+        "deletionPolicy Retain: the tenant's account (account 42) is kept"
+    );
+    let kept = [
+        (
+            "t-s3-credentials".to_string(),
+            "retained-u-s3-credentials".to_string(),
+        ),
+        (
+            "t-root-credentials".to_string(),
+            "retained-u-root-credentials".to_string(),
+        ),
+    ];
+    let message = retained_message("", &kept, "keeper-system");
+    assert!(
+        message.contains("Secret(s) t-s3-credentials, t-root-credentials"),
+        "{message}"
+    );
+    assert!(
+        message.contains(
+            "keeper-system/retained-u-s3-credentials, keeper-system/retained-u-root-credentials"
+        ),
+        "{message}"
+    );
+}

@@ -297,3 +297,40 @@ fn completion_cancellation_orphan_and_empty_events() {
     let n = already_empty();
     assert_eq!((n.reason, n.type_), (ALREADY_EMPTY, EventType::Normal));
 }
+
+#[test]
+fn a_retained_bucket_is_let_go_only_once_nothing_deletes_its_objects() {
+    // A drain recorded in status is stopped, whatever the backend says.
+    for (draining, ours) in [(false, false), (true, true), (true, false), (false, true)] {
+        assert_eq!(
+            before_letting_go(true, draining, ours),
+            LettingGo::StopRecordedDrain
+        );
+    }
+    // F1: the grid deletes objects from a bucket of ours with no drain recorded (the status
+    // write that recorded its start failed): stopped before the release.
+    assert_eq!(
+        before_letting_go(false, true, true),
+        LettingGo::StopUnrecordedDrain
+    );
+    // A drain on a bucket not ours was not started through this resource: left alone.
+    assert_eq!(before_letting_go(false, true, false), LettingGo::Release);
+    assert_eq!(before_letting_go(false, false, true), LettingGo::Release);
+    assert_eq!(before_letting_go(false, false, false), LettingGo::Release);
+}
+
+#[test]
+fn an_unrecorded_drain_stopped_on_release_is_a_warning_saying_what_stays() {
+    let note = stopped_unrecorded_before_letting_go();
+    assert_eq!((note.type_, note.reason), (EventType::Warning, ORPHANED));
+    assert!(
+        note.message.contains("deletionPolicy is Retain"),
+        "{}",
+        note.message
+    );
+    assert!(
+        note.message.contains("not yet deleted stay"),
+        "{}",
+        note.message
+    );
+}
