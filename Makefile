@@ -49,11 +49,17 @@ e2e-compat:
 ## managers (the same with two keepers, leader election off) and faults (3 rounds of 200 objects
 ## while the API and every backend refuse a share of keeper's requests); then checked for orphans,
 ## duplicates, lost objects, stuck or removed finalizers, leaked secrets, backoff and hot loops;
-## each prints a summary table. Their short forms are part of `make e2e`.
+## each prints a summary table. Then kills and faults (issue 26 item 9): 54 objects a round while
+## keeper is SIGKILLed every 1-4 s (at least 40 times) and 20% of its API and 15% of its backend
+## requests fail; every object must be Ready within the round's bound. Their short forms are part
+## of `make e2e`.
 chaos: deps
 	KEEPER_CHAOS_OBJECTS=200 KEEPER_CHAOS_KILL_MS=2000-10000 KEEPER_CHAOS_MIN_KILLS=50 \
 	  KEEPER_CHAOS_FAULT_ROUNDS=3 NEXTEST_SUCCESS_OUTPUT=immediate \
 	  e2e/run-e2e.sh crash_chaos two_managers fault_chaos
+	KEEPER_CHAOS_OBJECTS=54 KEEPER_CHAOS_KILL_MS=1000-4000 KEEPER_CHAOS_MIN_KILLS=40 \
+	  KEEPER_CHAOS_API_FAULTS=20 KEEPER_CHAOS_BACKEND_FAULTS=15 NEXTEST_SUCCESS_OUTPUT=immediate \
+	  e2e/run-e2e.sh kills_and_faults
 
 ## bench: keeper beside the sequential floor of the same backend work, in release mode on a private
 ## stack (.keeper-dev/bench): buckets, tenants, databases, memory and start, drains, and at 200 ms

@@ -40,7 +40,7 @@ use crate::error::ErrorClass;
 use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::providers::Providers;
-use crate::runtime::policy::{Policy, policy};
+use crate::runtime::policy::{Policy, policy, report_now};
 use crate::server::Readiness;
 
 /// What one manager process shares between its controllers.
@@ -394,21 +394,15 @@ async fn reconcile<R: Reconciler>(
     })
 }
 
-/// Failed attempts in a row after which a failure keeper retries shows on the object: the first
-/// ones are often a blip (a conflict, a restarting backend) that the next attempt settles, and
-/// reporting them would cost two status writes each.
-const REPORT_AFTER: u32 = 3;
-
-/// Shows a failure that repeats on the object ([`Outcome::retrying`]): from the
-/// [`REPORT_AFTER`]th attempt in a row, and then written only when its reason changes. Best
-/// effort: a report that cannot be written (the API server is what fails) is logged, and the
-/// retry goes on.
+/// Shows a failure on the object ([`Outcome::retrying`]) when [`report_now`] says so, written
+/// only when its reason changes. Best effort: a report that cannot be written (the API server is
+/// what fails) is logged, and the retry goes on.
 async fn report_retrying<R: Reconciler>(cx: &Context<R>, obj: &R::Resource, error: &R::Error) {
     let attempt = cx.backoff.failures(&object_key(obj)) + 1;
-    if attempt < REPORT_AFTER {
+    let status = obj.status().cloned().unwrap_or_default();
+    if !report_now(attempt, status.conditions()) {
         return;
     }
-    let status = obj.status().cloned().unwrap_or_default();
     let mut outcome = Outcome::new(status, Next::AwaitChange);
     outcome.retrying(
         error.condition_reason(),

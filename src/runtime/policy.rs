@@ -1,7 +1,10 @@
 //! The one policy that turns an error's class into what the shared reconcile flow does: every
 //! controller's errors go through it.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
 use crate::error::ErrorClass;
+use crate::runtime::conditions;
 
 /// What the shared reconcile flow does with an error of a class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,9 +32,31 @@ pub fn policy(class: ErrorClass) -> Policy {
     }
 }
 
+/// Failed attempts in a row after which a failure keeper retries shows on the object: the first
+/// ones are often a blip (a conflict, a restarting backend) that the next attempt settles, and
+/// reporting them would cost two status writes each.
+pub const REPORT_AFTER: u32 = 3;
+
+/// Whether a failure keeper retries shows on the object now, at this process's `attempt`th
+/// attempt in a row, given the object's `conditions` as read: from the [`REPORT_AFTER`]th
+/// attempt, or at once when the status says the object waits for something (`Ready=False` from
+/// a reconcile that succeeded, `Synced=True`). Such a reason, a tenant not Ready say, is what the
+/// last successful reconcile found; a reconcile that fails now may have got past it, and the
+/// attempts are counted in memory only: a keeper restarted before its third attempt (a crash
+/// loop, an eviction) would leave the stale reason up for good (issue 26, item 9: buckets shown
+/// `TenantNotReady` for minutes behind Ready tenants). An object that is Ready, or already
+/// shows a failure, waits for the third attempt: a blip costs it nothing.
+pub fn report_now(attempt: u32, conditions: &[Condition]) -> bool {
+    attempt >= REPORT_AFTER
+        || (conditions::is_false(conditions, conditions::READY)
+            && conditions::is_true(conditions, conditions::SYNCED))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::S3TenantStatus;
+    use crate::runtime::{KeeperStatus, Next, Outcome};
 
     #[test]
     fn the_policy_fails_permanent_errors_and_backs_off_the_rest() {
@@ -42,6 +67,31 @@ mod tests {
             ErrorClass::NotFound,
         ] {
             assert_eq!(policy(class), Policy::Backoff);
+        }
+    }
+
+    /// A status as a successful reconcile left it: `Ready` as given, `Synced=True`.
+    fn waited(ready: bool, reason: &'static str) -> S3TenantStatus {
+        let mut out = Outcome::new(S3TenantStatus::default(), Next::AwaitChange);
+        out.ready(ready, reason, "as found", Some(3), false);
+        out.succeeded(Some(3));
+        out.status
+    }
+
+    #[test]
+    fn a_failure_shows_at_once_only_over_a_reported_wait() {
+        let waiting = waited(false, "TenantNotReady");
+        let ready = waited(true, "Provisioned");
+        let mut failing = Outcome::new(waiting.clone(), Next::AwaitChange);
+        failing.retrying("BackendError", "it failed", Some(3));
+        let failing = failing.status;
+        // The wait the last successful reconcile reported may be over: the first failure shows.
+        assert!(report_now(1, waiting.conditions()));
+        // A Ready object, one showing a failure already and a new one wait for the third attempt.
+        for conditions in [ready.conditions(), failing.conditions(), &[]] {
+            assert!(!report_now(1, conditions), "{conditions:?}");
+            assert!(!report_now(REPORT_AFTER - 1, conditions), "{conditions:?}");
+            assert!(report_now(REPORT_AFTER, conditions), "{conditions:?}");
         }
     }
 }

@@ -319,6 +319,59 @@ async fn a_retried_error_shows_on_the_object_from_the_third_attempt_once_per_rea
     }
 }
 
+/// A status as a successful reconcile left it: `Ready` as given, `Synced=True`.
+fn reported(ready: bool, reason: &'static str) -> S3TenantStatus {
+    let mut out = Outcome::new(S3TenantStatus::default(), Next::AwaitChange);
+    out.ready(ready, reason, "as found", Some(3), false);
+    out.succeeded(Some(3));
+    out.status
+}
+
+/// Issue 26, item 9: a bucket shown waiting for its tenant, whose tenant is Ready by now, failed
+/// past the tenant in every keeper process, each killed before its third attempt: the status
+/// went on saying it waits for the tenant. A fresh process (no failures counted) shows the
+/// failure at its first attempt, once.
+#[tokio::test]
+async fn a_failure_over_a_reported_wait_shows_at_the_first_attempt_of_a_new_process() {
+    let (kube, cx) = context(Err(ErrorClass::Transient));
+    let mut obj = tenant(true, false);
+    obj.status = Some(reported(false, "TenantNotReady"));
+    assert!(testing::reconcile(&cx, obj.clone()).await.is_err());
+    let patches = status_patches(&kube);
+    assert_eq!(patches.len(), 1, "{:?}", kube.calls());
+    let shown: S3TenantStatus = serde_json::from_value(
+        serde_json::to_value(obj.status.clone().unwrap())
+            .map(|mut v| {
+                json_patch::merge(&mut v, &patches[0]["status"]);
+                v
+            })
+            .unwrap(),
+    )
+    .unwrap();
+    let of = |t: &str| {
+        shown
+            .conditions()
+            .iter()
+            .find(|c| c.type_ == t)
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(
+        (of("Synced").status.as_str(), of("Synced").reason.as_str()),
+        ("False", "BackendError")
+    );
+    assert_eq!(
+        (of("Ready").status.as_str(), of("Ready").reason.as_str()),
+        ("False", "BackendError")
+    );
+    assert_eq!(kube.notes().len(), 1);
+    // The next attempts write nothing more: the failure shows already.
+    cx.backoff.next_delay(&object_key(&obj));
+    obj.status = Some(shown);
+    assert!(testing::reconcile(&cx, obj).await.is_err());
+    assert_eq!(status_patches(&kube).len(), 1);
+}
+
 #[tokio::test]
 async fn a_permanent_error_sets_failed_with_one_warning() {
     let (kube, cx) = context(Err(ErrorClass::Permanent));

@@ -9,7 +9,10 @@
 //!   at random: nothing may be created twice;
 //! - faults: errors, throttling and cut watches in keeper's requests to the API and every backend
 //!   (see [`faults`]): every object converges, the backoff shows in the metrics, the request
-//!   rates stay bounded.
+//!   rates stay bounded;
+//! - kills and faults (issue 26, item 9): keeper SIGKILLed every 1-4 s while 20% of its API
+//!   requests and 15% of its backend requests fail: every object must still be Ready within the
+//!   round's bound (buckets were left `TenantNotReady` behind Ready tenants).
 //!
 //! Sizes come from the environment so that each scenario serves both forms: the short form (the
 //! defaults, part of `make e2e`) and the long form (`make chaos`).
@@ -20,6 +23,10 @@
 //!                              managers: 4)
 //!   KEEPER_CHAOS_MANAGERS      keepers side by side in the crash scenario (default 1)
 //!   KEEPER_CHAOS_FAULT_ROUNDS  rounds of the faults scenario (default 1)
+//!   KEEPER_CHAOS_API_FAULTS    percent of keeper's API requests refused in the crash scenarios
+//!                              (default 0; kills and faults: 20)
+//!   KEEPER_CHAOS_BACKEND_FAULTS  percent of keeper's backend requests failed in the crash
+//!                              scenarios (default 0; kills and faults: 15)
 
 #[path = "chaos/faults.rs"]
 mod faults;
@@ -34,7 +41,8 @@ use keeper_e2e_scenarios::{
     put_objects, rds_client, secret_data, wait_until,
 };
 
-use faults::{Faults, Sampler, assert_bounded, longest_observed, metric_sum};
+use faults::{Faults, Sampler, Shares, assert_bounded, longest_observed, metric_sum};
+use keeper_e2e_scenarios::ApiProxy;
 use serde_json::Value;
 
 const FOREIGN_FINALIZER: &str = "example.com/audit-hold";
@@ -136,17 +144,29 @@ struct Monkey {
 
 impl Monkey {
     /// `managers` keeper processes side by side (leader election off: each one reconciles
-    /// everything), each killed and restarted on its own random schedule.
-    fn start(env: &Env, managers: usize, min_ms: u64, max_ms: u64) -> Monkey {
+    /// everything), each killed and restarted on its own random schedule; started `through` an
+    /// API fault proxy when there is one.
+    fn start(
+        env: &Env,
+        managers: usize,
+        min_ms: u64,
+        max_ms: u64,
+        through: Option<Arc<ApiProxy>>,
+    ) -> Monkey {
         let stop = Arc::new(AtomicBool::new(false));
         let kills = Arc::new(AtomicUsize::new(0));
         let logs = Arc::new(Mutex::new(Vec::new()));
         let handles = (0..managers)
             .map(|_| {
                 let (env, s, k, l) = (env.clone(), stop.clone(), kills.clone(), logs.clone());
+                let through = through.clone();
                 std::thread::spawn(move || {
                     loop {
-                        let keeper = Keeper::start(&env).expect("keeper starts after a kill");
+                        let keeper = match &through {
+                            Some(proxy) => Keeper::start_through(&env, proxy),
+                            None => Keeper::start(&env),
+                        }
+                        .expect("keeper starts after a kill");
                         l.lock().unwrap().push(keeper.log.clone());
                         let span = Duration::from_millis(min_ms) + jitter(max_ms - min_ms + 1);
                         let until = Instant::now() + span;
@@ -252,6 +272,30 @@ async fn crash_chaos_converges_with_nothing_orphaned_duplicated_or_leaked() {
             min_ms: 1500,
             max_ms: 5000,
             min_kills: 8,
+            faults: Shares::NONE,
+        }),
+    )
+    .await;
+}
+
+/// Issue 26, item 9: with keeper SIGKILLed every few seconds while a share of its API and
+/// backend requests failed, buckets stayed `Pending` with `Ready=False/TenantNotReady` behind
+/// Ready tenants for minutes. Kills every 1-4 s, 20% of keeper's API requests and 15% of its
+/// backend requests failing (watches cut every 15 s): every object of every round must be Ready
+/// within the round's bound, and everything else the crash scenario checks holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn kills_and_faults_chaos_every_object_ready_within_minutes() {
+    let Some(env) = local_env() else { return };
+    chaos(
+        &env,
+        Settings::from_env(Settings {
+            kind: "killfault",
+            objects: 24,
+            managers: 1,
+            min_ms: 1000,
+            max_ms: 4000,
+            min_kills: 8,
+            faults: Shares::ISSUE_26_ITEM_9,
         }),
     )
     .await;
@@ -272,6 +316,7 @@ async fn two_managers_without_leader_election_create_nothing_twice() {
             min_ms: 3000,
             max_ms: 8000,
             min_kills: 4,
+            faults: Shares::NONE,
         }),
     )
     .await;
@@ -291,7 +336,7 @@ async fn fault_chaos_converges_with_backoff_and_no_hot_loop() {
     let started = Instant::now();
     // On before keeper starts, so that its watches are cut too (a watch is cut only if it
     // started while the rule was there).
-    let mut faults = Faults::inject(&env).unwrap();
+    let mut faults = Faults::inject(&env, Shares::from_env(Shares::ISSUE_14)).unwrap();
     let keeper = Keeper::start_through(&env, faults.api()).expect("keeper starts");
     // The scenario's own S3, IAM and RDS requests go to moto itself: the faults are keeper's.
     let checks = env.past_the_aws_proxy().unwrap();
@@ -398,7 +443,7 @@ async fn fault_chaos_converges_with_backoff_and_no_hot_loop() {
 }
 
 /// A crash run: `objects` per round, `managers` keepers, each killed every `min_ms`..`max_ms`,
-/// rounds until `min_kills` kills.
+/// rounds until `min_kills` kills; `faults` of keeper's requests failing meanwhile.
 struct Settings {
     /// Names the rounds' namespaces (`e2e-<kind><round>-...`).
     kind: &'static str,
@@ -407,6 +452,7 @@ struct Settings {
     min_ms: u64,
     max_ms: u64,
     min_kills: usize,
+    faults: Shares,
 }
 
 impl Settings {
@@ -423,6 +469,7 @@ impl Settings {
         Settings {
             objects: env_or("KEEPER_CHAOS_OBJECTS", defaults.objects),
             min_kills: env_or("KEEPER_CHAOS_MIN_KILLS", defaults.min_kills),
+            faults: Shares::from_env(defaults.faults),
             min_ms,
             max_ms,
             ..defaults
@@ -438,16 +485,69 @@ async fn chaos(env: &Env, settings: Settings) {
         min_ms,
         max_ms,
         min_kills,
+        faults: shares,
     } = settings;
     let started = Instant::now();
-    let mut monkey = Monkey::start(env, managers, min_ms, max_ms);
+    // On before the first keeper starts, so that its watches are cut too; the scenario's own S3,
+    // IAM and RDS requests then go to moto itself.
+    let mut faults = shares
+        .any()
+        .then(|| Faults::inject(env, shares).expect("faults on"));
+    let checks = match &faults {
+        Some(_) => env.past_the_aws_proxy().unwrap(),
+        None => env.clone(),
+    };
+    let mut monkey = Monkey::start(
+        env,
+        managers,
+        min_ms,
+        max_ms,
+        faults.as_ref().map(|f| f.api().clone()),
+    );
     // Rounds until the kills reach their minimum: each round is the whole life of every object.
     let mut rounds = Vec::new();
     while rounds.is_empty() || monkey.kills.load(Ordering::SeqCst) < min_kills {
-        rounds.push(round(env, kind, rounds.len(), objects, managers).await);
+        rounds.push(round(&checks, kind, rounds.len(), objects, managers).await);
     }
     let keepers = monkey.calm();
     let kills = monkey.kills.load(Ordering::SeqCst);
+    let mut rows = vec![
+        (
+            "keepers side by side (leader election off)",
+            managers.to_string(),
+        ),
+        ("SIGKILLs", kills.to_string()),
+    ];
+    if let Some(faults) = faults.as_mut() {
+        let injected = faults.injected().unwrap();
+        faults.off().unwrap();
+        rows.push((
+            "keeper's API requests refused / watches cut",
+            format!(
+                "{} of {} ({:.0}%) / {}",
+                injected.api_refused,
+                injected.api_requests,
+                100.0 * shares.api,
+                injected.watches_cut
+            ),
+        ));
+        rows.push((
+            "keeper's backend requests faulted",
+            format!(
+                "storagegrid {}, {} ({:.0}%)",
+                injected.grid_refused,
+                injected
+                    .aws
+                    .iter()
+                    .map(|(service, (matched, faulted))| format!(
+                        "{service} {faulted} of {matched}"
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                100.0 * shares.backend
+            ),
+        ));
+    }
     // The metrics of the last keepers, then the logs of all of them.
     let metrics: String = keepers
         .iter()
@@ -456,20 +556,7 @@ async fn chaos(env: &Env, settings: Settings) {
         .collect();
     drop(keepers);
     let logs = monkey.logs.lock().unwrap().clone();
-    conclude(
-        kind,
-        &rounds,
-        &logs,
-        metrics,
-        vec![
-            (
-                "keepers side by side (leader election off)",
-                managers.to_string(),
-            ),
-            ("SIGKILLs", kills.to_string()),
-        ],
-        started,
-    );
+    conclude(kind, &rounds, &logs, metrics, rows, started);
 }
 
 /// The end of every chaos run: every password and secret key issued, searched for in the
@@ -828,7 +915,8 @@ fn tenant_provider<'a>(planned: &'a [Planned], bucket: &Planned) -> &'a str {
     }
 }
 
-/// Waits until every planned object satisfies `check`; returns how long it took.
+/// Waits until every planned object satisfies `check`; returns how long it took. Fails naming
+/// every object that does not, with its phase and conditions.
 fn wait_all(
     env: &Env,
     ns: &str,
@@ -838,35 +926,71 @@ fn wait_all(
     check: impl Fn(&Value) -> bool,
 ) -> Duration {
     let start = Instant::now();
-    wait_until(timeout, &format!("every object {what}"), || {
+    let lagging = || -> anyhow::Result<Vec<String>> {
+        let mut out = Vec::new();
         for kind in ["s3tenants", "s3buckets", "clouddatabases"] {
             let list = env.kubectl(&["get", kind, "-n", ns, "-o", "json"])?;
             let list: Value = serde_json::from_str(&list)?;
             let items = list["items"].as_array().cloned().unwrap_or_default();
-            let want = planned
+            for p in planned
                 .iter()
                 .filter(|p| format!("{}s", p.kind.to_lowercase()) == kind)
-                .count();
-            if items.len() != want || !items.iter().all(&check) {
-                return Ok(false);
+            {
+                match items
+                    .iter()
+                    .find(|o| o["metadata"]["name"] == p.name.as_str())
+                {
+                    None => out.push(format!("{}: missing", resource(p))),
+                    Some(o) if !check(o) => out.push(describe(&resource(p), o)),
+                    Some(_) => {}
+                }
             }
         }
-        Ok(true)
+        Ok(out)
+    };
+    wait_until(timeout, &format!("every object {what}"), || {
+        Ok(lagging()?.is_empty())
     })
     .unwrap_or_else(|e| {
-        let state = env
-            .kubectl(&[
-                "get",
-                "s3tenants,s3buckets,clouddatabases",
-                "-n",
-                ns,
-                "-o",
-                "wide",
-            ])
-            .unwrap_or_default();
-        panic!("{e:#}\n{state}")
+        let lagging = lagging().unwrap_or_else(|e| vec![format!("cannot list: {e:#}")]);
+        panic!(
+            "{e:#}: {} of {} objects are not:\n{}",
+            lagging.len(),
+            planned.len(),
+            lagging.join("\n")
+        )
     });
     start.elapsed()
+}
+
+/// One object's phase and conditions on a line: `s3bucket/b3: Pending, Ready=False/TenantNotReady
+/// (S3Tenant "t3" is not Ready ...) since 2026-...`.
+fn describe(name: &str, obj: &Value) -> String {
+    let status = &obj["status"];
+    let conditions: Vec<String> = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            format!(
+                "{}={}/{} ({}) since {}",
+                c["type"].as_str().unwrap_or("?"),
+                c["status"].as_str().unwrap_or("?"),
+                c["reason"].as_str().unwrap_or("?"),
+                c["message"].as_str().unwrap_or(""),
+                c["lastTransitionTime"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    format!(
+        "{name}: {}, {}",
+        status["phase"].as_str().unwrap_or("no phase"),
+        if conditions.is_empty() {
+            "no conditions".to_string()
+        } else {
+            conditions.join(", ")
+        }
+    )
 }
 
 /// Waits until keeper has released every planned object of `kind` (all kinds when empty): gone,

@@ -16,10 +16,52 @@ use serde_json::{Value, json};
 
 /// The same faults for the same request sequence.
 const SEED: u64 = 14;
-/// Issue 14: 10% of keeper's API requests fail (409/500 on writes, 500 otherwise), its watches
-/// are cut; 20% of its backend requests fail or are throttled.
-const API_SHARE: f64 = 0.1;
-const BACKEND_SHARE: f64 = 0.2;
+/// The shares of keeper's requests that fail: of its API requests (409/500 on writes, 500
+/// otherwise; its watches are cut besides) and of its backend requests (failed or throttled).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shares {
+    pub api: f64,
+    pub backend: f64,
+}
+
+impl Shares {
+    /// No request fails.
+    pub const NONE: Shares = Shares {
+        api: 0.0,
+        backend: 0.0,
+    };
+    /// Issue 14: 10% of keeper's API requests, 20% of its backend requests.
+    pub const ISSUE_14: Shares = Shares {
+        api: 0.1,
+        backend: 0.2,
+    };
+    /// Issue 26, item 9 (with kills every 1-4 s): 20% of keeper's API requests, 15% of its
+    /// backend requests.
+    pub const ISSUE_26_ITEM_9: Shares = Shares {
+        api: 0.2,
+        backend: 0.15,
+    };
+
+    /// `defaults`, with the shares the environment sets in percent (`KEEPER_CHAOS_API_FAULTS`,
+    /// `KEEPER_CHAOS_BACKEND_FAULTS`).
+    pub fn from_env(defaults: Shares) -> Shares {
+        let percent = |name: &str, default: f64| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<f64>().ok())
+                .map_or(default, |p| p / 100.0)
+        };
+        Shares {
+            api: percent("KEEPER_CHAOS_API_FAULTS", defaults.api),
+            backend: percent("KEEPER_CHAOS_BACKEND_FAULTS", defaults.backend),
+        }
+    }
+
+    /// Whether any request fails at all.
+    pub fn any(&self) -> bool {
+        self.api > 0.0 || self.backend > 0.0
+    }
+}
 /// How long a watch of keeper's lasts before the API cuts it.
 const WATCH_CUT_AFTER_SECONDS: u64 = 15;
 /// The services behind the AWS proxy, one fault rule each (its counters are that service's).
@@ -53,7 +95,7 @@ impl Endpoints {
 /// reach the keeper started through [`Faults::api`].
 pub struct Faults {
     at: Endpoints,
-    api: ApiProxy,
+    api: Arc<ApiProxy>,
     on: bool,
 }
 
@@ -71,19 +113,23 @@ pub struct Injected {
 }
 
 impl Faults {
-    pub fn inject(env: &Env) -> anyhow::Result<Faults> {
+    pub fn inject(env: &Env, shares: Shares) -> anyhow::Result<Faults> {
+        let Shares {
+            api: api_share,
+            backend: backend_share,
+        } = shares;
         let at = Endpoints::of(env)?;
         let api = env.api_proxy()?;
         api.set_faults(
             ApiFaults::from_json(json!({"seed": SEED, "rules": [
                 {"verbs": ["watch"], "closeWatchAfterSeconds": WATCH_CUT_AFTER_SECONDS},
-                {"verbs": ["update", "patch", "delete"], "share": API_SHARE, "codes": [409, 500]},
-                {"share": API_SHARE, "codes": [500]},
+                {"verbs": ["update", "patch", "delete"], "share": api_share, "codes": [409, 500]},
+                {"share": api_share, "codes": [500]},
             ]}))
             .map_err(anyhow::Error::msg)?,
         );
         // Half and half 503 and 429 (throttling): a request the first rule spares meets the second.
-        let half = BACKEND_SHARE / 2.0;
+        let half = backend_share / 2.0;
         debug_call(
             "POST",
             format!("{}/debug/faults", at.grid),
@@ -95,7 +141,7 @@ impl Faults {
         let rules: Vec<Value> = AWS_SERVICES
             .iter()
             .map(|service| {
-                json!({"service": service, "share": BACKEND_SHARE,
+                json!({"service": service, "share": backend_share,
                        "faults": ["throttle", "500", "503", "drop", "lost"]})
             })
             .collect();
@@ -104,11 +150,16 @@ impl Faults {
             format!("{}/_awsproxy/faults", at.proxy),
             Some(json!({"seed": SEED, "rules": rules})),
         )?;
-        Ok(Faults { at, api, on: true })
+        Ok(Faults {
+            at,
+            api: Arc::new(api),
+            on: true,
+        })
     }
 
-    /// The API fault proxy: the keeper started through it gets the API's faults.
-    pub fn api(&self) -> &ApiProxy {
+    /// The API fault proxy: the keeper started through it gets the API's faults (shared with
+    /// the threads that restart keeper).
+    pub fn api(&self) -> &Arc<ApiProxy> {
         &self.api
     }
 
