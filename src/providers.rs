@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backends::Keys;
 use crate::backends::iam::{IamSettings, IamStore};
+use crate::backends::identity::{self, IdentityCache};
 use crate::backends::rate::RateLimit;
 use crate::backends::rds::RdsBackend;
 use crate::backends::s3::{S3Settings, S3Store};
@@ -17,6 +18,7 @@ use crate::cluster::{Kube, secret_data};
 use crate::config::{
     BackendTimeouts, BucketKeys, Endpoint, OperatorConfig, Provider, SecretRef, TlsConfig,
 };
+use crate::error::BackendError;
 use crate::metrics::Metrics;
 
 /// Why a provider cannot be used.
@@ -57,6 +59,9 @@ pub struct ProviderClients {
     /// The provider's `requestsPerSecond`: one bucket for all its clients (grid, S3 stores of
     /// every set of keys, IAM), since they all load the same backend.
     rate_limit: RateLimit,
+    /// Which backend the provider's endpoints reach, looked up once (see
+    /// [`crate::backends::identity`]).
+    identity: IdentityCache,
 }
 
 impl ProviderClients {
@@ -134,6 +139,27 @@ impl ProviderClients {
                 })
                 .clone(),
         )
+    }
+
+    /// Where the provider's identity is kept once looked up (see [`crate::backends::identity`]):
+    /// shared by every client of the provider, so it is looked up once per process.
+    pub fn identity_cache(&self) -> IdentityCache {
+        self.identity.clone()
+    }
+
+    /// The identity of an S3-compatible store: its endpoint and the owner of the buckets of the
+    /// provider's `keys` (ListBuckets), looked up on first use only.
+    pub async fn store_identity(
+        &self,
+        keys: &Keys,
+        metrics: &Metrics,
+    ) -> Result<String, BackendError> {
+        self.identity
+            .get(|| async {
+                let owner = self.s3(keys).owner_id(metrics).await?;
+                Ok(identity::s3_owner(&self.s3_endpoint(), &owner))
+            })
+            .await
     }
 
     /// The provider's credentials Secret: `username`/`password` of a grid administrator, or
@@ -298,6 +324,7 @@ impl Providers {
                     stores: Mutex::default(),
                     timeouts: config.runtime.backend_timeouts,
                     iam: Mutex::default(),
+                    identity: IdentityCache::default(),
                     rate_limit,
                 }),
             );

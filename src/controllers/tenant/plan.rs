@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 use crate::api::names::BUCKET_FINALIZER;
 use crate::api::names::default_bucket_name;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
+use crate::backends::identity::{self, Recreate};
 use crate::config::{BucketKeys, Provider};
 
 /// Most bucket names a message lists before "and N more".
@@ -87,6 +88,27 @@ pub fn account_to_record(marked: &[String]) -> Option<&String> {
 /// was put in them (buckets go only into the recorded account).
 pub fn stray_accounts(known: &[String], recorded: &str) -> Vec<String> {
     known.iter().filter(|id| *id != recorded).cloned().collect()
+}
+
+/// Whether the account recorded in status, which the grid now says does not exist, may be
+/// created again: only on the grid it was recorded on (audit 2, N5: a 404 from another grid is
+/// not "deleted outside keeper"), on one a person confirmed, or when no grid was recorded (an
+/// account an older keeper made, not seen since: created again as before). `Ok` carries the
+/// identity to record with the new account; `Err` the refusal.
+pub fn recreate_account(
+    recorded_id: &str,
+    recorded: Option<&str>,
+    live: &str,
+    confirmed: Option<&str>,
+    (namespace, name): (&str, &str),
+) -> Result<String, String> {
+    match identity::before_recreate(recorded, live, confirmed) {
+        Recreate::Same | Recreate::Unrecorded | Recreate::Confirmed => Ok(live.to_string()),
+        Recreate::Refused { recorded, live } => Err(format!(
+            "StorageGRID account {recorded_id} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper creates no new, empty account there (a changed endpoint, a DNS switch or a proxy answering 404 would hand applications empty storage); {}",
+            identity::confirm_hint("s3tenant", namespace, name, live.as_str())
+        )),
+    }
 }
 
 pub fn account_step(
