@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backends::Keys;
 use crate::backends::iam::{IamSettings, IamStore};
-use crate::backends::identity::{self, IdentityCache};
+use crate::backends::identity::IdentityCache;
 use crate::backends::rate::RateLimit;
 use crate::backends::rds::RdsBackend;
 use crate::backends::s3::{S3Settings, S3Store};
@@ -18,7 +18,6 @@ use crate::cluster::{Kube, secret_data};
 use crate::config::{
     BackendTimeouts, BucketKeys, Endpoint, OperatorConfig, Provider, SecretRef, TlsConfig,
 };
-use crate::error::BackendError;
 use crate::metrics::Metrics;
 
 /// Why a provider cannot be used.
@@ -145,21 +144,6 @@ impl ProviderClients {
     /// shared by every client of the provider, so it is looked up once per process.
     pub fn identity_cache(&self) -> IdentityCache {
         self.identity.clone()
-    }
-
-    /// The identity of an S3-compatible store: its endpoint and the owner of the buckets of the
-    /// provider's `keys` (ListBuckets), looked up on first use only.
-    pub async fn store_identity(
-        &self,
-        keys: &Keys,
-        metrics: &Metrics,
-    ) -> Result<String, BackendError> {
-        self.identity
-            .get(|| async {
-                let owner = self.s3(keys).owner_id(metrics).await?;
-                Ok(identity::s3_owner(&self.s3_endpoint(), &owner))
-            })
-            .await
     }
 
     /// The provider's credentials Secret: `username`/`password` of a grid administrator, or
