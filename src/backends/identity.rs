@@ -93,6 +93,25 @@ pub fn on_sight(recorded: Option<&str>, live: &str, confirmed: Option<&str>) -> 
     }
 }
 
+/// Whether `what` (as a message names it), which keeper recorded as created on `recorded` and
+/// which is missing on the `live` backend, may be created there; `Err` carries the refusal, for
+/// the resource `kind` `namespace/name` (to name the confirming command).
+pub fn may_recreate(
+    what: &str,
+    recorded: Option<&str>,
+    live: &str,
+    confirmed: Option<&str>,
+    (kind, namespace, name): (&str, &str, &str),
+) -> Result<(), String> {
+    match before_recreate(recorded, live, confirmed) {
+        Recreate::Same | Recreate::Unrecorded | Recreate::Confirmed => Ok(()),
+        Recreate::Refused { recorded, live } => Err(format!(
+            "{what} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper creates no new, empty one there (a changed endpoint, a DNS switch or a proxy answering 404 would hand applications empty storage); {}",
+            confirm_hint(kind, namespace, name, &live)
+        )),
+    }
+}
+
 /// The sentence a refusal ends with: how a person confirms a legitimate move.
 pub fn confirm_hint(kind: &str, namespace: &str, name: &str, live: &str) -> String {
     format!(

@@ -579,15 +579,7 @@ async fn a_legal_hold_stops_a_client_side_drain_with_a_condition() {
 #[tokio::test]
 async fn a_vanished_bucket_goes_back_to_pending_and_is_recreated() {
     let fake = Fake::new(DrainMode::ClientSide);
-    let mut obj = s3bucket();
-    obj.status = Some(S3BucketStatus {
-        // Written by this keeper, which records handled requests.
-        handled_requests: Some(Default::default()),
-        phase: Some(BucketPhase::Ready),
-        bucket_name: Some(NAME.into()),
-        observed_generation: Some(1),
-        ..Default::default()
-    });
+    let mut obj = ready_bucket();
     let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Pending));
     assert_eq!(out.next_requeue(), SHORT_RETRY);
@@ -655,14 +647,7 @@ async fn a_vanished_bucket_is_recreated_only_on_its_own_store_or_a_confirmed_one
 async fn the_store_of_a_bucket_seen_without_one_is_recorded() {
     let fake = Fake::new(DrainMode::ClientSide).with(NAME, FakeBucket::default());
     *fake.identity.lock().unwrap() = Some("s3:a".into());
-    let mut obj = s3bucket();
-    obj.status = Some(S3BucketStatus {
-        handled_requests: Some(Default::default()),
-        phase: Some(BucketPhase::Ready),
-        bucket_name: Some(NAME.into()),
-        observed_generation: Some(1),
-        ..Default::default()
-    });
+    let obj = ready_bucket();
     let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.backend_identity.as_deref(), Some("s3:a"));
     fake.buckets.lock().unwrap().clear();

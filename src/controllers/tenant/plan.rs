@@ -7,7 +7,7 @@ use sha2::{Digest, Sha256};
 use crate::api::names::BUCKET_FINALIZER;
 use crate::api::names::default_bucket_name;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
-use crate::backends::identity::{self, Recreate};
+use crate::backends::identity;
 use crate::config::{BucketKeys, Provider};
 
 /// Most bucket names a message lists before "and N more".
@@ -102,13 +102,14 @@ pub fn recreate_account(
     confirmed: Option<&str>,
     (namespace, name): (&str, &str),
 ) -> Result<String, String> {
-    match identity::before_recreate(recorded, live, confirmed) {
-        Recreate::Same | Recreate::Unrecorded | Recreate::Confirmed => Ok(live.to_string()),
-        Recreate::Refused { recorded, live } => Err(format!(
-            "StorageGRID account {recorded_id} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper creates no new, empty account there (a changed endpoint, a DNS switch or a proxy answering 404 would hand applications empty storage); {}",
-            identity::confirm_hint("s3tenant", namespace, name, live.as_str())
-        )),
-    }
+    identity::may_recreate(
+        &format!("StorageGRID account {recorded_id}"),
+        recorded,
+        live,
+        confirmed,
+        ("s3tenant", namespace, name),
+    )
+    .map(|()| live.to_string())
 }
 
 pub fn account_step(

@@ -7,7 +7,7 @@ use kube::ResourceExt;
 
 use crate::api::{BucketPhase, S3Bucket, S3BucketStatus, S3Tenant, TenantPhase};
 use crate::backends::Keys;
-use crate::backends::identity::{self, Recreate};
+use crate::backends::identity;
 use crate::config::AdoptionScope;
 use crate::controllers::bucket::DRAIN_ANNOTATION;
 use crate::namespaces::Restriction;
@@ -126,13 +126,13 @@ pub fn recreate_bucket(
     confirmed: Option<&str>,
     (namespace, name): (&str, &str),
 ) -> Result<(), String> {
-    match identity::before_recreate(recorded, live, confirmed) {
-        Recreate::Same | Recreate::Unrecorded | Recreate::Confirmed => Ok(()),
-        Recreate::Refused { recorded, live } => Err(format!(
-            "bucket {bucket:?} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper creates no new, empty bucket there (a changed endpoint, a DNS switch or a proxy answering 404 would hand applications empty storage); {}",
-            identity::confirm_hint("s3bucket", namespace, name, &live)
-        )),
-    }
+    identity::may_recreate(
+        &format!("bucket {bucket:?}"),
+        recorded,
+        live,
+        confirmed,
+        ("s3bucket", namespace, name),
+    )
 }
 
 /// Nothing can exist on the backend for a resource that never recorded a bucket name and whose
