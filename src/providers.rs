@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::backends::Keys;
 use crate::backends::iam::{IamSettings, IamStore};
+use crate::backends::identity::IdentityCache;
 use crate::backends::rate::RateLimit;
 use crate::backends::rds::RdsBackend;
 use crate::backends::s3::{S3Settings, S3Store};
@@ -57,6 +58,9 @@ pub struct ProviderClients {
     /// The provider's `requestsPerSecond`: one bucket for all its clients (grid, S3 stores of
     /// every set of keys, IAM), since they all load the same backend.
     rate_limit: RateLimit,
+    /// Which backend the provider's endpoints reach, looked up once (see
+    /// [`crate::backends::identity`]).
+    identity: IdentityCache,
 }
 
 impl ProviderClients {
@@ -134,6 +138,12 @@ impl ProviderClients {
                 })
                 .clone(),
         )
+    }
+
+    /// Where the provider's identity is kept once looked up (see [`crate::backends::identity`]):
+    /// shared by every client of the provider, so it is looked up once per process.
+    pub fn identity_cache(&self) -> IdentityCache {
+        self.identity.clone()
     }
 
     /// The provider's credentials Secret: `username`/`password` of a grid administrator, or
@@ -298,6 +308,7 @@ impl Providers {
                     stores: Mutex::default(),
                     timeouts: config.runtime.backend_timeouts,
                     iam: Mutex::default(),
+                    identity: IdentityCache::default(),
                     rate_limit,
                 }),
             );

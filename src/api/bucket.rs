@@ -201,6 +201,12 @@ pub struct S3BucketStatus {
     /// Name of the bucket on the backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bucket_name: Option<String>,
+    /// The store the bucket was created on or first seen on, on an S3-compatible provider
+    /// (`s3:<endpoint> owner=<canonical id>`): compared before keeper would create the bucket
+    /// again (see `keeper.dev/confirm-backend-identity`). On StorageGRID the tenant's account pins
+    /// the grid (S3Tenant `status.backendIdentity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_identity: Option<String>,
     /// The bucket keeper is about to create, recorded before the create: a bucket of this name
     /// found without keeper's ownership tags (its tagging failed right after the create) is
     /// keeper's. It only counts while `bucketName` does not record the bucket. Only here, in

@@ -173,7 +173,11 @@ pub struct CloudDatabaseStatus {
     /// (condition `RegionMismatch`) instead of creating a second instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub region: Option<String>,
-    /// The AWS account of the instance, read from its ARN once RDS reports it.
+    /// The AWS account of the instance: keeper's account (`sts:GetCallerIdentity`) recorded with
+    /// the identifier before the create, or read from the ARN of an instance found without it.
+    /// Compared before keeper would create the instance again: in another account keeper creates
+    /// nothing (condition `BackendIdentityChanged`) unless `keeper.dev/confirm-backend-identity`
+    /// names that account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account_id: Option<String>,
     /// Current lifecycle phase.

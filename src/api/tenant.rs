@@ -106,6 +106,10 @@ pub struct S3TenantStatus {
     /// Identity of the account on the backend (a 20-digit StorageGRID account id). Empty for S3-compatible providers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account_id: Option<String>,
+    /// The backend the account was created on or first seen on (`storagegrid:<grid id>`):
+    /// compared before keeper would create the account again (see `keeper.dev/confirm-backend-identity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend_identity: Option<String>,
     /// Current lifecycle phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<TenantPhase>,

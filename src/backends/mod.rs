@@ -2,6 +2,7 @@
 
 pub mod call;
 pub mod iam;
+pub mod identity;
 pub mod rate;
 pub mod rds;
 pub mod s3;

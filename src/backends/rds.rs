@@ -20,6 +20,7 @@ use aws_sdk_rds::types::Tag;
 
 use crate::api::{DatabaseEndpoint, Engine};
 use crate::backends::call::{BackendOutcome, measured};
+use crate::backends::identity::IdentityCache;
 use crate::backends::rate::RateLimit;
 use crate::config::{BackendTimeouts, RdsConfig};
 use crate::error::{BackendError, ErrorClass};
@@ -150,15 +151,26 @@ const BACKEND: &str = "rds";
 #[derive(Clone)]
 pub struct RdsBackend {
     client: aws_sdk_rds::Client,
+    /// STS with the same credentials and region: the account keeper acts in.
+    sts: aws_sdk_sts::Client,
+    /// The account, asked of STS once per process.
+    account: IdentityCache,
     /// `rds.requestsPerSecond`.
     rate_limit: RateLimit,
     metrics: Arc<Metrics>,
 }
 
 impl RdsBackend {
-    pub fn new(client: aws_sdk_rds::Client, rate_limit: RateLimit, metrics: Arc<Metrics>) -> Self {
+    pub fn new(
+        client: aws_sdk_rds::Client,
+        sts: aws_sdk_sts::Client,
+        rate_limit: RateLimit,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         RdsBackend {
             client,
+            sts,
+            account: IdentityCache::default(),
             rate_limit,
             metrics,
         }
@@ -174,9 +186,21 @@ impl RdsBackend {
             .build();
         RdsBackend::new(
             aws_sdk_rds::Client::from_conf(config),
+            Self::unconnected_sts(),
             RateLimit::default(),
             metrics,
         )
+    }
+
+    /// An STS client that is never called (tests).
+    #[cfg(test)]
+    pub fn unconnected_sts() -> aws_sdk_sts::Client {
+        let config = aws_sdk_sts::Config::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_sdk_sts::config::Region::new("us-east-1"))
+            .endpoint_url("http://127.0.0.1:9")
+            .build();
+        aws_sdk_sts::Client::from_conf(config)
     }
 
     /// A client for the configured region and endpoint; credentials come from the standard AWS
@@ -207,23 +231,55 @@ impl RdsBackend {
         timeouts: &BackendTimeouts,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let mut builder = aws_sdk_rds::config::Builder::from(sdk).timeout_config(
-            // A hung call must not hold a reconcile slot: give up and let backoff retry. The
-            // whole call covers the SDK's three attempts.
-            TimeoutConfig::builder()
-                .connect_timeout(timeouts.connect)
-                .operation_attempt_timeout(timeouts.request)
-                .operation_timeout(timeouts.request * 3)
-                .build(),
-        );
+        // A hung call must not hold a reconcile slot: give up and let backoff retry. The whole
+        // call covers the SDK's three attempts.
+        let timeout = TimeoutConfig::builder()
+            .connect_timeout(timeouts.connect)
+            .operation_attempt_timeout(timeouts.request)
+            .operation_timeout(timeouts.request * 3)
+            .build();
+        let mut builder = aws_sdk_rds::config::Builder::from(sdk).timeout_config(timeout.clone());
+        let mut sts = aws_sdk_sts::config::Builder::from(sdk).timeout_config(timeout);
         if let Some(endpoint) = &config.endpoint {
-            builder = builder.endpoint_url(endpoint.0.as_str().trim_end_matches('/'));
+            // `rds.endpoint` is for test servers, which serve STS at the same address (moto).
+            let url = endpoint.0.as_str().trim_end_matches('/');
+            builder = builder.endpoint_url(url);
+            sts = sts.endpoint_url(url);
         }
         RdsBackend::new(
             aws_sdk_rds::Client::from_conf(builder.build()),
+            aws_sdk_sts::Client::from_conf(sts.build()),
             RateLimit::new(config.request_rate()),
             metrics,
         )
+    }
+
+    /// The AWS account keeper's credentials act in (`sts:GetCallerIdentity`, which needs no IAM
+    /// permission), asked once per process: the account a missing instance is compared against
+    /// before keeper creates it again.
+    pub async fn account(&self) -> Result<String, BackendError> {
+        self.account
+            .get(|| {
+                self.call("get_caller_identity", async {
+                    let out = self
+                        .sts
+                        .get_caller_identity()
+                        .send()
+                        .await
+                        .map_err(|e| classify(e, |_| None))?;
+                    out.account()
+                        .filter(|a| !a.is_empty())
+                        .map(str::to_string)
+                        .ok_or_else(|| {
+                            RdsError::new(
+                                ErrorClass::Permanent,
+                                "NoAccount",
+                                "STS GetCallerIdentity named no account",
+                            )
+                        })
+                })
+            })
+            .await
     }
 
     /// The region the client calls (from `rds.region`, `--rds-region` or the AWS chain).

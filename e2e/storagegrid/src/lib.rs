@@ -48,6 +48,9 @@ pub struct Config {
     pub drain_rate: u32,
     /// Regions `GET /org/regions` lists and bucket creation accepts.
     pub regions: Vec<String>,
+    /// The grid's id, the top node of `GET /grid/health/topology`: a random UUID unless set, so
+    /// that every emulator is a grid of its own.
+    pub grid_id: String,
 }
 
 impl Config {
@@ -66,6 +69,7 @@ impl Config {
             token_ttl: Duration::from_secs(16 * 3600),
             drain_rate: 500,
             regions: vec!["us-east-1".into()],
+            grid_id: util::uuid(),
         }
     }
 }

@@ -34,6 +34,10 @@ struct Args {
     /// Objects deleted per second by a bucket drain.
     #[arg(long, default_value_t = 500)]
     drain_rate: u32,
+    /// The grid's id (`GET /grid/health/topology`); default: a random UUID, so every emulator is
+    /// a grid of its own.
+    #[arg(long)]
+    grid_id: Option<String>,
     /// Write {"management": URL, "s3": URL} here once listening (temp file + rename).
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -62,6 +66,9 @@ async fn main() -> anyhow::Result<()> {
     cfg.s3_listen = args.s3_listen;
     cfg.token_ttl = args.token_ttl;
     cfg.drain_rate = args.drain_rate;
+    if let Some(grid_id) = args.grid_id {
+        cfg.grid_id = grid_id;
+    }
     let mut emulator = start(cfg).await?;
     println!("management on {}", emulator.management_url());
     println!("s3 on {}", emulator.s3_url());

@@ -21,7 +21,12 @@ fn backend(rules: &[&Rule]) -> (RdsBackend, Arc<Metrics>) {
         .retry_config(RetryConfig::disabled()));
     let metrics = Arc::new(Metrics::new());
     (
-        RdsBackend::new(client, RateLimit::default(), metrics.clone()),
+        RdsBackend::new(
+            client,
+            RdsBackend::unconnected_sts(),
+            RateLimit::default(),
+            metrics.clone(),
+        ),
         metrics,
     )
 }
@@ -296,7 +301,12 @@ async fn delete_asks_for_exactly_one_of_snapshot_or_skip() {
 #[tokio::test]
 async fn the_real_backend_against_moto() {
     let server = moto::MotoServer::start("the_real_backend_against_moto", &[]);
-    let rds = moto::backend(&server, Arc::new(Metrics::new())).await;
+    let metrics = Arc::new(Metrics::new());
+    let rds = moto::backend(&server, metrics.clone()).await;
+    // The account keeper acts in, from STS at the same test server, asked once per process.
+    assert_eq!(rds.account().await.unwrap(), "123456789012");
+    assert_eq!(rds.account().await.unwrap(), "123456789012");
+    assert!(counted(&metrics, "get_caller_identity", "success"));
 
     // Create with tags: available at once on moto, with an endpoint and our tags.
     let snapshotted = NewInstance {

@@ -329,4 +329,30 @@ impl S3Store {
         })
         .await
     }
+
+    /// The canonical id of the owner of the signing keys' buckets (ListBuckets' `Owner.ID`): with
+    /// the endpoint, what tells one store (or AWS account) from another (see
+    /// [`crate::backends::identity`]). A store that names no owner is an error: nothing could
+    /// then tell it from another one.
+    pub async fn owner_id(&self, metrics: &Metrics) -> Result<String, S3Error> {
+        self.call(metrics, "list_buckets", async {
+            match self.client.list_buckets().max_buckets(1).send().await {
+                Ok(out) => out
+                    .owner()
+                    .and_then(|o| o.id())
+                    .filter(|id| !id.is_empty())
+                    .map(str::to_string)
+                    .ok_or_else(|| S3Error {
+                        operation: "list_buckets",
+                        class: super::ErrorClass::Permanent,
+                        code: "NoOwner".into(),
+                        message: "ListBuckets names no owner: keeper cannot tell this store \
+                                      from another"
+                            .into(),
+                    }),
+                Err(e) => Err(classify("list_buckets", e)),
+            }
+        })
+        .await
+    }
 }

@@ -115,6 +115,28 @@ impl Client {
             .collect())
     }
 
+    /// The grid's id: the root of the grid's topology (`GET /grid/health/topology?depth=grid`,
+    /// whose top node is the grid itself). It tells one grid from another, so that a 404 from
+    /// another grid is never read as "deleted" (see [`crate::backends::identity`]).
+    pub async fn grid_id(&self, admin: &Login) -> Result<String, Error> {
+        let grid: model::TopologyNode = self
+            .call::<(), _>(
+                admin,
+                "grid_topology",
+                Method::GET,
+                "grid/health/topology?depth=grid",
+                None,
+            )
+            .await?;
+        if grid.id.is_empty() {
+            return Err(Error::InvalidResponse {
+                operation: "grid_topology",
+                message: "the grid's topology names no grid id".to_string(),
+            });
+        }
+        Ok(grid.id)
+    }
+
     /// Usage of one account, with one entry per bucket (also empty ones).
     pub async fn account_usage(&self, admin: &Login, id: &str) -> Result<Usage, Error> {
         let path = format!("grid/accounts/{}/usage", segment(id));

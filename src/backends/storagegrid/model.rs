@@ -44,6 +44,14 @@ impl Login {
     }
 }
 
+/// The top node of `GET /grid/health/topology`: the grid (its children, sites and nodes, are not
+/// read).
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct TopologyNode {
+    #[serde(deserialize_with = "id_string")]
+    pub id: String,
+}
+
 /// A tenant account as the grid API returns it.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]

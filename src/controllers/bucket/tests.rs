@@ -580,15 +580,7 @@ async fn a_legal_hold_stops_a_client_side_drain_with_a_condition() {
 #[tokio::test]
 async fn a_vanished_bucket_goes_back_to_pending_and_is_recreated() {
     let fake = Fake::new(DrainMode::ClientSide);
-    let mut obj = s3bucket();
-    obj.status = Some(S3BucketStatus {
-        // Written by this keeper, which records handled requests.
-        handled_requests: Some(Default::default()),
-        phase: Some(BucketPhase::Ready),
-        bucket_name: Some(NAME.into()),
-        observed_generation: Some(1),
-        ..Default::default()
-    });
+    let mut obj = ready_bucket();
     let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Pending));
     assert_eq!(out.next_requeue(), SHORT_RETRY);
@@ -596,6 +588,75 @@ async fn a_vanished_bucket_goes_back_to_pending_and_is_recreated() {
     let out = applied(&fake, &view(&obj, at(10), None)).await.unwrap();
     assert_eq!(out.status.phase, Some(BucketPhase::Ready));
     assert!(fake.bucket(NAME).is_some());
+}
+
+/// The view of `obj` with `status.bucketName` counting as keeper's record, as the reconciler has it.
+fn recorded(obj: &S3Bucket, at_s: i64) -> View<'_> {
+    let mut v = view(obj, at(at_s), None);
+    v.desired.recorded = obj.status.as_ref().and_then(|s| s.bucket_name.as_deref()) == Some(NAME);
+    v
+}
+
+/// N5: a recorded bucket missing on another store (a changed endpoint, a DNS switch) is not
+/// created there until a person confirms that store; the store is recorded with the bucket.
+#[tokio::test]
+async fn a_vanished_bucket_is_recreated_only_on_its_own_store_or_a_confirmed_one() {
+    let fake = Fake::new(DrainMode::ClientSide);
+    *fake.identity.lock().unwrap() = Some("s3:a".into());
+    let mut obj = s3bucket();
+    // Created: the store is recorded with it.
+    let out = applied(&fake, &recorded(&obj, 0)).await.unwrap();
+    assert_eq!(out.status.backend_identity.as_deref(), Some("s3:a"));
+    write_back(&mut obj, &out);
+    assert!(fake.bucket(NAME).is_some());
+
+    // keeper now reaches another store, where the bucket does not exist.
+    fake.buckets.lock().unwrap().clear();
+    *fake.identity.lock().unwrap() = Some("s3:b".into());
+    fake.take_calls();
+    let out = applied(&fake, &recorded(&obj, 10)).await.unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Pending));
+    write_back(&mut obj, &out);
+    let err = applied(&fake, &recorded(&obj, 20)).await.unwrap_err();
+    let Error::Invalid { reason, message } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*reason, "BackendIdentityChanged");
+    assert!(
+        message.contains("s3:a") && message.contains("s3:b"),
+        "{message}"
+    );
+    assert!(fake.bucket(NAME).is_none(), "nothing created");
+    assert!(!fake.take_calls().contains(&"ensure".to_string()));
+
+    // Confirmed: created there, and that store is recorded from then on.
+    obj.metadata.annotations = Some(
+        [(
+            "keeper.dev/confirm-backend-identity".to_string(),
+            "s3:b".to_string(),
+        )]
+        .into(),
+    );
+    let out = applied(&fake, &recorded(&obj, 30)).await.unwrap();
+    assert!(fake.bucket(NAME).is_some());
+    assert_eq!(out.status.backend_identity.as_deref(), Some("s3:b"));
+}
+
+/// A bucket an older keeper made has no recorded store: the one it is seen on is recorded, and
+/// never while it is missing.
+#[tokio::test]
+async fn the_store_of_a_bucket_seen_without_one_is_recorded() {
+    let fake = Fake::new(DrainMode::ClientSide).with(NAME, FakeBucket::default());
+    *fake.identity.lock().unwrap() = Some("s3:a".into());
+    let obj = ready_bucket();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert_eq!(out.status.backend_identity.as_deref(), Some("s3:a"));
+    fake.buckets.lock().unwrap().clear();
+    let out = applied(&fake, &view(&obj, at(0), None)).await.unwrap();
+    assert_eq!(
+        out.status.backend_identity, None,
+        "not recorded while missing"
+    );
 }
 
 #[tokio::test]

@@ -20,6 +20,9 @@ pub trait DatabaseBackend: Send + Sync + 'static {
     /// The AWS region the client calls (`None` when none is configured).
     fn region(&self) -> Option<String>;
 
+    /// The AWS account keeper acts in (`sts:GetCallerIdentity`), looked up once per process.
+    fn account(&self) -> impl Future<Output = Result<String, BackendError>> + Send;
+
     /// The instance, or `None` when RDS reports it absent.
     fn describe(
         &self,
@@ -49,6 +52,10 @@ pub trait DatabaseBackend: Send + Sync + 'static {
 impl DatabaseBackend for RdsBackend {
     fn region(&self) -> Option<String> {
         RdsBackend::region(self)
+    }
+
+    async fn account(&self) -> Result<String, BackendError> {
+        RdsBackend::account(self).await
     }
 
     async fn describe(&self, id: &str) -> Result<Option<DbInstance>, BackendError> {

@@ -14,6 +14,7 @@ pub use identity::{
 
 use super::{TAG_NAME, TAG_NAMESPACE, TAG_OWNER_UID};
 use crate::api::{CloudDatabase, CloudDatabaseSpec, DatabaseDeletionPolicy};
+use crate::backends::identity::{self as pin, Recreate};
 use crate::backends::rds::{DbInstance, FinalSnapshot, Modification};
 use crate::cluster::Hold;
 use crate::config::RdsConfig;
@@ -68,6 +69,22 @@ pub fn region_mismatch_message(id: &str, recorded: &str, current: &str) -> Strin
          {current}: keeper creates no second instance and changes nothing. Run keeper with \
          rds.region (or --rds-region) {recorded} again; to move the database, create a new \
          CloudDatabase and migrate the data"
+    )
+}
+
+/// The `Ready=False` message of a live resource whose instance is not found in the account keeper
+/// now acts in, which is not the one recorded.
+pub fn account_changed_message(db: &CloudDatabase, id: &str, recorded: &str, live: &str) -> String {
+    format!(
+        "RDS instance {id} was created in AWS account {recorded}, but keeper now acts in account \
+         {live}, where it is not found: keeper creates no second, empty instance. Run keeper with \
+         credentials of account {recorded} again; {}",
+        pin::confirm_hint(
+            "clouddatabase",
+            &db.namespace().unwrap_or_default(),
+            &db.name_any(),
+            live
+        )
     )
 }
 
@@ -140,6 +157,12 @@ pub enum ApplyStep {
     RecordIdentity,
     /// Generate the master password and store it in the connection Secret before creating.
     GeneratePassword,
+    /// The instance is not found, but keeper now acts in another AWS account than the one
+    /// recorded (audit F8/N5): create nothing.
+    AccountChanged {
+        recorded: String,
+        live: String,
+    },
     Create,
     /// An instance with our identifier exists but is not tagged as ours.
     NameTaken {
@@ -166,16 +189,31 @@ pub enum ApplyStep {
     },
 }
 
+/// `live_account`: the account keeper acts in (`sts:GetCallerIdentity`), looked up when no
+/// instance is found.
 pub fn plan_apply(
     db: &CloudDatabase,
     desired: &Desired,
     has_password: bool,
     instance: Option<&DbInstance>,
+    live_account: Option<&str>,
 ) -> ApplyStep {
     let identity_recorded = db.status.as_ref().is_some_and(|s| s.instance_id.is_some());
     let Some(instance) = instance else {
+        let recorded = db.status.as_ref().and_then(|s| s.account_id.as_deref());
+        let confirmed = db.annotations().get(pin::CONFIRM_ANNOTATION);
+        let changed = live_account.and_then(|live| {
+            match pin::before_recreate(recorded, live, confirmed.map(String::as_str)) {
+                Recreate::Refused { recorded, live } => {
+                    Some(ApplyStep::AccountChanged { recorded, live })
+                }
+                _ => None,
+            }
+        });
         return if !identity_recorded {
             ApplyStep::RecordIdentity
+        } else if let Some(changed) = changed {
+            changed
         } else if !has_password {
             ApplyStep::GeneratePassword
         } else {

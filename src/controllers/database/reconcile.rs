@@ -18,6 +18,7 @@ use super::{
     CloudDatabaseReconciler, Error, MAX_STEPS, POLL, TAG_NAME, TAG_NAMESPACE, TAG_OWNER_UID,
 };
 use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
+use crate::backends::identity;
 use crate::backends::rds::{FinalSnapshot, Modification, NewInstance, Password};
 use crate::cluster::retained::{Retained, retain_secret};
 use crate::cluster::{Target, owned_secret_object, secret_data};
@@ -118,9 +119,25 @@ async fn apply_steps<B: DatabaseBackend>(
     for _ in 0..MAX_STEPS {
         view.status = Some(out.status.clone());
         let has_password = secret.get("password").is_some_and(|p| !p.is_empty());
-        match plan_apply(&view, desired, has_password, instance.as_ref()) {
+        // The account keeper acts in, asked of STS once per process: recorded with the
+        // identifier, and compared before an instance that is not found is created again.
+        let live = match instance {
+            Some(_) => None,
+            None => match backend.account().await {
+                Ok(account) => Some(account),
+                Err(e) => return busy(e, out, provisioning, generation),
+            },
+        };
+        match plan_apply(
+            &view,
+            desired,
+            has_password,
+            instance.as_ref(),
+            live.as_deref(),
+        ) {
             ApplyStep::RecordIdentity => {
                 out.status.instance_id = Some(id.clone());
+                out.status.account_id = live.clone();
                 if out.status.phase.is_none() {
                     out.status.phase = Some(provisioning);
                 }
@@ -149,7 +166,18 @@ async fn apply_steps<B: DatabaseBackend>(
                     )
                     .await?;
             }
+            ApplyStep::AccountChanged { recorded, live } => {
+                out.fail(
+                    identity::IDENTITY_CHANGED,
+                    plan::account_changed_message(db, &id, &recorded, &live),
+                    generation,
+                    false,
+                );
+                return Ok(Next::Requeue(PERMANENT_RETRY));
+            }
             ApplyStep::Create => {
+                // The account it is created in (a confirmed one replaces the recorded one).
+                out.status.account_id = live.clone();
                 let request = NewInstance {
                     id: id.clone(),
                     engine: db.spec.engine,

@@ -9,6 +9,7 @@ use std::future::Future;
 
 use super::plan::{AccountSettings, ObservedAccount};
 use crate::backends::Keys;
+use crate::backends::identity::{self, IdentityCache};
 use crate::backends::storagegrid::{
     self, Account, AccountPolicy, AccountSpec, KeyOwner, Login, description_has_marker,
 };
@@ -95,6 +96,8 @@ pub trait AccountBackend: Send + Sync {
     ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
     /// Deletes the account; a 404 comes back as an error the caller reads as "gone".
     fn delete_account(&self, id: &str) -> impl Future<Output = Result<(), BackendError>> + Send;
+    /// The grid's identity (`storagegrid:<grid id>`), looked up once per provider and process.
+    fn identity(&self) -> impl Future<Output = Result<String, BackendError>> + Send;
 }
 
 /// How the reconciler reaches a provider's backend.
@@ -121,6 +124,7 @@ impl Backends for Live {
         provider.grid().map(|client| GridAccounts {
             client: client.clone(),
             admin,
+            identity: provider.identity_cache(),
         })
     }
 
@@ -139,6 +143,7 @@ impl Backends for Live {
 pub struct GridAccounts {
     client: storagegrid::Client,
     admin: Login,
+    identity: IdentityCache,
 }
 
 impl GridAccounts {
@@ -339,6 +344,15 @@ impl AccountBackend for GridAccounts {
 
     async fn delete_account(&self, id: &str) -> Result<(), BackendError> {
         Ok(self.client.delete_account(&self.admin, id).await?)
+    }
+
+    async fn identity(&self) -> Result<String, BackendError> {
+        self.identity
+            .get(|| async {
+                let grid = self.client.grid_id(&self.admin).await?;
+                Ok(identity::storagegrid(&grid))
+            })
+            .await
     }
 }
 

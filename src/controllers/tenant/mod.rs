@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use self::backend::{BackendError, Backends, Live, is_bad_credentials};
 use crate::api::names::TENANT_FINALIZER;
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus};
+use crate::backends::identity;
 use crate::cluster::SecretError;
 use crate::cluster::triggers;
 use crate::config::ControllerKind;
@@ -107,6 +108,7 @@ impl ReconcileError for Error {
     fn condition_reason(&self) -> &'static str {
         match self {
             Error::Backend(e) if is_bad_credentials(e) => "BackendCredentialsRefused",
+            Error::Backend(e) if identity::is_changed(e) => identity::IDENTITY_CHANGED,
             Error::Backend(_) => "BackendError",
             Error::Secret(e) => e.condition_reason(),
             Error::UnknownProvider(_) => "ProviderNotConfigured",

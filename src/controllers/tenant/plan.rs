@@ -6,6 +6,7 @@ use sha2::{Digest, Sha256};
 
 use crate::api::names::BUCKET_FINALIZER;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
+use crate::backends::identity;
 use crate::config::{BucketKeys, Provider};
 
 /// Most bucket names a message lists before "and N more".
@@ -86,6 +87,28 @@ pub fn account_to_record(marked: &[String]) -> Option<&String> {
 /// was put in them (buckets go only into the recorded account).
 pub fn stray_accounts(known: &[String], recorded: &str) -> Vec<String> {
     known.iter().filter(|id| *id != recorded).cloned().collect()
+}
+
+/// Whether the account recorded in status, which the grid now says does not exist, may be
+/// created again: only on the grid it was recorded on (audit 2, N5: a 404 from another grid is
+/// not "deleted outside keeper"), on one a person confirmed, or when no grid was recorded (an
+/// account an older keeper made, not seen since: created again as before). `Ok` carries the
+/// identity to record with the new account; `Err` the refusal.
+pub fn recreate_account(
+    recorded_id: &str,
+    recorded: Option<&str>,
+    live: &str,
+    confirmed: Option<&str>,
+    (namespace, name): (&str, &str),
+) -> Result<String, String> {
+    identity::may_recreate(
+        &format!("StorageGRID account {recorded_id}"),
+        recorded,
+        live,
+        confirmed,
+        ("s3tenant", namespace, name),
+    )
+    .map(|()| live.to_string())
 }
 
 pub fn account_step(

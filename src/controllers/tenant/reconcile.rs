@@ -16,6 +16,7 @@ use super::{BLOCKED_RECHECK, DELETE_CONFIRM, Error, S3TenantReconciler};
 use crate::api::names::{tenant_credentials_secret_name, tenant_root_secret_name};
 use crate::api::{S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::Keys;
+use crate::backends::identity;
 use crate::backends::storagegrid::Login;
 use crate::cluster::retained::{Retained, retain_secret};
 use crate::cluster::{Hold, Target, owned_secret, owned_secret_object, secret_data};
@@ -483,6 +484,32 @@ impl<B: Backends> TenantStore for KubeStore<'_, B> {
         let recorded = now.and_then(|t| t.status).and_then(|s| s.account_id);
         self.status.lock().expect("status lock").account_id = recorded.clone();
         Ok(Recorded::Lost(recorded))
+    }
+
+    fn recorded_identity(&self) -> Option<String> {
+        self.status
+            .lock()
+            .expect("status lock")
+            .backend_identity
+            .clone()
+    }
+
+    fn keep_identity(&self, identity: &str) {
+        self.status.lock().expect("status lock").backend_identity = Some(identity.to_string());
+    }
+
+    fn confirmed_identity(&self) -> Option<String> {
+        self.tenant
+            .annotations()
+            .get(identity::CONFIRM_ANNOTATION)
+            .cloned()
+    }
+
+    fn resource(&self) -> (String, String) {
+        (
+            self.tenant.namespace().unwrap_or_default(),
+            self.tenant.name_any(),
+        )
     }
 
     async fn published(&self) -> Result<Option<Keys>, Error> {

@@ -92,6 +92,19 @@ pub(super) async fn grid(ctx: &Arc<Ctx>, rq: &mut Rq, rest: &[&str]) -> ApiResul
             rq.op = "getProductVersion";
             ok(json!({"productVersion": PRODUCT_VERSION}))
         }
+        // The grid is the top node of its topology; sites and nodes (its children) are not
+        // emulated. `depth` is accepted and ignored.
+        ["health", "topology"] => {
+            rq.op = "getTopology";
+            ok(json!({
+                "id": ctx.cfg.grid_id,
+                "name": "keeper-e2e grid",
+                "type": "grid",
+                "severity": "normal",
+                "state": "connected",
+                "children": [],
+            }))
+        }
         _ => Err(not_found("no such grid endpoint")),
     }
 }

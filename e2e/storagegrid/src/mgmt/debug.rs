@@ -30,7 +30,11 @@ pub(super) async fn debug(ctx: Arc<Ctx>, req: Request<Incoming>) -> Response<Bod
             ctx.lock().requests.clear();
             no_body()
         }
-        (Method::GET, "/debug/state") => plain(StatusCode::OK, ctx.lock().dump()),
+        (Method::GET, "/debug/state") => {
+            let mut state = ctx.lock().dump();
+            state["gridId"] = json!(ctx.cfg.grid_id);
+            plain(StatusCode::OK, state)
+        }
         (Method::GET, "/debug/faults") => {
             plain(StatusCode::OK, json!({"faults": ctx.lock().faults}))
         }

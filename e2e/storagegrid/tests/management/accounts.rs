@@ -158,3 +158,30 @@ async fn account_delete_refused_while_it_has_buckets() {
     // The tenant's tokens die with it.
     s.get("/org/containers", &tenant).await.assert_error(401);
 }
+
+#[tokio::test]
+async fn the_grid_id_is_the_top_of_the_topology_and_differs_between_emulators() {
+    let a = Stack::start().await;
+    let token = a.grid_token().await;
+    let top = a
+        .get("/grid/health/topology?depth=grid", &token)
+        .await
+        .assert_ok(200);
+    assert_eq!(top.data()["type"], "grid");
+    let id_a = top.data()["id"].as_str().unwrap().to_owned();
+    assert!(!id_a.is_empty());
+    // Grid API only: a tenant token is refused.
+    let (_, tenant) = a.tenant(&token, "team-a").await;
+    let refused = a
+        .get("/grid/health/topology", &tenant)
+        .await
+        .status
+        .as_u16();
+    assert!(matches!(refused, 401 | 403), "{refused}");
+
+    let b = Stack::start_with(|c| c.grid_id = "grid-b".into()).await;
+    let token = b.grid_token().await;
+    let top = b.get("/grid/health/topology", &token).await.assert_ok(200);
+    assert_eq!(top.data()["id"], "grid-b");
+    assert_ne!(id_a, "grid-b");
+}

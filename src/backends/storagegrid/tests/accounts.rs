@@ -254,3 +254,31 @@ async fn a_grid_that_ignores_the_paging_marker_is_an_error_not_an_endless_listin
     assert!(err.to_string().contains("paging marker"), "{err}");
     assert!(!err.is_not_found(), "never read as gone");
 }
+
+#[tokio::test]
+async fn the_grid_id_is_the_top_node_of_the_topology() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    Mock::given(method("GET"))
+        .and(path("/api/v4/grid/health/topology"))
+        .and(query_param("depth", "grid"))
+        .respond_with(ok(json!({"id": "a1b2", "type": "grid", "children": []})))
+        .expect(1)
+        .mount(&server)
+        .await;
+    let (client, _) = client(&server);
+    assert_eq!(client.grid_id(&admin()).await.unwrap(), "a1b2");
+}
+
+#[tokio::test]
+async fn a_topology_without_a_grid_id_is_an_error() {
+    let server = server().await;
+    grid_login(&server, "t").await;
+    Mock::given(method("GET"))
+        .and(path("/api/v4/grid/health/topology"))
+        .respond_with(ok(json!({"id": "", "type": "grid"})))
+        .mount(&server)
+        .await;
+    let (client, _) = client(&server);
+    assert!(client.grid_id(&admin()).await.is_err());
+}

@@ -236,6 +236,11 @@ impl StorageGrid {
 }
 
 impl BucketBackend for StorageGrid {
+    /// The tenant pins the grid: its account is found only on the grid it was recorded on.
+    async fn identity(&self) -> Result<Option<String>, BackendError> {
+        Ok(None)
+    }
+
     fn drain_mode(&self) -> DrainMode {
         DrainMode::ServerSide
     }

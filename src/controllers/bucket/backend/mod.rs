@@ -221,6 +221,11 @@ pub trait BucketBackend: Send + Sync {
         bucket: &str,
         keys: &Keys,
     ) -> impl Future<Output = Result<KeyCheck, BackendError>> + Send;
+
+    /// The store's identity (see [`crate::backends::identity`]), looked up once per provider and
+    /// process; `None` where the tenant pins the backend (StorageGRID: the bucket lives in the
+    /// tenant's account, which the tenant finds only on its recorded grid).
+    fn identity(&self) -> impl Future<Output = Result<Option<String>, BackendError>> + Send;
 }
 
 /// Signs in to a tenant's storage. The reconciler is generic over it so that its tests run the
@@ -312,6 +317,7 @@ impl Connect for Connector {
                     metrics: metrics.clone(),
                     credentials,
                     pace: s3::drain_pace(&p.drain),
+                    identity: (clients.identity_cache(), clients.s3_endpoint()),
                 })))
             }
             Provider::StorageGrid(_) => {
@@ -437,6 +443,10 @@ impl BucketBackend for AnyBackend {
 
     async fn check_keys(&self, bucket: &str, keys: &Keys) -> Result<KeyCheck, BackendError> {
         either!(self, b => b.check_keys(bucket, keys).await)
+    }
+
+    async fn identity(&self) -> Result<Option<String>, BackendError> {
+        either!(self, b => b.identity().await)
     }
 }
 

@@ -9,6 +9,7 @@ use super::{
 };
 use crate::api::DrainMode;
 use crate::backends::Keys;
+use crate::backends::identity::{self, IdentityCache};
 use crate::backends::s3::{self, CreateOutcome, DeleteOutcome, DrainPace, S3Store};
 use crate::config::DrainDefaults;
 use crate::controllers::bucket::plan::keys::KeySource;
@@ -45,6 +46,8 @@ pub struct S3Compatible {
     pub metrics: Arc<Metrics>,
     pub credentials: Credentials,
     pub pace: DrainPace,
+    /// Where the provider's identity is kept, and the endpoint it names.
+    pub identity: (IdentityCache, String),
 }
 
 /// The keys a bucket's Secret carries on an S3-compatible provider.
@@ -84,6 +87,18 @@ impl S3Compatible {
 }
 
 impl BucketBackend for S3Compatible {
+    /// The endpoint and the owner of the provider keys' buckets.
+    async fn identity(&self) -> Result<Option<String>, BackendError> {
+        let (cache, endpoint) = &self.identity;
+        let live = cache
+            .get(|| async {
+                let owner = self.store.owner_id(&self.metrics).await?;
+                Ok(identity::s3_owner(endpoint, &owner))
+            })
+            .await?;
+        Ok(Some(live))
+    }
+
     fn drain_mode(&self) -> DrainMode {
         DrainMode::ClientSide
     }

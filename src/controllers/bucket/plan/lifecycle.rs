@@ -7,6 +7,7 @@ use kube::ResourceExt;
 
 use crate::api::{BucketPhase, S3Bucket, S3BucketStatus, S3Tenant, TenantPhase};
 use crate::backends::Keys;
+use crate::backends::identity;
 use crate::config::AdoptionScope;
 use crate::controllers::bucket::DRAIN_ANNOTATION;
 use crate::namespaces::Restriction;
@@ -111,6 +112,27 @@ pub fn needs_ensure(status: &S3BucketStatus, generation: Option<i64>, bucket: &s
         Some(BucketPhase::Ready | BucketPhase::Draining)
     ) || status.observed_generation != generation
         || status.bucket_name.as_deref() != Some(bucket)
+}
+
+/// Whether a bucket keeper recorded as made (`status.bucketName`), now missing, may be created
+/// again on the store keeper reaches: only on the store recorded with it, one a person confirmed,
+/// or when none was recorded (a bucket an older keeper made, not seen since). Audit 2, N5: a
+/// missing bucket on another store (a changed endpoint, a DNS switch, a proxy answering 404) is
+/// not "deleted outside keeper", and an empty one in its place would look Ready to applications.
+pub fn recreate_bucket(
+    bucket: &str,
+    recorded: Option<&str>,
+    live: &str,
+    confirmed: Option<&str>,
+    (namespace, name): (&str, &str),
+) -> Result<(), String> {
+    identity::may_recreate(
+        &format!("bucket {bucket:?}"),
+        recorded,
+        live,
+        confirmed,
+        ("s3bucket", namespace, name),
+    )
 }
 
 /// Nothing can exist on the backend for a resource that never recorded a bucket name and whose
@@ -343,6 +365,24 @@ mod tests {
         assert!(
             message.contains("the namespaces platform and namespaces labelled adopt=yes"),
             "{message}"
+        );
+    }
+
+    #[test]
+    fn a_missing_recorded_bucket_is_created_again_only_on_its_store_or_a_confirmed_one() {
+        let at = ("ns", "b");
+        assert_eq!(recreate_bucket("x", Some("s3:a"), "s3:a", None, at), Ok(()));
+        assert_eq!(recreate_bucket("x", None, "s3:b", None, at), Ok(()));
+        assert_eq!(
+            recreate_bucket("x", Some("s3:a"), "s3:b", Some("s3:b"), at),
+            Ok(())
+        );
+        let refused = recreate_bucket("x", Some("s3:a"), "s3:b", None, at).unwrap_err();
+        assert!(
+            refused.contains(
+                "kubectl annotate s3bucket b -n ns keeper.dev/confirm-backend-identity=s3:b"
+            ),
+            "{refused}"
         );
     }
 }

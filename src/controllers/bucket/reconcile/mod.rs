@@ -32,6 +32,7 @@ use super::plan::requests::{self, Kind, Request};
 use super::{ADOPT_ANNOTATION, Error, S3BucketReconciler, USAGE_REFRESH};
 use crate::api::names::{bucket_credentials_secret_name, validate_bucket_name};
 use crate::api::{BucketPhase, S3Bucket, S3BucketStatus};
+use crate::backends::identity;
 use crate::backends::s3::OwnerMark;
 use crate::config::AdoptionScope;
 use crate::providers::ProviderClients;
@@ -158,7 +159,33 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
     let mut out = Report::new(before.clone(), USAGE_REFRESH);
     let seeded;
     let mut view = view;
+    // The store's identity (looked up once per process): `None` where the tenant pins it.
+    let live = backend.identity().await?;
+    let confirmed = obj.annotations().get(identity::CONFIRM_ANNOTATION).cloned();
+    let pin = |live: &str| {
+        identity::on_sight(
+            before.backend_identity.as_deref(),
+            live,
+            confirmed.as_deref(),
+        )
+    };
     if lifecycle::needs_ensure(&before, generation, &view.desired.name) {
+        if let (Some(live), true) = (&live, view.desired.recorded)
+            && let Err(refusal) = lifecycle::recreate_bucket(
+                &view.desired.name,
+                before.backend_identity.as_deref(),
+                live,
+                confirmed.as_deref(),
+                (&obj.namespace().unwrap_or_default(), &obj.name_any()),
+            )
+            // Only a missing bucket would be created; one found is converged as before.
+            && backend.owner(&view.desired).await? == Owner::Missing
+        {
+            return Err(Error::Invalid {
+                reason: identity::IDENTITY_CHANGED,
+                message: refusal,
+            });
+        }
         let Ensured { owner, created } = backend.ensure(&view.desired).await?;
         if created {
             // A bucket this reconcile created is empty: nothing to look at.
@@ -210,6 +237,7 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
         // Recorded only after a successful create or adoption: the ownership record for
         // backends without tags.
         out.status.bucket_name = Some(view.desired.name.clone());
+        out.status.backend_identity = live.as_deref().map(pin);
     }
     out.status.observed_generation = generation;
     out.usable = match drain::run_drain(backend, view, &mut out).await? {
@@ -217,6 +245,13 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
         None if out.status.phase == Some(BucketPhase::Draining) => Usable::Draining,
         None => Usable::No,
     };
+    // Seen on this store: recorded on first sight (a bucket an older keeper made), never while
+    // it is missing.
+    if out.usable != Usable::No
+        && let Some(live) = &live
+    {
+        out.status.backend_identity = Some(pin(live));
+    }
     Ok(out)
 }
 

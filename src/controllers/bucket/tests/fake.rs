@@ -64,6 +64,9 @@ pub struct Fake {
     pub pauses: Pauses,
     /// The `only_key` of each `delete_credentials` call.
     pub only_keys: Mutex<Vec<Option<String>>>,
+    /// The store's identity; `None`: pinned by the tenant, as on StorageGRID. Not counted in
+    /// `calls` (it is looked up once per process).
+    pub identity: Mutex<Option<String>>,
 }
 
 impl Fake {
@@ -87,6 +90,7 @@ impl Fake {
             key_limit: Some(2),
             pauses: Pauses::default(),
             only_keys: Mutex::default(),
+            identity: Mutex::default(),
         }
     }
 
@@ -160,6 +164,10 @@ macro_rules! fake_backend {
         impl BucketBackend for $t {
             fn drain_mode(&self) -> DrainMode {
                 self.mode
+            }
+
+            async fn identity(&self) -> Result<Option<String>, BackendError> {
+                Ok(self.identity.lock().unwrap().clone())
             }
 
             async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {

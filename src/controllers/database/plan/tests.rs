@@ -46,20 +46,78 @@ fn the_account_comes_from_the_arn() {
     assert_eq!(arn_account("arn:aws:rds:eu-central-1::db:x"), None);
 }
 
+/// F8/N5: an instance not found in another AWS account than the recorded one is not created
+/// there until a person confirms that account.
+#[test]
+fn a_missing_instance_is_created_again_only_in_its_own_account_or_a_confirmed_one() {
+    let mut db = recorded(postgres());
+    let desired = desired_of(&db);
+    db.status.as_mut().unwrap().account_id = Some("111111111111".into());
+    assert_eq!(
+        plan_apply(&db, &desired, true, None, Some("111111111111")),
+        ApplyStep::Create
+    );
+    let changed = ApplyStep::AccountChanged {
+        recorded: "111111111111".into(),
+        live: "222222222222".into(),
+    };
+    assert_eq!(
+        plan_apply(&db, &desired, true, None, Some("222222222222")),
+        changed
+    );
+    // Not even a password is generated for it.
+    assert_eq!(
+        plan_apply(&db, &desired, false, None, Some("222222222222")),
+        changed
+    );
+    let message = account_changed_message(&db, "i", "111111111111", "222222222222");
+    assert!(
+        message.contains("keeper.dev/confirm-backend-identity=222222222222"),
+        "{message}"
+    );
+    db.metadata.annotations = Some(
+        [(
+            "keeper.dev/confirm-backend-identity".to_string(),
+            "222222222222".to_string(),
+        )]
+        .into(),
+    );
+    assert_eq!(
+        plan_apply(&db, &desired, true, None, Some("222222222222")),
+        ApplyStep::Create
+    );
+    // An instance that is found is its own proof: no account is compared.
+    db.metadata.annotations = None;
+    let ours = instance(&db, "available");
+    assert_ne!(
+        plan_apply(&db, &desired, true, Some(&ours), Some("222222222222")),
+        changed
+    );
+    // Nothing recorded (an older keeper's resource): created as before.
+    db.status.as_mut().unwrap().account_id = None;
+    assert_eq!(
+        plan_apply(&db, &desired, true, None, Some("222222222222")),
+        ApplyStep::Create
+    );
+}
+
 #[test]
 fn nothing_is_created_before_the_identity_and_the_password_are_stored() {
     let db = postgres();
     let desired = desired_of(&db);
     assert_eq!(
-        plan_apply(&db, &desired, false, None),
+        plan_apply(&db, &desired, false, None, None),
         ApplyStep::RecordIdentity
     );
     let db = recorded(db);
     assert_eq!(
-        plan_apply(&db, &desired, false, None),
+        plan_apply(&db, &desired, false, None, None),
         ApplyStep::GeneratePassword
     );
-    assert_eq!(plan_apply(&db, &desired, true, None), ApplyStep::Create);
+    assert_eq!(
+        plan_apply(&db, &desired, true, None, None),
+        ApplyStep::Create
+    );
 }
 
 #[test]
@@ -70,14 +128,14 @@ fn an_instance_without_our_owner_tag_is_never_taken_over() {
         .tags
         .insert(TAG_OWNER_UID.into(), "someone-else".into());
     assert_eq!(
-        plan_apply(&db, &desired_of(&db), true, Some(&foreign)),
+        plan_apply(&db, &desired_of(&db), true, Some(&foreign), None),
         ApplyStep::NameTaken {
             owner: Some("someone-else".into())
         }
     );
     foreign.tags.clear();
     assert_eq!(
-        plan_apply(&db, &desired_of(&db), true, Some(&foreign)),
+        plan_apply(&db, &desired_of(&db), true, Some(&foreign), None),
         ApplyStep::NameTaken { owner: None }
     );
 }
@@ -87,7 +145,7 @@ fn an_instance_we_created_is_adopted_back_when_the_status_was_lost() {
     let db = postgres();
     let ours = instance(&db, "creating");
     assert_eq!(
-        plan_apply(&db, &desired_of(&db), true, Some(&ours)),
+        plan_apply(&db, &desired_of(&db), true, Some(&ours), None),
         ApplyStep::RecordIdentity
     );
 }
@@ -98,7 +156,7 @@ fn transitional_and_failed_states_wait_or_fail() {
     let desired = desired_of(&db);
     for state in ["creating", "modifying", "rebooting", "deleting"] {
         assert_eq!(
-            plan_apply(&db, &desired, true, Some(&instance(&db, state))),
+            plan_apply(&db, &desired, true, Some(&instance(&db, state)), None),
             ApplyStep::Wait {
                 state: state.into()
             }
@@ -107,23 +165,29 @@ fn transitional_and_failed_states_wait_or_fail() {
     let mut no_endpoint = instance(&db, "available");
     no_endpoint.endpoint = None;
     assert!(matches!(
-        plan_apply(&db, &desired, true, Some(&no_endpoint)),
+        plan_apply(&db, &desired, true, Some(&no_endpoint), None),
         ApplyStep::Wait { .. }
     ));
     // Busy but serving: published, drift deferred.
     let mut busy = instance(&db, "storage-optimization");
     busy.instance_class = "db.m6i.large".into();
     assert_eq!(
-        plan_apply(&db, &desired, true, Some(&busy)),
+        plan_apply(&db, &desired, true, Some(&busy), None),
         ApplyStep::Publish { shrink: None }
     );
     assert!(matches!(
-        plan_apply(&db, &desired, false, Some(&instance(&db, "backing-up"))),
+        plan_apply(
+            &db,
+            &desired,
+            false,
+            Some(&instance(&db, "backing-up")),
+            None
+        ),
         ApplyStep::Wait { .. }
     ));
     for state in ["failed", "storage-full", "incompatible-parameters"] {
         assert_eq!(
-            plan_apply(&db, &desired, true, Some(&instance(&db, state))),
+            plan_apply(&db, &desired, true, Some(&instance(&db, state)), None),
             ApplyStep::InstanceFailed {
                 state: state.into()
             }
@@ -139,7 +203,8 @@ fn a_lost_password_is_reset_on_an_available_instance() {
             &db,
             &desired_of(&db),
             false,
-            Some(&instance(&db, "available"))
+            Some(&instance(&db, "available")),
+            None
         ),
         ApplyStep::ResetPassword
     );
@@ -155,7 +220,8 @@ fn drift_of_class_storage_and_protection_is_modified() {
             &db,
             &desired_of(&db),
             true,
-            Some(&instance(&db, "available"))
+            Some(&instance(&db, "available")),
+            None
         ),
         ApplyStep::Modify(Modification {
             instance_class: Some("db.t3.medium".into()),
@@ -174,7 +240,7 @@ fn storage_never_shrinks_and_only_an_explicit_request_is_reported() {
     let mut bigger = instance(&db, "available");
     bigger.storage_gib = 50;
     assert_eq!(
-        plan_apply(&db, &desired_of(&db), true, Some(&bigger)),
+        plan_apply(&db, &desired_of(&db), true, Some(&bigger), None),
         ApplyStep::Publish {
             shrink: Some((50, 20))
         }
@@ -182,7 +248,7 @@ fn storage_never_shrinks_and_only_an_explicit_request_is_reported() {
     // A size default below the current storage (say after medium -> small) is not a request.
     let db = recorded(postgres());
     assert_eq!(
-        plan_apply(&db, &desired_of(&db), true, Some(&bigger)),
+        plan_apply(&db, &desired_of(&db), true, Some(&bigger), None),
         ApplyStep::Publish { shrink: None }
     );
 }
@@ -195,7 +261,8 @@ fn an_available_instance_in_line_with_the_spec_is_published() {
             &db,
             &desired_of(&db),
             true,
-            Some(&instance(&db, "available"))
+            Some(&instance(&db, "available")),
+            None
         ),
         ApplyStep::Publish { shrink: None }
     );

@@ -30,6 +30,8 @@ pub struct FakeRds {
 pub struct FakeRdsState {
     /// The region the client calls (`None`: none configured).
     pub region: Option<String>,
+    /// The account keeper acts in (`None`: `000000000000`, the account of the fake's ARNs).
+    pub account: Option<String>,
     pub instances: BTreeMap<String, DbInstance>,
     pub passwords: BTreeMap<String, Password>,
     /// snapshot id -> instance id
@@ -98,6 +100,15 @@ impl FakeRds {
 }
 
 impl DatabaseBackend for FakeRds {
+    /// Not counted in `calls`: it is looked up once per process.
+    async fn account(&self) -> Result<String, BackendError> {
+        let state = self.state.lock().unwrap();
+        Ok(state
+            .account
+            .clone()
+            .unwrap_or_else(|| "000000000000".to_string()))
+    }
+
     fn region(&self) -> Option<String> {
         self.state.lock().unwrap().region.clone()
     }

@@ -374,3 +374,40 @@ fn the_retained_message_says_where_the_credentials_and_their_copies_are() {
         "{message}"
     );
 }
+
+#[test]
+fn a_missing_account_is_created_again_only_on_the_grid_it_was_recorded_on() {
+    let at = ("ns", "team-a");
+    assert_eq!(
+        recreate_account("1", Some("storagegrid:a"), "storagegrid:a", None, at).as_deref(),
+        Ok("storagegrid:a")
+    );
+    let refused =
+        recreate_account("1", Some("storagegrid:a"), "storagegrid:b", None, at).unwrap_err();
+    assert!(
+        refused.contains("storagegrid:a")
+            && refused.contains("storagegrid:b")
+            && refused.contains("account 1")
+            && refused.contains(
+                "kubectl annotate s3tenant team-a -n ns keeper.dev/confirm-backend-identity=storagegrid:b"
+            ),
+        "{refused}"
+    );
+    // Confirmed by a person: recreated there, and that grid is recorded from then on.
+    assert_eq!(
+        recreate_account(
+            "1",
+            Some("storagegrid:a"),
+            "storagegrid:b",
+            Some("storagegrid:b"),
+            at
+        )
+        .as_deref(),
+        Ok("storagegrid:b")
+    );
+    // An account an older keeper made, not seen since: created again as before, now pinned.
+    assert_eq!(
+        recreate_account("1", None, "storagegrid:b", None, at).as_deref(),
+        Ok("storagegrid:b")
+    );
+}

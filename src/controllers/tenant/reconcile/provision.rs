@@ -11,6 +11,7 @@ use std::future::Future;
 use rand::distr::{Alphanumeric, SampleString};
 
 use crate::backends::Keys;
+use crate::backends::identity;
 use crate::controllers::tenant::backend::{AccountBackend, BackendError, is_bad_credentials};
 use crate::controllers::tenant::plan::{
     self, AccountSettings, AccountStep, KeyStep, ObservedAccount,
@@ -42,6 +43,15 @@ pub trait TenantStore: Send + Sync {
         &self,
         id: &str,
     ) -> impl Future<Output = Result<Recorded, Self::Error>> + Send;
+    /// The grid recorded in status (`status.backendIdentity`).
+    fn recorded_identity(&self) -> Option<String>;
+    /// Keeps `identity` as the tenant's grid: written with the next record, else with the status
+    /// the reconcile ends with.
+    fn keep_identity(&self, identity: &str);
+    /// The grid a person confirmed with `keeper.dev/confirm-backend-identity`, if any.
+    fn confirmed_identity(&self) -> Option<String>;
+    /// The tenant's namespace and name, for messages.
+    fn resource(&self) -> (String, String);
     /// The credentials currently published, if the Secret holds a complete set.
     fn published(&self) -> impl Future<Output = Result<Option<Keys>, Self::Error>> + Send;
     fn publish(&self, credentials: &Keys) -> impl Future<Output = Result<(), Self::Error>> + Send;
@@ -177,19 +187,33 @@ pub async fn ensure<B: AccountBackend, S: TenantStore>(
 ) -> Result<String, S::Error> {
     let mut password = store.root_password().await?;
     let mut account = match recorded_account(backend, store, marker).await? {
-        Some(account) => Some(account),
-        // No password stored: no create was ever sent (the password is stored before every
-        // create, and a second writer that stored it first makes this one's store fail and
-        // look again), so there is nothing to search for; the grid has no filter, and listing
-        // every account for every new tenant costs in proportion to the whole grid.
-        None if password.is_none() => None,
-        // None recorded: one carrying the marker was left by a lost create answer, a crash
-        // before the record, or another writer; the same one is recorded by every writer.
+        Some(account) => {
+            // Its grid is this one: recorded on first sight (an account an older keeper made),
+            // replaced only when a person confirmed it.
+            let live = backend.identity().await?;
+            store.keep_identity(&identity::on_sight(
+                store.recorded_identity().as_deref(),
+                &live,
+                store.confirmed_identity().as_deref(),
+            ));
+            Some(account)
+        }
         None => {
-            let marked = ids(&backend.find_accounts(marker).await?);
-            match plan::account_to_record(&marked) {
-                Some(candidate) => Some(record(backend, store, marker, candidate, &marked).await?),
+            // The recorded account is not on the grid keeper reaches: created again only on
+            // the grid it was recorded on (or one a person confirmed), never on another.
+            if let Some(id) = store.recorded_account() {
+                recreate_gate(backend, store, &id).await?;
+            }
+            match password {
+                // No password stored: no create was ever sent (the password is stored before
+                // every create, and a second writer that stored it first makes this one's store
+                // fail and look again), so there is nothing to search for; the grid has no
+                // filter, and listing every account for every new tenant costs in proportion to
+                // the whole grid.
                 None => None,
+                // One carrying the marker was left by a lost create answer, a crash before the
+                // record, or another writer; the same one is recorded by every writer.
+                Some(_) => marked_account(backend, store, marker).await?,
             }
         }
     };
@@ -201,6 +225,10 @@ pub async fn ensure<B: AccountBackend, S: TenantStore>(
                 password = Some(fresh);
             }
             AccountStep::Create => {
+                // Recorded with the account: the grid it was created on.
+                if store.recorded_identity().is_none() {
+                    store.keep_identity(&backend.identity().await?);
+                }
                 let root = password.as_deref().unwrap_or_default();
                 let id = backend.create_account(desired, marker, root).await?;
                 tracing::info!(account = %id, "created StorageGRID account");
@@ -225,6 +253,45 @@ pub async fn ensure<B: AccountBackend, S: TenantStore>(
     let root = password.unwrap_or_default();
     ensure_key(backend, store, &id, &root).await?;
     Ok(id)
+}
+
+/// The account carrying the tenant's marker, recorded, when none is recorded (see
+/// [`plan::account_to_record`]).
+async fn marked_account<B: AccountBackend, S: TenantStore>(
+    backend: &B,
+    store: &S,
+    marker: &str,
+) -> Result<Option<ObservedAccount>, S::Error> {
+    let marked = ids(&backend.find_accounts(marker).await?);
+    Ok(match plan::account_to_record(&marked) {
+        Some(candidate) => Some(record(backend, store, marker, candidate, &marked).await?),
+        None => None,
+    })
+}
+
+/// Refuses, with a `BackendIdentityChanged` error, to go on towards creating the recorded
+/// account `id` again when the grid keeper reaches is not the one recorded (see
+/// [`plan::recreate_account`]); keeps the grid to record otherwise.
+async fn recreate_gate<B: AccountBackend, S: TenantStore>(
+    backend: &B,
+    store: &S,
+    id: &str,
+) -> Result<(), S::Error> {
+    let live = backend.identity().await?;
+    let (namespace, name) = store.resource();
+    match plan::recreate_account(
+        id,
+        store.recorded_identity().as_deref(),
+        &live,
+        store.confirmed_identity().as_deref(),
+        (&namespace, &name),
+    ) {
+        Ok(identity) => {
+            store.keep_identity(&identity);
+            Ok(())
+        }
+        Err(message) => Err(identity::changed_error("storagegrid", "get_account", message).into()),
+    }
 }
 
 /// Calls `call` with the root password; when the tenant sign-in is refused (the stored password

@@ -39,6 +39,10 @@ pub struct GridState {
     pub admin: Option<String>,
     /// Searches for marked accounts (each lists the whole grid).
     pub searches: usize,
+    /// The grid's identity (`storagegrid:grid-a` unless a test moves keeper to another grid).
+    pub identity: Option<String>,
+    /// Identity lookups.
+    pub identity_lookups: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -123,6 +127,15 @@ impl Grid {
 }
 
 impl AccountBackend for Grid {
+    async fn identity(&self) -> Result<String, BackendError> {
+        let mut state = self.state.lock().unwrap();
+        state.identity_lookups += 1;
+        Ok(state
+            .identity
+            .clone()
+            .unwrap_or_else(|| "storagegrid:grid-a".to_string()))
+    }
+
     async fn get_account(
         &self,
         id: &str,
@@ -321,6 +334,10 @@ pub struct StoreState {
     pub published: Option<Keys>,
     /// How often the account was recorded when this writer read the tenant.
     pub read_version: u64,
+    /// `status.backendIdentity`.
+    pub identity: Option<String>,
+    /// The value of `keeper.dev/confirm-backend-identity`.
+    pub confirmed: Option<String>,
 }
 
 impl<'g> Store<'g> {
@@ -371,6 +388,22 @@ impl TenantStore for Store<'_> {
         state.account = Some(id.to_string());
         state.read_version = recorded.1;
         Ok(Recorded::Yes)
+    }
+
+    fn recorded_identity(&self) -> Option<String> {
+        self.state.lock().unwrap().identity.clone()
+    }
+
+    fn keep_identity(&self, identity: &str) {
+        self.state.lock().unwrap().identity = Some(identity.to_string());
+    }
+
+    fn confirmed_identity(&self) -> Option<String> {
+        self.state.lock().unwrap().confirmed.clone()
+    }
+
+    fn resource(&self) -> (String, String) {
+        ("ns".to_string(), "t".to_string())
     }
 
     async fn published(&self) -> Result<Option<Keys>, BackendError> {

@@ -257,6 +257,63 @@ async fn an_account_deleted_outside_keeper_is_created_again() {
     assert_converged(&grid, &store);
 }
 
+/// N5: the grid's identity is recorded with the account, and a 404 from another grid (a
+/// changed endpoint, a DNS switch) creates nothing there until a person confirms that grid.
+#[tokio::test]
+async fn a_missing_account_is_created_again_only_on_its_own_grid_or_a_confirmed_one() {
+    let grid = Grid::default();
+    let store = store(&grid);
+    ensure(&grid, &store, MARKER, &desired()).await.unwrap();
+    let identity = || store.state.lock().unwrap().identity.clone();
+    assert_eq!(identity().as_deref(), Some("storagegrid:grid-a"));
+    let before = grid.state.lock().unwrap().identity_lookups;
+    ensure(&grid, &store, MARKER, &desired()).await.unwrap();
+    assert!(grid.state.lock().unwrap().identity_lookups <= before + 1);
+
+    // keeper now reaches another, empty grid.
+    {
+        let mut state = grid.state.lock().unwrap();
+        state.accounts.clear();
+        state.identity = Some("storagegrid:grid-b".into());
+    }
+    let refused = ensure(&grid, &store, MARKER, &desired()).await.unwrap_err();
+    assert!(identity::is_changed(&refused), "{refused:?}");
+    assert!(refused.message.contains("storagegrid:grid-b"), "{refused}");
+    assert!(
+        grid.state.lock().unwrap().accounts.is_empty(),
+        "nothing created"
+    );
+    assert_eq!(
+        grid.state.lock().unwrap().searches,
+        0,
+        "nothing even listed"
+    );
+    assert_eq!(identity().as_deref(), Some("storagegrid:grid-a"));
+
+    // A confirmation of a third grid does not count for this one.
+    store.state.lock().unwrap().confirmed = Some("storagegrid:grid-c".into());
+    assert!(ensure(&grid, &store, MARKER, &desired()).await.is_err());
+    // Confirmed: created there, and that grid is recorded from then on.
+    store.state.lock().unwrap().confirmed = Some("storagegrid:grid-b".into());
+    ensure(&grid, &store, MARKER, &desired()).await.unwrap();
+    assert_converged(&grid, &store);
+    assert_eq!(identity().as_deref(), Some("storagegrid:grid-b"));
+}
+
+/// An account an older keeper made has no recorded grid: the grid it is found on is recorded.
+#[tokio::test]
+async fn the_grid_of_an_account_found_without_one_is_recorded_on_first_sight() {
+    let grid = Grid::default();
+    let store = store(&grid);
+    ensure(&grid, &store, MARKER, &desired()).await.unwrap();
+    store.state.lock().unwrap().identity = None;
+    ensure(&grid, &store, MARKER, &desired()).await.unwrap();
+    assert_eq!(
+        store.state.lock().unwrap().identity.as_deref(),
+        Some("storagegrid:grid-a")
+    );
+}
+
 #[tokio::test]
 async fn keys_are_revoked_only_with_a_password() {
     let grid = Grid::default();
