@@ -93,23 +93,50 @@ pub fn on_sight(recorded: Option<&str>, live: &str, confirmed: Option<&str>) -> 
     }
 }
 
-/// Whether `what` (as a message names it), which keeper recorded as created on `recorded` and
-/// which is missing on the `live` backend, may be created there; `Err` carries the refusal, for
-/// the resource `kind` `namespace/name` (to name the confirming command).
-pub fn may_recreate(
+/// What keeper would do about something it recorded as created and the live backend says does
+/// not exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnMissing {
+    /// Create it again (a live resource).
+    Recreate,
+    /// Count it as deleted and let the finalizer go (a resource being deleted).
+    CountAsGone,
+}
+
+/// Whether keeper may `act` on `what` (as a message names it), which it recorded as created on
+/// `recorded` and which is missing on the `live` backend: only when the live backend is the
+/// recorded one, a person confirmed it, or none was recorded (made by an older keeper). Another
+/// backend's "not found" says nothing about the original: re-created, applications would get
+/// empty storage; counted as gone, the original would be left behind untracked. `Err` carries
+/// the refusal, for the resource `kind` `namespace/name` (to name the confirming command).
+pub fn on_missing(
+    act: OnMissing,
     what: &str,
     recorded: Option<&str>,
     live: &str,
     confirmed: Option<&str>,
     (kind, namespace, name): (&str, &str, &str),
 ) -> Result<(), String> {
-    match before_recreate(recorded, live, confirmed) {
-        Recreate::Same | Recreate::Unrecorded | Recreate::Confirmed => Ok(()),
-        Recreate::Refused { recorded, live } => Err(format!(
-            "{what} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper creates no new, empty one there (a changed endpoint, a DNS switch or a proxy answering 404 would hand applications empty storage); {}",
-            confirm_hint(kind, namespace, name, &live)
-        )),
-    }
+    let Recreate::Refused { recorded, live } = before_recreate(recorded, live, confirmed) else {
+        return Ok(());
+    };
+    let hint = confirm_hint(kind, namespace, name, &live);
+    Err(match act {
+        OnMissing::Recreate => format!(
+            "{what} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper creates no new, empty one there (a changed endpoint, a DNS switch or a proxy answering 404 would hand applications empty storage); {hint}"
+        ),
+        OnMissing::CountAsGone => format!(
+            "{what} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper does not count it as deleted and keeps the finalizer, which would otherwise leave the original behind untracked; point keeper back at the recorded backend, or, if the original is gone for good, {}",
+            hint_for_deletion(kind, namespace, name, &live)
+        ),
+    })
+}
+
+/// How a person confirms, during a deletion, that the original is gone for good.
+fn hint_for_deletion(kind: &str, namespace: &str, name: &str, live: &str) -> String {
+    format!(
+        "confirm with `kubectl annotate {kind} {name} -n {namespace} {CONFIRM_ANNOTATION}={live}`"
+    )
 }
 
 /// The sentence a refusal ends with: how a person confirms a legitimate move.
@@ -142,6 +169,54 @@ pub fn is_changed(error: &BackendError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_backends_not_found_never_counts_as_deleted_unless_confirmed() {
+        let at = ("s3tenant", "ns", "t");
+        assert_eq!(
+            on_missing(
+                OnMissing::CountAsGone,
+                "account 1",
+                Some("g:a"),
+                "g:a",
+                None,
+                at
+            ),
+            Ok(())
+        );
+        assert_eq!(
+            on_missing(OnMissing::CountAsGone, "account 1", None, "g:b", None, at),
+            Ok(())
+        );
+        assert_eq!(
+            on_missing(
+                OnMissing::CountAsGone,
+                "account 1",
+                Some("g:a"),
+                "g:b",
+                Some("g:b"),
+                at
+            ),
+            Ok(())
+        );
+        let refused = on_missing(
+            OnMissing::CountAsGone,
+            "account 1",
+            Some("g:a"),
+            "g:b",
+            Some("g:c"),
+            at,
+        )
+        .unwrap_err();
+        assert!(
+            refused.contains("g:a")
+                && refused.contains("keeps the finalizer")
+                && refused.contains(&format!(
+                    "kubectl annotate s3tenant t -n ns {CONFIRM_ANNOTATION}=g:b"
+                )),
+            "{refused}"
+        );
+    }
 
     #[test]
     fn a_recreate_on_the_recorded_backend_goes_ahead() {

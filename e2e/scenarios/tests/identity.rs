@@ -285,6 +285,51 @@ async fn keeper_creates_nothing_on_another_backend_behind_a_changed_endpoint() {
     let grid2 = debug_call("GET", format!("{grid_admin}/debug/state"), None).unwrap();
     assert_eq!(grid2["accounts"].as_array().unwrap().len(), 1, "{grid2:#}");
 
+    // Deleting the bucket while keeper reaches the other store: that store's "not found" is not
+    // "already deleted", so the finalizer stays (the original would be left behind untracked).
+    env.kubectl(&[
+        "delete",
+        "-n",
+        &ns.name,
+        "s3bucket/store-data",
+        "--wait=false",
+    ])
+    .unwrap();
+    let held = wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/store-data",
+        "its deletion held",
+        Duration::from_secs(90),
+        |b| message(b).contains("keeps the finalizer"),
+    );
+    let live = message(&held)
+        .split("keeper.dev/confirm-backend-identity=")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .unwrap_or_else(|| panic!("no confirming command: {held:#}"))
+        .to_string();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        env.get_json(&ns.name, "s3bucket/store-data")
+            .unwrap()
+            .is_some(),
+        "the finalizer stays"
+    );
+    // A person says the original store is gone for good: the deletion completes.
+    env.kubectl(&[
+        "annotate",
+        "-n",
+        &ns.name,
+        "s3bucket/store-data",
+        &format!("keeper.dev/confirm-backend-identity={live}"),
+    ])
+    .unwrap();
+    wait_until(Duration::from_secs(90), "the bucket released", || {
+        Ok(env.get_json(&ns.name, "s3bucket/store-data")?.is_none())
+    })
+    .unwrap();
+
     drop(keeper);
     drop(grid_process);
     drop(store_process);

@@ -659,6 +659,42 @@ async fn the_store_of_a_bucket_seen_without_one_is_recorded() {
     );
 }
 
+/// N5, deletion: a bucket missing on another store is not "already deleted": releasing would
+/// leave the original behind, untracked, with its IAM user.
+#[tokio::test]
+async fn a_bucket_missing_on_another_store_is_not_counted_as_deleted() {
+    let fake = Fake::new(DrainMode::ClientSide);
+    *fake.identity.lock().unwrap() = Some("s3:b".into());
+    let mut obj = ready_bucket();
+    obj.status.as_mut().unwrap().backend_identity = Some("s3:a".into());
+    let err = cleanup_bucket(&fake, &view(&obj, at(0), None))
+        .await
+        .unwrap_err();
+    let Error::Invalid { reason, message } = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(*reason, "BackendIdentityChanged");
+    assert!(message.contains("keeps the finalizer"), "{message}");
+    assert!(
+        !fake
+            .take_calls()
+            .contains(&"delete_credentials".to_string()),
+        "nothing deleted on the other store"
+    );
+    // Confirmed (the original store is gone for good), or on its own store: done.
+    annotate_with(&mut obj, "keeper.dev/confirm-backend-identity", "s3:b");
+    let out = cleanup_bucket(&fake, &view(&obj, at(1), None))
+        .await
+        .unwrap();
+    assert_eq!(out.next, Next::Release);
+    unannotate(&mut obj, &["keeper.dev/confirm-backend-identity"]);
+    *fake.identity.lock().unwrap() = Some("s3:a".into());
+    let out = cleanup_bucket(&fake, &view(&obj, at(2), None))
+        .await
+        .unwrap();
+    assert_eq!(out.next, Next::Release);
+}
+
 #[tokio::test]
 async fn permanent_backend_errors_surface_to_the_caller() {
     let fake = Fake::new(DrainMode::ClientSide);

@@ -98,6 +98,25 @@ pub fn region_mismatch_deletion_message(id: &str, recorded: &str, current: &str)
     )
 }
 
+/// The `DeletionBlocked` message of a resource being deleted whose instance is not found in the
+/// account keeper now acts in, which is not the recorded one.
+pub fn account_changed_deletion_message(
+    db: &CloudDatabase,
+    id: &str,
+    recorded: &str,
+    live: &str,
+) -> String {
+    format!(
+        "deletion of RDS instance {id} waits: it was created in AWS account {recorded}, but keeper \
+         now acts in account {live}, where it is not found (it would wrongly count as gone and be \
+         left running, untracked). Run keeper with credentials of account {recorded} to delete \
+         it; if it no longer exists, confirm with `kubectl annotate clouddatabase {} -n {} {}={live}`",
+        db.name_any(),
+        db.namespace().unwrap_or_default(),
+        pin::CONFIRM_ANNOTATION,
+    )
+}
+
 /// The AWS account in an RDS ARN (`arn:aws:rds:<region>:<account>:db:<id>`).
 pub fn arn_account(arn: &str) -> Option<String> {
     let account = arn.split(':').nth(4)?;
@@ -322,13 +341,32 @@ pub enum CleanupStep {
     DisableProtection,
     /// RDS is deleting the instance.
     WaitForDeletion,
+    /// No instance found, but in another account than the recorded one: hold the deletion.
+    AccountChanged {
+        recorded: String,
+        live: String,
+    },
     /// `Snapshot`: record the final snapshot identifier before asking for it.
     RecordSnapshotId,
     Delete(FinalSnapshot),
 }
 
-pub fn plan_cleanup(db: &CloudDatabase, instance: Option<&DbInstance>) -> CleanupStep {
+/// `live_account`: the account keeper acts in, looked up when no instance is found: another
+/// account's "not found" says nothing about the instance keeper recorded (audit 2, N5).
+pub fn plan_cleanup(
+    db: &CloudDatabase,
+    instance: Option<&DbInstance>,
+    live_account: Option<&str>,
+) -> CleanupStep {
     let Some(instance) = instance else {
+        let recorded = db.status.as_ref().and_then(|s| s.account_id.as_deref());
+        let confirmed = db.annotations().get(pin::CONFIRM_ANNOTATION);
+        if let Some(live) = live_account
+            && let Recreate::Refused { recorded, live } =
+                pin::before_recreate(recorded, live, confirmed.map(String::as_str))
+        {
+            return CleanupStep::AccountChanged { recorded, live };
+        }
         return CleanupStep::Release;
     };
     if !owned_by(instance, db) {

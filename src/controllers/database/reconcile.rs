@@ -385,7 +385,15 @@ async fn cleanup_steps<B: DatabaseBackend>(
     let mut view = db.clone();
     for _ in 0..MAX_STEPS {
         view.status = Some(out.status.clone());
-        let step = plan_cleanup(&view, instance.as_ref());
+        // Asked of STS (once per process) only when no instance is found.
+        let live = match instance {
+            Some(_) => None,
+            None => match backend.account().await {
+                Ok(account) => Some(account),
+                Err(e) => return busy(e, out, deleting, generation),
+            },
+        };
+        let step = plan_cleanup(&view, instance.as_ref(), live.as_deref());
         let was_blocked = out
             .status
             .conditions
@@ -400,6 +408,14 @@ async fn cleanup_steps<B: DatabaseBackend>(
         }
         match step {
             CleanupStep::Release => return Ok(Next::Release),
+            CleanupStep::AccountChanged { recorded, live } => {
+                out.deletion_blocked(
+                    identity::IDENTITY_CHANGED,
+                    plan::account_changed_deletion_message(db, id, &recorded, &live),
+                    generation,
+                );
+                return Ok(Next::Requeue(PERMANENT_RETRY));
+            }
             CleanupStep::Untag => {
                 let instance = instance.as_ref().expect("planned only for an instance");
                 let keys = [TAG_OWNER_UID, TAG_NAMESPACE, TAG_NAME].map(String::from);

@@ -89,19 +89,21 @@ pub fn stray_accounts(known: &[String], recorded: &str) -> Vec<String> {
     known.iter().filter(|id| *id != recorded).cloned().collect()
 }
 
-/// Whether the account recorded in status, which the grid now says does not exist, may be
-/// created again: only on the grid it was recorded on (audit 2, N5: a 404 from another grid is
-/// not "deleted outside keeper"), on one a person confirmed, or when no grid was recorded (an
-/// account an older keeper made, not seen since: created again as before). `Ok` carries the
-/// identity to record with the new account; `Err` the refusal.
-pub fn recreate_account(
+/// Whether keeper may `act` on the account recorded in status, which the grid now says does not
+/// exist (create it again, or count it as deleted): only on the grid it was recorded on (audit 2,
+/// N5: a 404 from another grid is not "deleted outside keeper"), on one a person confirmed, or
+/// when no grid was recorded (an account an older keeper made, not seen since: as before). `Ok`
+/// carries the identity to record with a new account; `Err` the refusal.
+pub fn account_on_missing(
+    act: identity::OnMissing,
     recorded_id: &str,
     recorded: Option<&str>,
     live: &str,
     confirmed: Option<&str>,
     (namespace, name): (&str, &str),
 ) -> Result<String, String> {
-    identity::may_recreate(
+    identity::on_missing(
+        act,
         &format!("StorageGRID account {recorded_id}"),
         recorded,
         live,

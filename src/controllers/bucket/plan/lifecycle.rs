@@ -126,7 +126,8 @@ pub fn recreate_bucket(
     confirmed: Option<&str>,
     (namespace, name): (&str, &str),
 ) -> Result<(), String> {
-    identity::may_recreate(
+    identity::on_missing(
+        identity::OnMissing::Recreate,
         &format!("bucket {bucket:?}"),
         recorded,
         live,

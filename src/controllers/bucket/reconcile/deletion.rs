@@ -12,6 +12,7 @@ use super::drain::{ownership_lost, run_drain, stop_drain_before_letting_go};
 use super::{Cache, Report, View, request, resolve, waiting};
 use crate::api::names::bucket_credentials_secret_name;
 use crate::api::{BucketPhase, DeletionPolicy, DrainMode, S3Bucket, S3BucketStatus};
+use crate::backends::identity::{self, OnMissing};
 use crate::backends::s3::DeleteOutcome;
 use crate::cluster::{Target, owned_secret_object, secret_data};
 use crate::runtime::{Context, Next, Note, Outcome, conditions};
@@ -44,6 +45,7 @@ pub async fn cleanup_bucket<B: BucketBackend>(
         // Only NotFound means gone (the bucket vanished between two calls): nothing is left
         // to delete but the bucket's own credentials.
         Err(Error::Backend(e)) if e.is_gone() => {
+            gone_gate(backend, view).await?;
             tracing::info!(error = %e, "the bucket is gone from the backend");
             backend
                 .delete_credentials(&view.desired.name, view.only_key.as_deref())
@@ -54,6 +56,35 @@ pub async fn cleanup_bucket<B: BucketBackend>(
         }
         result => result,
     }
+}
+
+/// Refuses, with `BackendIdentityChanged`, to count a missing bucket as deleted on a store that
+/// is not the one it was recorded on (see [`identity::on_missing`]); StorageGRID buckets are
+/// pinned by their tenant's account.
+async fn gone_gate<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result<(), Error> {
+    let Some(live) = backend.identity().await? else {
+        return Ok(());
+    };
+    let obj = view.obj;
+    let status = obj.status.as_ref();
+    identity::on_missing(
+        OnMissing::CountAsGone,
+        &format!("bucket {:?}", view.desired.name),
+        status.and_then(|s| s.backend_identity.as_deref()),
+        &live,
+        obj.annotations()
+            .get(identity::CONFIRM_ANNOTATION)
+            .map(String::as_str),
+        (
+            "s3bucket",
+            &obj.namespace().unwrap_or_default(),
+            &obj.name_any(),
+        ),
+    )
+    .map_err(|message| Error::Invalid {
+        reason: identity::IDENTITY_CHANGED,
+        message,
+    })
 }
 
 /// Releases a resource with `deletionPolicy: Retain`: the bucket and its objects stay, and a drain
@@ -107,6 +138,7 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
     let bucket = &view.desired.name;
     match backend.owner(&view.desired).await? {
         Owner::Missing => {
+            gone_gate(backend, view).await?;
             backend
                 .delete_credentials(bucket, view.only_key.as_deref())
                 .await?;

@@ -273,10 +273,13 @@ fn an_available_instance_in_line_with_the_spec_is_published() {
 #[test]
 fn cleanup_releases_what_is_gone_or_not_ours() {
     let db = deleting(recorded(postgres()));
-    assert_eq!(plan_cleanup(&db, None), CleanupStep::Release);
+    assert_eq!(plan_cleanup(&db, None, None), CleanupStep::Release);
     let mut foreign = instance(&db, "available");
     foreign.tags.insert(TAG_OWNER_UID.into(), "other".into());
-    assert_eq!(plan_cleanup(&db, Some(&foreign)), CleanupStep::Release);
+    assert_eq!(
+        plan_cleanup(&db, Some(&foreign), None),
+        CleanupStep::Release
+    );
 }
 
 #[test]
@@ -286,7 +289,7 @@ fn retain_untags_even_under_deletion_protection() {
         "deletionPolicy": "Retain", "deletionProtection": true
     }))));
     assert_eq!(
-        plan_cleanup(&db, Some(&instance(&db, "available"))),
+        plan_cleanup(&db, Some(&instance(&db, "available")), None),
         CleanupStep::Untag
     );
 }
@@ -298,10 +301,13 @@ fn deletion_protection_blocks_until_the_spec_turns_it_off_and_then_syncs_first()
     }))));
     let mut protected = instance(&db, "available");
     protected.deletion_protection = true;
-    assert_eq!(plan_cleanup(&db, Some(&protected)), CleanupStep::Blocked);
+    assert_eq!(
+        plan_cleanup(&db, Some(&protected), None),
+        CleanupStep::Blocked
+    );
     let db = deleting(recorded(postgres()));
     assert_eq!(
-        plan_cleanup(&db, Some(&protected)),
+        plan_cleanup(&db, Some(&protected), None),
         CleanupStep::DisableProtection
     );
 }
@@ -310,7 +316,7 @@ fn deletion_protection_blocks_until_the_spec_turns_it_off_and_then_syncs_first()
 fn a_deleting_instance_is_waited_for() {
     let db = deleting(recorded(postgres()));
     assert_eq!(
-        plan_cleanup(&db, Some(&instance(&db, "deleting"))),
+        plan_cleanup(&db, Some(&instance(&db, "deleting")), None),
         CleanupStep::WaitForDeletion
     );
 }
@@ -320,14 +326,14 @@ fn the_snapshot_id_is_recorded_before_the_delete_and_then_reused() {
     let db = deleting(recorded(postgres()));
     let available = instance(&db, "available");
     assert_eq!(
-        plan_cleanup(&db, Some(&available)),
+        plan_cleanup(&db, Some(&available), None),
         CleanupStep::RecordSnapshotId
     );
     let mut status = db.status.clone().unwrap();
     status.final_snapshot_id = Some("shop-orders-x-final-20260101000000".into());
     let db = with_status(db, status);
     assert_eq!(
-        plan_cleanup(&db, Some(&available)),
+        plan_cleanup(&db, Some(&available), None),
         CleanupStep::Delete(FinalSnapshot::Take(
             "shop-orders-x-final-20260101000000".into()
         ))
@@ -340,7 +346,7 @@ fn policy_delete_skips_the_final_snapshot() {
         "engine": "postgres", "size": "small", "deletionPolicy": "Delete"
     }))));
     assert_eq!(
-        plan_cleanup(&db, Some(&instance(&db, "available"))),
+        plan_cleanup(&db, Some(&instance(&db, "available")), None),
         CleanupStep::Delete(FinalSnapshot::Skip)
     );
 }
@@ -374,5 +380,35 @@ fn the_retained_message_names_the_secret_and_keepers_copy() {
     assert_eq!(
         retained_message("db-1", "shop-connection", None),
         "deletionPolicy Retain: RDS instance db-1 is left running, untagged"
+    );
+}
+
+/// N5, deletion: an instance not found in another account is not "already deleted": releasing
+/// would leave the original running, untracked.
+#[test]
+fn an_instance_missing_in_another_account_is_not_counted_as_deleted() {
+    let mut db = deleting(recorded(postgres()));
+    db.status.as_mut().unwrap().account_id = Some("111111111111".into());
+    assert_eq!(
+        plan_cleanup(&db, None, Some("222222222222")),
+        CleanupStep::AccountChanged {
+            recorded: "111111111111".into(),
+            live: "222222222222".into()
+        }
+    );
+    assert_eq!(
+        plan_cleanup(&db, None, Some("111111111111")),
+        CleanupStep::Release
+    );
+    db.metadata.annotations = Some(
+        [(
+            "keeper.dev/confirm-backend-identity".to_string(),
+            "222222222222".to_string(),
+        )]
+        .into(),
+    );
+    assert_eq!(
+        plan_cleanup(&db, None, Some("222222222222")),
+        CleanupStep::Release
     );
 }

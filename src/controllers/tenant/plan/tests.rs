@@ -1,5 +1,6 @@
 use super::*;
 use crate::api::names::default_bucket_name;
+use crate::backends::identity::OnMissing;
 
 #[test]
 fn account_names_fit_the_grid_and_long_resource_names_never_collide() {
@@ -379,11 +380,26 @@ fn the_retained_message_says_where_the_credentials_and_their_copies_are() {
 fn a_missing_account_is_created_again_only_on_the_grid_it_was_recorded_on() {
     let at = ("ns", "team-a");
     assert_eq!(
-        recreate_account("1", Some("storagegrid:a"), "storagegrid:a", None, at).as_deref(),
+        account_on_missing(
+            OnMissing::Recreate,
+            "1",
+            Some("storagegrid:a"),
+            "storagegrid:a",
+            None,
+            at
+        )
+        .as_deref(),
         Ok("storagegrid:a")
     );
-    let refused =
-        recreate_account("1", Some("storagegrid:a"), "storagegrid:b", None, at).unwrap_err();
+    let refused = account_on_missing(
+        OnMissing::Recreate,
+        "1",
+        Some("storagegrid:a"),
+        "storagegrid:b",
+        None,
+        at,
+    )
+    .unwrap_err();
     assert!(
         refused.contains("storagegrid:a")
             && refused.contains("storagegrid:b")
@@ -395,7 +411,8 @@ fn a_missing_account_is_created_again_only_on_the_grid_it_was_recorded_on() {
     );
     // Confirmed by a person: recreated there, and that grid is recorded from then on.
     assert_eq!(
-        recreate_account(
+        account_on_missing(
+            OnMissing::Recreate,
             "1",
             Some("storagegrid:a"),
             "storagegrid:b",
@@ -407,7 +424,7 @@ fn a_missing_account_is_created_again_only_on_the_grid_it_was_recorded_on() {
     );
     // An account an older keeper made, not seen since: created again as before, now pinned.
     assert_eq!(
-        recreate_account("1", None, "storagegrid:b", None, at).as_deref(),
+        account_on_missing(OnMissing::Recreate, "1", None, "storagegrid:b", None, at).as_deref(),
         Ok("storagegrid:b")
     );
 }

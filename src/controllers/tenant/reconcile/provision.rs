@@ -11,7 +11,7 @@ use std::future::Future;
 use rand::distr::{Alphanumeric, SampleString};
 
 use crate::backends::Keys;
-use crate::backends::identity;
+use crate::backends::identity::{self, OnMissing};
 use crate::controllers::tenant::backend::{AccountBackend, BackendError, is_bad_credentials};
 use crate::controllers::tenant::plan::{
     self, AccountSettings, AccountStep, KeyStep, ObservedAccount,
@@ -68,7 +68,8 @@ pub enum Recorded {
 }
 
 /// The tenant's account on the grid: by the id in status, else by the ownership marker
-/// (a create whose answer was lost). `None` means the backend has no such account.
+/// (a create whose answer was lost). `None` means the backend has no such account; a recorded
+/// account counts as gone only on the grid it was recorded on, or one a person confirmed (N5).
 ///
 /// F10: the id in status is trusted only when the account carries this tenant's marker. A
 /// status edited to name another account must not lead keeper to update, reset the password
@@ -80,6 +81,10 @@ pub async fn locate_account<B: AccountBackend, S: TenantStore>(
 ) -> Result<Option<ObservedAccount>, S::Error> {
     if let Some(account) = recorded_account(backend, store, marker).await? {
         return Ok(Some(account));
+    }
+    // A recorded account another grid does not have is not gone (audit 2, N5).
+    if let Some(id) = store.recorded_account() {
+        identity_gate(backend, store, &id, OnMissing::CountAsGone).await?;
     }
     let mut marked = backend.find_accounts(marker).await?;
     if marked.len() > 1 {
@@ -202,7 +207,8 @@ pub async fn ensure<B: AccountBackend, S: TenantStore>(
             // The recorded account is not on the grid keeper reaches: created again only on
             // the grid it was recorded on (or one a person confirmed), never on another.
             if let Some(id) = store.recorded_account() {
-                recreate_gate(backend, store, &id).await?;
+                let live = identity_gate(backend, store, &id, OnMissing::Recreate).await?;
+                store.keep_identity(&live);
             }
             match password {
                 // No password stored: no create was ever sent (the password is stored before
@@ -269,29 +275,26 @@ async fn marked_account<B: AccountBackend, S: TenantStore>(
     })
 }
 
-/// Refuses, with a `BackendIdentityChanged` error, to go on towards creating the recorded
-/// account `id` again when the grid keeper reaches is not the one recorded (see
-/// [`plan::recreate_account`]); keeps the grid to record otherwise.
-async fn recreate_gate<B: AccountBackend, S: TenantStore>(
+/// Refuses, with a `BackendIdentityChanged` error, to `act` on the recorded account `id`, which
+/// the grid keeper reaches does not have, when that grid is not the one recorded (see
+/// [`plan::account_on_missing`]); returns the grid to record otherwise.
+async fn identity_gate<B: AccountBackend, S: TenantStore>(
     backend: &B,
     store: &S,
     id: &str,
-) -> Result<(), S::Error> {
+    act: OnMissing,
+) -> Result<String, S::Error> {
     let live = backend.identity().await?;
     let (namespace, name) = store.resource();
-    match plan::recreate_account(
+    plan::account_on_missing(
+        act,
         id,
         store.recorded_identity().as_deref(),
         &live,
         store.confirmed_identity().as_deref(),
         (&namespace, &name),
-    ) {
-        Ok(identity) => {
-            store.keep_identity(&identity);
-            Ok(())
-        }
-        Err(message) => Err(identity::changed_error("storagegrid", "get_account", message).into()),
-    }
+    )
+    .map_err(|message| identity::changed_error("storagegrid", "get_account", message).into())
 }
 
 /// Calls `call` with the root password; when the tenant sign-in is refused (the stored password

@@ -300,6 +300,30 @@ async fn a_missing_account_is_created_again_only_on_its_own_grid_or_a_confirmed_
     assert_eq!(identity().as_deref(), Some("storagegrid:grid-b"));
 }
 
+/// N5, deletion: another grid's 404 for the recorded account is not "already deleted" (the
+/// tenant's cleanup would release the finalizer and leave the original account untracked).
+#[tokio::test]
+async fn a_recorded_account_missing_on_another_grid_is_not_counted_as_gone() {
+    let grid = Grid::default();
+    let store = store(&grid);
+    ensure(&grid, &store, MARKER, &desired()).await.unwrap();
+    {
+        let mut state = grid.state.lock().unwrap();
+        state.accounts.clear();
+        state.identity = Some("storagegrid:grid-b".into());
+    }
+    let refused = locate_account(&grid, &store, MARKER).await.unwrap_err();
+    assert!(identity::is_changed(&refused), "{refused:?}");
+    assert!(refused.message.contains("keeps the finalizer"), "{refused}");
+    // Confirmed by a person (the original grid is gone for good): it counts as gone.
+    store.state.lock().unwrap().confirmed = Some("storagegrid:grid-b".into());
+    assert_eq!(locate_account(&grid, &store, MARKER).await.unwrap(), None);
+    // On the recorded grid a 404 is a deletion outside keeper, as before.
+    store.state.lock().unwrap().confirmed = None;
+    grid.state.lock().unwrap().identity = Some("storagegrid:grid-a".into());
+    assert_eq!(locate_account(&grid, &store, MARKER).await.unwrap(), None);
+}
+
 /// An account an older keeper made has no recorded grid: the grid it is found on is recorded.
 #[tokio::test]
 async fn the_grid_of_an_account_found_without_one_is_recorded_on_first_sight() {
