@@ -120,30 +120,30 @@ pub fn on_missing(
     let Recreate::Refused { recorded, live } = before_recreate(recorded, live, confirmed) else {
         return Ok(());
     };
-    let hint = confirm_hint(kind, namespace, name, &live);
     Err(match act {
         OnMissing::Recreate => format!(
-            "{what} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper creates no new, empty one there (a changed endpoint, a DNS switch or a proxy answering 404 would hand applications empty storage); {hint}"
+            "{what} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper creates no new, empty one there (a changed endpoint, a DNS switch or a proxy answering 404 would hand applications empty storage); {}",
+            confirm_hint(kind, namespace, name, &live)
         ),
         OnMissing::CountAsGone => format!(
-            "{what} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper does not count it as deleted and keeps the finalizer, which would otherwise leave the original behind untracked; point keeper back at the recorded backend, or, if the original is gone for good, {}",
-            hint_for_deletion(kind, namespace, name, &live)
+            "{what} was created on {recorded}, but keeper now reaches {live}, where it does not exist: keeper does not count it as deleted and keeps the finalizer, which would otherwise leave the original behind untracked; point keeper back at the recorded backend, or, if the original is gone for good, confirm with {}",
+            confirm_command(kind, namespace, name, &live)
         ),
     })
-}
-
-/// How a person confirms, during a deletion, that the original is gone for good.
-fn hint_for_deletion(kind: &str, namespace: &str, name: &str, live: &str) -> String {
-    format!(
-        "confirm with `kubectl annotate {kind} {name} -n {namespace} {CONFIRM_ANNOTATION}={live}`"
-    )
 }
 
 /// The sentence a refusal ends with: how a person confirms a legitimate move.
 pub fn confirm_hint(kind: &str, namespace: &str, name: &str, live: &str) -> String {
     format!(
-        "if the move is intended, confirm the new backend with `kubectl annotate {kind} {name} -n {namespace} {CONFIRM_ANNOTATION}={live}` (keeper then creates it there); otherwise point keeper back at the recorded backend"
+        "if the move is intended, confirm the new backend with {} (keeper then creates it there); otherwise point keeper back at the recorded backend",
+        confirm_command(kind, namespace, name, live)
     )
+}
+
+/// The command (in backticks) by which a person confirms `live` as the backend of resource
+/// `kind` `namespace/name`.
+pub fn confirm_command(kind: &str, namespace: &str, name: &str, live: &str) -> String {
+    format!("`kubectl annotate {kind} {name} -n {namespace} {CONFIRM_ANNOTATION}={live}`")
 }
 
 /// A refused re-create as a permanent backend error with code [`IDENTITY_CHANGED`].

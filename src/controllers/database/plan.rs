@@ -110,10 +110,13 @@ pub fn account_changed_deletion_message(
         "deletion of RDS instance {id} waits: it was created in AWS account {recorded}, but keeper \
          now acts in account {live}, where it is not found (it would wrongly count as gone and be \
          left running, untracked). Run keeper with credentials of account {recorded} to delete \
-         it; if it no longer exists, confirm with `kubectl annotate clouddatabase {} -n {} {}={live}`",
-        db.name_any(),
-        db.namespace().unwrap_or_default(),
-        pin::CONFIRM_ANNOTATION,
+         it; if it no longer exists, confirm with {}",
+        pin::confirm_command(
+            "clouddatabase",
+            &db.namespace().unwrap_or_default(),
+            &db.name_any(),
+            live
+        ),
     )
 }
 
