@@ -349,12 +349,10 @@ async fn reconcile<R: Reconciler>(
                 report_retrying(&cx, obj.as_ref(), &e).await;
                 return Err(Error::Reconciler(e));
             }
-            Policy::Fail(after) => {
+            Policy::Fail => {
                 tracing::warn!(error = %e, "reconcile failed permanently");
-                let mut outcome = Outcome::new(
-                    obj.status().cloned().unwrap_or_default(),
-                    Next::Requeue(after),
-                );
+                let mut outcome =
+                    Outcome::new(obj.status().cloned().unwrap_or_default(), Next::AwaitChange);
                 outcome
                     .status
                     .set_observed_generation(obj.meta().generation);

@@ -10,6 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use crate::cluster::Note;
 
 use super::conditions;
+use super::policy::PERMANENT_RETRY;
 
 /// `Synced`'s reason after a reconcile that succeeded.
 pub const SYNCED_REASON: &str = "ReconcileSuccess";
@@ -116,17 +117,22 @@ impl<S: KeeperStatus> Outcome<S> {
         }
     }
 
-    /// A permanent failure: the kind's failed phase, `Ready=False`, `Synced=False` and `Stalled`
-    /// with the reason and message, one Warning event per change.
+    /// A permanent failure, the one way every path reports one (an error the shared policy
+    /// classes permanent, or a decision of a controller's own): the kind's failed phase,
+    /// `Ready=False`, `Synced=False` and `Stalled` with the reason and message, one Warning event
+    /// per change, and the next look after [`PERMANENT_RETRY`] (a spec change looks at once).
+    /// Returns that pace, for a step that returns what comes next; a caller with a reason to
+    /// look sooner (a drain's poll) sets `next` after it.
     pub fn fail(
         &mut self,
         reason: &'static str,
         message: impl Into<String>,
         generation: Option<i64>,
         deleting: bool,
-    ) {
+    ) -> Next {
         let message = message.into();
         self.failed = true;
+        self.next = Next::Requeue(PERMANENT_RETRY);
         self.status.mark_failed(deleting);
         self.ready(false, reason, message.clone(), generation, true);
         self.condition(
@@ -138,6 +144,7 @@ impl<S: KeeperStatus> Outcome<S> {
         );
         self.condition(conditions::STALLED, true, reason, message, generation);
         conditions::derive_reconciling(self.status.conditions_mut(), generation);
+        self.next
     }
 
     /// A reconcile that succeeded: `Synced=True`, `Stalled` gone, `Reconciling` derived from
@@ -246,6 +253,20 @@ mod tests {
         let mut deleting = Outcome::new(S3TenantStatus::default(), Next::AwaitChange);
         deleting.fail("BackendError", "no", Some(2), true);
         assert_eq!(deleting.status.phase, Some(TenantPhase::Deleting));
+    }
+
+    #[test]
+    fn a_permanent_failure_looks_again_at_the_permanent_pace_whatever_came_before() {
+        for before in [
+            Next::AwaitChange,
+            Next::Requeue(Duration::from_secs(5)),
+            Next::Release,
+        ] {
+            let mut out = Outcome::new(S3TenantStatus::default(), before);
+            let next = out.fail("InvalidSpec", "bad size", Some(2), false);
+            assert_eq!(next, Next::Requeue(PERMANENT_RETRY), "after {before:?}");
+            assert_eq!(out.next, next);
+        }
     }
 
     #[test]

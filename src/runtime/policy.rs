@@ -12,9 +12,10 @@ pub enum Policy {
     /// Retry with the object's exponential backoff; a failure that repeats shows on the object
     /// (`Synced=False`, one Warning event per reason).
     Backoff,
-    /// Set `Ready=False` with the error's reason and message (phase `Failed` unless deleting),
-    /// one Warning event per change, and retry after this long (a spec change retries at once).
-    Fail(std::time::Duration),
+    /// Report it as a permanent failure ([`Outcome::fail`](super::Outcome::fail): `Ready=False`
+    /// with the error's reason and message, phase `Failed` unless deleting, one Warning event per
+    /// change, the next look after [`PERMANENT_RETRY`]).
+    Fail,
 }
 
 /// How often an object in a permanent error looks again on its own.
@@ -28,7 +29,7 @@ pub fn policy(class: ErrorClass) -> Policy {
         // attached by hand) must not loop at a fixed pace nor stay invisible: it backs off and
         // shows like any other failure that repeats.
         ErrorClass::Transient | ErrorClass::Conflict | ErrorClass::NotFound => Policy::Backoff,
-        ErrorClass::Permanent => Policy::Fail(PERMANENT_RETRY),
+        ErrorClass::Permanent => Policy::Fail,
     }
 }
 
@@ -60,7 +61,7 @@ mod tests {
 
     #[test]
     fn the_policy_fails_permanent_errors_and_backs_off_the_rest() {
-        assert_eq!(policy(ErrorClass::Permanent), Policy::Fail(PERMANENT_RETRY));
+        assert_eq!(policy(ErrorClass::Permanent), Policy::Fail);
         for class in [
             ErrorClass::Transient,
             ErrorClass::Conflict,

@@ -95,13 +95,12 @@ async fn apply_steps<B: DatabaseBackend>(
         Placement::Record(region) => out.status.region = Some(region),
         Placement::Same => {}
         Placement::Moved { recorded, current } => {
-            out.fail(
+            return Ok(out.fail(
                 "RegionMismatch",
                 plan::region_mismatch_message(&id, &recorded, &current),
                 generation,
                 false,
-            );
-            return Ok(Next::Requeue(PERMANENT_RETRY));
+            ));
         }
     }
     let secret_name = connection_secret_name(db);
@@ -167,13 +166,12 @@ async fn apply_steps<B: DatabaseBackend>(
                     .await?;
             }
             ApplyStep::AccountChanged { recorded, live } => {
-                out.fail(
+                return Ok(out.fail(
                     identity::IDENTITY_CHANGED,
                     plan::account_changed_message(db, &id, &recorded, &live),
                     generation,
                     false,
-                );
-                return Ok(Next::Requeue(PERMANENT_RETRY));
+                ));
             }
             ApplyStep::Create => {
                 // The account it is created in (a confirmed one replaces the recorded one).
@@ -211,7 +209,7 @@ async fn apply_steps<B: DatabaseBackend>(
                     Some(uid) => format!("to the resource with UID {uid}"),
                     None => "to something keeper does not manage".to_string(),
                 };
-                out.fail(
+                return Ok(out.fail(
                     "NameTaken",
                     format!(
                         "the RDS instance name {id} is taken: the instance belongs {whose}; \
@@ -219,8 +217,7 @@ async fn apply_steps<B: DatabaseBackend>(
                     ),
                     generation,
                     false,
-                );
-                return Ok(Next::Requeue(PERMANENT_RETRY));
+                ));
             }
             ApplyStep::Wait { state } => {
                 report(
@@ -234,13 +231,12 @@ async fn apply_steps<B: DatabaseBackend>(
                 return Ok(Next::Requeue(POLL));
             }
             ApplyStep::InstanceFailed { state } => {
-                out.fail(
+                return Ok(out.fail(
                     "InstanceFailed",
                     format!("RDS reports instance {id} as {state}; it needs attention in AWS"),
                     generation,
                     false,
-                );
-                return Ok(Next::Requeue(PERMANENT_RETRY));
+                ));
             }
             ApplyStep::ResetPassword => {
                 let password = generate_password();
@@ -303,7 +299,7 @@ async fn apply_steps<B: DatabaseBackend>(
                     )
                     .await?;
                 out.status.endpoint = Some(endpoint);
-                match shrink {
+                let next = match shrink {
                     Some((current, requested)) => out.fail(
                         "StorageCannotShrink",
                         format!(
@@ -315,16 +311,19 @@ async fn apply_steps<B: DatabaseBackend>(
                         generation,
                         false,
                     ),
-                    None => report(
-                        out,
-                        DatabasePhase::Ready,
-                        true,
-                        "Available",
-                        format!("RDS instance {id} is available"),
-                        generation,
-                    ),
-                }
-                return Ok(Next::Requeue(runtime::RESYNC));
+                    None => {
+                        report(
+                            out,
+                            DatabasePhase::Ready,
+                            true,
+                            "Available",
+                            format!("RDS instance {id} is available"),
+                            generation,
+                        );
+                        Next::Requeue(runtime::RESYNC)
+                    }
+                };
+                return Ok(next);
             }
         }
     }
