@@ -6,25 +6,27 @@
 //! here, by operation and error code, into a [`BackendError`] that names the operation.
 
 use std::collections::BTreeMap;
-use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_sdk_rds::config::Region;
-use aws_sdk_rds::config::http::HttpResponse;
 use aws_sdk_rds::config::timeout::TimeoutConfig;
-use aws_sdk_rds::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_rds::types::Tag;
 
 use crate::api::{DatabaseEndpoint, Engine};
-use crate::backends::call::{BackendOutcome, measured};
+use crate::backends::call::measured;
 use crate::backends::identity::IdentityCache;
 use crate::backends::rate::RateLimit;
 use crate::config::{BackendTimeouts, RdsConfig};
 use crate::error::{BackendError, ErrorClass};
 use crate::metrics::Metrics;
+
+mod errors;
+
+pub use errors::is_access_denied;
+use errors::{RdsError, classify, instance_fault, message};
 
 /// A master password. `Debug` never shows it, so it cannot leak through a `{:?}` in a log line.
 #[derive(Clone, PartialEq, Eq)]
@@ -93,54 +95,6 @@ pub struct Modification {
 pub enum FinalSnapshot {
     Take(String),
     Skip,
-}
-
-/// One failed RDS call, classified where the code is known; [`RdsBackend`] returns it as a
-/// [`BackendError`] naming the operation. Its `keeper_backend_requests_total{outcome}` label is
-/// the class's, as for every backend.
-#[derive(Debug)]
-struct RdsError {
-    class: ErrorClass,
-    code: String,
-    message: String,
-}
-
-impl RdsError {
-    fn new(class: ErrorClass, code: impl Into<String>, message: impl Into<String>) -> Self {
-        RdsError {
-            class,
-            code: code.into(),
-            message: message.into(),
-        }
-    }
-
-    fn not_found(message: String) -> Self {
-        RdsError::new(ErrorClass::NotFound, "DBInstanceNotFound", message)
-    }
-
-    fn already_exists(message: String) -> Self {
-        RdsError::new(ErrorClass::Conflict, "DBInstanceAlreadyExists", message)
-    }
-
-    /// The instance is busy (creating, modifying, deleting): a conflict that resolves itself.
-    fn invalid_state(message: String) -> Self {
-        RdsError::new(ErrorClass::Conflict, "InvalidDBInstanceState", message)
-    }
-
-    fn into_backend(self, operation: &'static str) -> BackendError {
-        BackendError::new(BACKEND, operation, self.class, self.code, self.message)
-    }
-}
-
-impl BackendOutcome for RdsError {
-    fn outcome(&self) -> &'static str {
-        self.class.label()
-    }
-}
-
-/// Whether a classified RDS error means missing permissions or unusable credentials.
-pub fn is_access_denied(error: &BackendError) -> bool {
-    ACCESS_DENIED_CODES.contains(&error.code.as_str())
 }
 
 const BACKEND: &str = "rds";
@@ -392,17 +346,11 @@ impl RdsBackend {
                     .map(|p| p.expose().to_string()),
             );
         self.call("modify_db_instance", async {
-            request.send().await.map(|_| ()).map_err(|e| {
-                classify(e, |e| {
-                    if e.is_db_instance_not_found_fault() {
-                        Some(RdsError::not_found(message(e)))
-                    } else if e.is_invalid_db_instance_state_fault() {
-                        Some(RdsError::invalid_state(message(e)))
-                    } else {
-                        None
-                    }
-                })
-            })
+            request
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| classify(e, instance_fault))
         })
         .await
     }
@@ -422,17 +370,11 @@ impl RdsBackend {
             FinalSnapshot::Skip => request.skip_final_snapshot(true),
         };
         self.call("delete_db_instance", async {
-            request.send().await.map(|_| ()).map_err(|e| {
-                classify(e, |e| {
-                    if e.is_db_instance_not_found_fault() {
-                        Some(RdsError::not_found(message(e)))
-                    } else if e.is_invalid_db_instance_state_fault() {
-                        Some(RdsError::invalid_state(message(e)))
-                    } else {
-                        None
-                    }
-                })
-            })
+            request
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| classify(e, instance_fault))
         })
         .await
     }
@@ -485,84 +427,6 @@ fn instance_from_sdk(instance: &aws_sdk_rds::types::DbInstance) -> DbInstance {
         deletion_protection: instance.deletion_protection().unwrap_or(false),
         instance_class: instance.db_instance_class().unwrap_or_default().to_string(),
         storage_gib: instance.allocated_storage().unwrap_or_default(),
-    }
-}
-
-/// Error codes AWS uses for throttling across its query-protocol services.
-const THROTTLING_CODES: &[&str] = &[
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "TooManyRequestsException",
-    "RequestThrottled",
-    "RequestThrottledException",
-];
-
-/// Error codes of credentials that expired: the AWS credential chain refreshes them, so they
-/// heal by themselves like throttling does.
-const EXPIRED_CODES: &[&str] = &["ExpiredToken", "ExpiredTokenException", "RequestExpired"];
-
-/// Error codes for missing permissions or unusable credentials.
-const ACCESS_DENIED_CODES: &[&str] = &[
-    "AccessDenied",
-    "AccessDeniedException",
-    "UnauthorizedOperation",
-    "InvalidClientTokenId",
-    "SignatureDoesNotMatch",
-    "UnrecognizedClientException",
-    "AuthFailure",
-    "MissingAuthenticationToken",
-];
-
-fn message<E: ProvideErrorMetadata + StdError>(e: &E) -> String {
-    e.message()
-        .map(str::to_string)
-        .unwrap_or_else(|| e.to_string())
-}
-
-/// Maps an SDK error to an [`RdsError`]. `modeled` recognises the operation's modeled faults
-/// (which the SDK matches by type, not by code); the rest is classified by error code and
-/// HTTP status.
-fn classify<E>(
-    err: SdkError<E, HttpResponse>,
-    modeled: impl FnOnce(&E) -> Option<RdsError>,
-) -> RdsError
-where
-    E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
-{
-    match err {
-        SdkError::ServiceError(service) => {
-            let status = service.raw().status().as_u16();
-            let e = service.into_err();
-            if let Some(error) = modeled(&e) {
-                return error;
-            }
-            let code = e.code().unwrap_or("Unknown").to_string();
-            let text = message(&e);
-            match code.as_str() {
-                "DBInstanceNotFound" => RdsError::not_found(text),
-                "DBInstanceAlreadyExists" => RdsError::already_exists(text),
-                "InvalidDBInstanceState" => RdsError::invalid_state(text),
-                c if THROTTLING_CODES.contains(&c) => {
-                    RdsError::new(ErrorClass::Transient, code, text)
-                }
-                c if EXPIRED_CODES.contains(&c) => RdsError::new(ErrorClass::Transient, code, text),
-                c if ACCESS_DENIED_CODES.contains(&c) => {
-                    RdsError::new(ErrorClass::Permanent, code, text)
-                }
-                _ if status >= 500 => RdsError::new(ErrorClass::Transient, code, text),
-                // A request RDS refuses as it stands (validation, quota, missing subnet group).
-                _ => RdsError::new(ErrorClass::Permanent, code, text),
-            }
-        }
-        // Timeouts, connection failures, unparseable responses and requests that could not be
-        // built (for example credentials not yet loadable) all heal by themselves or with the
-        // environment; retry them with backoff.
-        other => RdsError::new(
-            ErrorClass::Transient,
-            "Unavailable",
-            aws_sdk_rds::error::DisplayErrorContext(&other).to_string(),
-        ),
     }
 }
 
