@@ -47,6 +47,7 @@ pub async fn run(lab: &Lab, report: &mut Report, sizes: &[usize]) -> anyhow::Res
                 async move {
                     lab.create(&path, &applied_bucket(namespace, &format!("c{i}")))
                         .await
+                        .map(drop)
                 }
             })
             .buffer_unordered(16)

@@ -1,6 +1,7 @@
-//! The floor of each figure: the backend calls the same work needs, made one after another by a
-//! plain client with no Kubernetes in between, against the same servers in the same run. keeper
-//! is held to a ratio of it (the machine's speed cancels out).
+//! The backend half of each figure's floor: the backend calls the same work needs, made one after
+//! another by a plain client, against the same servers in the same run (the API writes the same
+//! result needs are the other half, in [`crate::writes`]). keeper is held to a ratio of it (the
+//! machine's speed cancels out).
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +19,18 @@ pub struct Timing {
     pub delete: Duration,
     pub create_calls: u64,
     pub delete_calls: u64,
+}
+
+impl Timing {
+    /// Both halves of a floor made one after the other: the backend's and the API server's.
+    pub fn plus(self, other: Timing) -> Timing {
+        Timing {
+            create: self.create + other.create,
+            delete: self.delete + other.delete,
+            create_calls: self.create_calls + other.create_calls,
+            delete_calls: self.delete_calls + other.delete_calls,
+        }
+    }
 }
 
 /// The backend calls counted since the counters were last cleared; clears them.

@@ -106,11 +106,10 @@ impl Lab {
             .await
     }
 
-    /// Creates an object, as the administrator.
-    pub async fn create(&self, path: &str, body: &Value) -> anyhow::Result<()> {
+    /// Creates an object, as the administrator; the object as created.
+    pub async fn create(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         self.json(self.api_request(reqwest::Method::POST, path).json(body))
             .await
-            .map(drop)
     }
 
     /// Merge-patches an object, as the administrator.
@@ -137,6 +136,7 @@ impl Lab {
             &serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
         )
         .await
+        .map(drop)
     }
 
     /// Deletes a namespace and waits until it is gone (keeper must be running when it holds

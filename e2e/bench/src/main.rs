@@ -13,13 +13,14 @@ mod lab;
 mod latency;
 mod objects;
 mod report;
+mod writes;
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
 
-use crate::lab::{Lab, Process};
+use crate::lab::Lab;
 use crate::report::Report;
 
 #[derive(Parser)]
@@ -104,8 +105,7 @@ async fn measure(args: Args) -> anyhow::Result<()> {
             args.buckets.clone()
         };
         let idle = Duration::from_secs(if args.smoke { 5 } else { 30 });
-        let keeper = Process::start(&env)?;
-        let done = kinds::buckets(&lab, &keeper, &mut report, &sizes, idle).await;
+        let done = kinds::buckets(&lab, &env, &mut report, &sizes, idle).await;
         part_done(&args, &run, &mut report, "buckets", done)?;
     }
     if wanted("tenants") {
@@ -114,14 +114,12 @@ async fn measure(args: Args) -> anyhow::Result<()> {
         } else {
             args.tenants.clone()
         };
-        let keeper = Process::start(&env)?;
-        let done = kinds::tenants(&lab, &keeper, &mut report, &sizes).await;
+        let done = kinds::tenants(&lab, &env, &mut report, &sizes).await;
         part_done(&args, &run, &mut report, "tenants", done)?;
     }
     if wanted("databases") {
         let n = if args.smoke { 10 } else { args.databases };
-        let keeper = Process::start(&env)?;
-        let done = kinds::databases(&lab, &keeper, &mut report, n).await;
+        let done = kinds::databases(&lab, &env, &mut report, n).await;
         part_done(&args, &run, &mut report, "databases", done)?;
     }
     if wanted("caches") {
@@ -270,9 +268,10 @@ fn results(run: &Run, report: &Report, complete: bool) -> String {
     };
     format!(
         "# make bench results\n\n{partial}{date}, commit {commit}, on {}.\n\n\
-         Each figure beside its floor: the same backend work done one call after another by a \
-         plain client, measured in the same run against the same servers (see \
-         docs/development.md, \"Benchmarks\").\n\n{}\n{}\n",
+         Each figure beside its floor: the same work done one step after another by a plain \
+         client, measured in the same run against the same servers: for the three kinds the \
+         backend calls and the API writes the same result needs (see docs/development.md, \
+         \"Benchmarks\").\n\n{}\n{}\n",
         report::machine(),
         report.table(),
         report

@@ -65,7 +65,7 @@ pub async fn run(
     futures::stream::iter(objects)
         .map(|obj| {
             let path = path.clone();
-            async move { lab.create(&path, &obj).await }
+            async move { lab.create(&path, &obj).await.map(drop) }
         })
         .buffer_unordered(16)
         .try_collect::<Vec<()>>()
