@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backends::rds::RdsBackend;
 use crate::cluster::KubeApi;
-use crate::cluster::informer::Informers;
+use crate::cluster::informer::{Informers, Scope};
 use crate::config::ControllerKind;
 use crate::config::{Endpoint, OperatorConfig};
 use crate::leader::{self, Leadership};
@@ -260,7 +260,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     controllers.sort();
     controllers.dedup();
     let readiness = Readiness::new(controllers.len());
-    let informers = Arc::new(Informers::new(client.clone()));
+    let scope = match &config.watch_namespaces {
+        Some(watched) => {
+            tracing::info!(namespaces = ?watched.names(), "watching only the namespaces of watchNamespaces");
+            Scope::Namespaces(watched.names().to_vec())
+        }
+        None => Scope::Cluster,
+    };
+    let informers = Arc::new(Informers::new(client.clone(), scope));
     let kube = Arc::new(KubeApi::start(
         client.clone(),
         informers.clone(),

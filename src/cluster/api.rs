@@ -97,6 +97,10 @@ impl KubeApi {
                 .synced()
                 .then(|| cache.store().get(&key).map(|s| (*s).clone()));
         }
+        if !self.informers.scope().covers(namespace) {
+            // Outside the watched namespaces (keeper's own, for its retained copies): no cache.
+            return None;
+        }
         let managed = self.informers.managed_secrets();
         // Every Secret keeper writes carries its label, so once synced the label-filtered cache
         // knows them all: a miss means keeper has none of that name (no GET per reconcile for a

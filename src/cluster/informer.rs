@@ -210,6 +210,20 @@ impl<K: Watched> Informer<K> {
         Self::over(watcher(api, config).default_backoff())
     }
 
+    /// Starts one watch of the kind per namespace of `namespaces` (filtered by `config`),
+    /// merged into one store as one watch would fill it ([`merge`]).
+    pub fn start_in(client: &Client, namespaces: &[String], config: &watcher::Config) -> Self
+    where
+        DeserializeGuard<K>: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
+    {
+        let watches = namespaces.iter().map(|namespace| {
+            let api = Api::<DeserializeGuard<K>>::namespaced(client.clone(), namespace);
+            let events = watcher(api, config.clone()).default_backoff().boxed();
+            (namespace.clone(), events)
+        });
+        Self::over(merged(watches))
+    }
+
     /// An informer over a stream of watch events (a watcher's, or a test's).
     fn over(
         events: impl Stream<Item = Result<watcher::Event<DeserializeGuard<K>>, watcher::Error>>
@@ -284,6 +298,32 @@ impl<K: Watched> Informer<K> {
     }
 }
 
+/// A watch's events: `DeserializeGuard`ed objects, or the watch's error.
+type WatchEvents<K> = futures::stream::BoxStream<
+    'static,
+    Result<watcher::Event<DeserializeGuard<K>>, watcher::Error>,
+>;
+
+/// The events of one watch per namespace, as the events of one watch ([`merge`]).
+fn merged<K: Watched>(
+    watches: impl IntoIterator<Item = (String, WatchEvents<K>)>,
+) -> impl Stream<Item = Result<watcher::Event<DeserializeGuard<K>>, watcher::Error>> + Send + 'static
+{
+    let (namespaces, watches): (Vec<String>, Vec<WatchEvents<K>>) = watches.into_iter().unzip();
+    let mut merge = merge::Merge::new(&namespaces);
+    let tagged = namespaces
+        .into_iter()
+        .zip(watches)
+        .map(|(namespace, events)| events.map(move |event| (namespace.clone(), event)));
+    futures::stream::select_all(tagged).flat_map(move |(namespace, event)| {
+        let events = match event {
+            Ok(event) => merge.push(&namespace, event).into_iter().map(Ok).collect(),
+            Err(e) => vec![Err(e)],
+        };
+        futures::stream::iter(events)
+    })
+}
+
 fn receiver_stream<T: Send + 'static>(
     mut rx: mpsc::Receiver<T>,
 ) -> impl Stream<Item = T> + Send + 'static {
@@ -353,10 +393,30 @@ fn relisted<K: Watched>(before: Vec<Arc<K>>, after: Vec<Arc<K>>) -> Vec<Change<K
         .collect()
 }
 
+/// Where keeper watches its namespaced kinds (`watchNamespaces` in its configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every namespace: one cluster-wide watch per kind.
+    Cluster,
+    /// These namespaces only, one watch each per kind: objects elsewhere are not seen at all.
+    Namespaces(Vec<String>),
+}
+
+impl Scope {
+    /// Whether the informers of namespaced kinds cache the objects of `namespace`.
+    pub fn covers(&self, namespace: &str) -> bool {
+        match self {
+            Scope::Cluster => true,
+            Scope::Namespaces(watched) => watched.iter().any(|ns| ns == namespace),
+        }
+    }
+}
+
 /// The informers of one process, each started on first use: a process running only some
 /// controllers watches only what they and the seam read.
 pub struct Informers {
     client: Client,
+    scope: Scope,
     tenants: OnceLock<Informer<S3Tenant>>,
     buckets: OnceLock<Informer<S3Bucket>>,
     databases: OnceLock<Informer<CloudDatabase>>,
@@ -365,9 +425,10 @@ pub struct Informers {
 }
 
 impl Informers {
-    pub fn new(client: Client) -> Self {
+    pub fn new(client: Client, scope: Scope) -> Self {
         Informers {
             client,
+            scope,
             tenants: OnceLock::new(),
             buckets: OnceLock::new(),
             databases: OnceLock::new(),
@@ -376,40 +437,55 @@ impl Informers {
         }
     }
 
-    fn all<'a, K: Watched>(
+    /// Where the namespaced kinds are watched.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// A namespaced kind, watched in the scope: cluster-wide, or one watch per namespace.
+    fn scoped<'a, K: Watched>(
         &self,
         cell: &'a OnceLock<Informer<K>>,
         config: watcher::Config,
     ) -> &'a Informer<K>
     where
-        DeserializeGuard<K>: Resource<DynamicType = ()>,
+        DeserializeGuard<K>: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>,
     {
-        cell.get_or_init(|| Informer::start(Api::all(self.client.clone()), config))
+        cell.get_or_init(|| match &self.scope {
+            Scope::Cluster => Informer::start(Api::all(self.client.clone()), config),
+            Scope::Namespaces(watched) => Informer::start_in(&self.client, watched, &config),
+        })
     }
 
     pub fn tenants(&self) -> &Informer<S3Tenant> {
-        self.all(&self.tenants, watcher::Config::default())
+        self.scoped(&self.tenants, watcher::Config::default())
     }
 
     pub fn buckets(&self) -> &Informer<S3Bucket> {
-        self.all(&self.buckets, watcher::Config::default())
+        self.scoped(&self.buckets, watcher::Config::default())
     }
 
     pub fn databases(&self) -> &Informer<CloudDatabase> {
-        self.all(&self.databases, watcher::Config::default())
+        self.scoped(&self.databases, watcher::Config::default())
     }
 
-    /// The Secrets keeper created, cluster-wide (label-filtered: other Secrets are never cached).
+    /// The Secrets keeper created, in the scope (label-filtered: other Secrets are never cached).
+    /// The retained-credential copies keeper keeps in its own namespace do not carry the label:
+    /// they are read from the API, and need no watch there.
     pub fn managed_secrets(&self) -> &Informer<Secret> {
         let managed = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
-        self.all(
+        self.scoped(
             &self.managed_secrets,
             watcher::Config::default().labels(&managed),
         )
     }
 
+    /// Namespaces are cluster-scoped: watched cluster-wide whatever the scope (only when a
+    /// provider admits namespaces by label).
     pub fn namespaces(&self) -> &Informer<Namespace> {
-        self.all(&self.namespaces, watcher::Config::default())
+        self.namespaces.get_or_init(|| {
+            Informer::start(Api::all(self.client.clone()), watcher::Config::default())
+        })
     }
 
     /// One Secret, watched by name (a provider's credentials in keeper's configuration).
@@ -421,5 +497,6 @@ impl Informers {
     }
 }
 
+mod merge;
 #[cfg(test)]
 mod tests;

@@ -12,6 +12,7 @@
 mod provider;
 mod rds;
 mod runtime;
+mod scope;
 #[cfg(test)]
 mod tests;
 
@@ -28,6 +29,7 @@ use crate::namespaces::AllowedNamespaces;
 pub use provider::*;
 pub use rds::*;
 pub use runtime::*;
+pub use scope::WatchNamespaces;
 
 /// A controller that `keeper run --controllers` can switch on or off, and that
 /// `runtime.<kind>` configures.
@@ -67,6 +69,9 @@ pub struct OperatorConfig {
     /// How the controllers run and how long backend calls may take.
     #[serde(default)]
     pub runtime: RuntimeConfig,
+    /// The namespaces keeper watches and acts in; absent, every namespace.
+    #[serde(default)]
+    pub watch_namespaces: Option<WatchNamespaces>,
 }
 
 fn default_region() -> String {

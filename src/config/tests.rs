@@ -425,3 +425,51 @@ fn semantic_errors_are_named() {
     .unwrap_err();
     assert!(err.contains("providers.Bad_Name"), "{err}");
 }
+
+#[test]
+fn watch_namespaces_are_optional_and_a_bad_list_is_named() {
+    assert_eq!(OperatorConfig::parse("").unwrap().watch_namespaces, None);
+    let config = OperatorConfig::parse("watchNamespaces: [team-a, b2]\n").unwrap();
+    assert_eq!(
+        config.watch_namespaces.unwrap().names(),
+        ["team-a".to_string(), "b2".to_string()]
+    );
+    for (text, expected) in [
+        (
+            "watchNamespaces: []\n",
+            "watchNamespaces: empty: list the namespaces",
+        ),
+        (
+            "watchNamespaces: [a, b, a]\n",
+            "watchNamespaces: [2]: \"a\" is listed twice",
+        ),
+        (
+            "watchNamespaces: [a, Team_B]\n",
+            "watchNamespaces: [1]: \"Team_B\" is not a namespace name",
+        ),
+        (
+            "watchNamespaces: [\"\"]\n",
+            "[0]: \"\" is not a namespace name",
+        ),
+        (
+            "watchNamespaces: [-a]\n",
+            "[0]: \"-a\" is not a namespace name",
+        ),
+        (
+            "watchNamespaces: [a-]\n",
+            "[0]: \"a-\" is not a namespace name",
+        ),
+        (
+            "watchNamespaces: [a.b]\n",
+            "[0]: \"a.b\" is not a namespace name",
+        ),
+        ("watchNamespaces: team-a\n", "watchNamespaces: invalid type"),
+    ] {
+        let err = OperatorConfig::parse(text).unwrap_err();
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+    let long = "a".repeat(64);
+    let err = OperatorConfig::parse(&format!("watchNamespaces: [{long}]\n")).unwrap_err();
+    assert!(err.contains("is not a namespace name"), "{err}");
+    assert!(OperatorConfig::parse(&format!("watchNamespaces: [{}]\n", &long[1..])).is_ok());
+}

@@ -42,7 +42,10 @@ pub fn shared(kube: Arc<FakeKube>, config: OperatorConfig) -> Shared {
     let metrics = Arc::new(Metrics::new());
     let client = unconnected_client();
     Shared {
-        informers: Arc::new(crate::cluster::informer::Informers::new(client.clone())),
+        informers: Arc::new(crate::cluster::informer::Informers::new(
+            client.clone(),
+            crate::cluster::informer::Scope::Cluster,
+        )),
         client,
         providers: Arc::new(
             Providers::build(

@@ -13,6 +13,8 @@ kinds() { grep -E '^kind: ' | sed 's/^kind: //' | sort | tr '\n' ' '; }
 # A leading `--` (for a pattern that starts with a dash) is skipped: the pattern is the next word.
 has() { [ "$1" != -- ] || shift; grep -qE -- "$1" <<<"$out" || fail "expected /$1/"; }
 lacks() { [ "$1" != -- ] || shift; if grep -qE -- "$1" <<<"$out"; then fail "unexpected /$1/"; fi; }
+has_block() { [[ "$out" == *"$1"* ]] || fail "expected the lines:"$'\n'"$1"; }
+lacks_block() { if [[ "$out" == *"$1"* ]]; then fail "unexpected lines:"$'\n'"$1"; fi; }
 
 # Pod security and RBAC hold for every value set.
 common() {
@@ -77,10 +79,68 @@ out=$(render --set-json 'config.providers.s3.s3Compatible={"endpoint":"https://s
 has 'adoption:'
 has 'resources: \[namespaces\]'
 
+# config.watchNamespaces: the namespaced rights as a Role per watched namespace, a smaller Role in
+# keeper's own, no cluster-wide grant but the webhook's own configuration (and namespaces when a
+# provider selects them by label); the webhook sees the watched namespaces only.
+set=watch-namespaces
+out=$(render --set-json 'config.watchNamespaces=["team-a","team-b"]')
+[ "$(kinds <<<"$out")" = "ClusterRole ClusterRoleBinding ConfigMap Deployment PodDisruptionBudget Role Role Role Role Role RoleBinding RoleBinding RoleBinding RoleBinding RoleBinding Service ServiceAccount ValidatingWebhookConfiguration " ] \
+  || fail "objects: $(kinds <<<"$out")"
+common
+lacks 'resources: \[namespaces\]'
+# The one ClusterRole is the webhook's (its configuration, by name); secrets only in Roles.
+[ "$(grep -A4 '^kind: ClusterRole$' <<<"$out" | grep -c '^  name: keeper-webhook$')" = 1 ] \
+  || fail "a ClusterRole other than keeper-webhook"
+for ns in team-a team-b; do
+  has_block "kind: Role
+metadata:
+  name: keeper
+  namespace: $ns"
+  has_block "kind: RoleBinding
+metadata:
+  name: keeper
+  namespace: $ns"
+done
+has_block '  name: keeper-own-namespace
+  namespace: keeper-system'
+has_block '    resources: [secrets]
+    verbs: [get, list, watch, create, update]'
+[ "$(grep -c 'resources: \[s3tenants/status' <<<"$out")" = 2 ] || fail "keeper's kinds granted other than in the two Roles"
+has_block '    namespaceSelector:
+      matchExpressions:
+        - key: kubernetes.io/metadata.name
+          operator: In
+          values: ["team-a","team-b"]'
+has '^    watchNamespaces:$'
+# Namespaces by label: a ClusterRole of cluster-scoped kinds only. A provider Secret in a namespace
+# keeper does not watch: read by name.
+out=$(render --set webhook.enabled=false --set-json 'config.watchNamespaces=["team-a"]' \
+  --set-json 'config.providers.s3.s3Compatible={"endpoint":"https://s3","credentialsSecret":{"name":"s3","namespace":"creds"},"iam":{},"allowedNamespaces":{"selector":{"matchLabels":{"a":"b"}}}}')
+[ "$(grep -A2 '^kind: ClusterRole$' <<<"$out" | grep -c '^  name: ')" = 1 ] || fail "more than one ClusterRole"
+has_block 'rules:
+  - apiGroups: [""]
+    resources: [namespaces]
+    verbs: [get, list, watch]
+---
+# Source: keeper/templates/rbac.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding'
+has_block '  name: keeper-provider-s3
+  namespace: creds'
+has_block '    resources: [secrets]
+    resourceNames: [s3]
+    verbs: [get, list, watch]'
+lacks 'namespaceSelector'
+# A provider Secret in a watched namespace or keeper's own needs no Role of its own.
+out=$(render --set-json 'config.watchNamespaces=["creds"]' \
+  --set-json 'config.providers.s3.s3Compatible={"endpoint":"https://s3","credentialsSecret":{"name":"s3","namespace":"creds"},"iam":{}}')
+lacks 'keeper-provider-'
+# Without watchNamespaces: what the chart renders today (the defaults above), no Role of keeper's kinds.
+out=$(render)
+lacks 'keeper-own-namespace|namespaceSelector|^  namespace: team-'
+
 # The webhook's certificate (webhook.tls.mode). Nothing random and nothing looked up in the cluster:
 # `helm template`, as Argo CD renders, gives the same output every time.
-has_block() { [[ "$out" == *"$1"* ]] || fail "expected the lines:"$'\n'"$1"; }
-lacks_block() { if [[ "$out" == *"$1"* ]]; then fail "unexpected lines:"$'\n'"$1"; fi; }
 set=webhook-templates
 if grep -nE 'lookup|genCA|genSelfSignedCert|genSignedCert|genPrivateKey|randAlpha|randNumeric|randBytes|uuidv4|\bnow\b' \
     "$chart/templates/webhook.yaml" "$chart/templates/deployment.yaml" "$chart/templates/rbac.yaml" "$chart/templates/_helpers.tpl"; then
@@ -162,7 +222,7 @@ out=$(render -f "$chart/ci/webhook-secret-values.yaml" --set webhook.caBundle= -
 has '^    cert-manager.io/inject-ca-from: certs/keeper-webhook$'
 lacks 'caBundle:'
 
-echo "render: defaults, demo, single-replica and external-webhook value sets render what they promise; adoption by label reads namespaces"
+echo "render: defaults, demo, single-replica and external-webhook value sets render what they promise; adoption by label reads namespaces; watchNamespaces renders Roles per namespace and a webhook limited to them"
 
 # Day-2 values (ci/day2-values.yaml sets them all): what each renders, and that the defaults render
 # none of them.

@@ -36,6 +36,10 @@ refused "requestsPerSecond" --set config.rds.requestBurst=10
 refused "/config/providers/p/s3Compatible/adoption" --set config.providers.p.s3Compatible.adoption.namespaces=a
 refused "/config/providers/p/s3Compatible/adoption/allowedNamespaces/names" --set config.providers.p.s3Compatible.adoption.allowedNamespaces.names=a
 refused "/config/providers/p/s3Compatible/adoption/allowedNamespaces" --set-json 'config.providers.p.s3Compatible.adoption.allowedNamespaces={}'
+refused "/config/watchNamespaces" --set-json 'config.watchNamespaces=[]'
+refused "/config/watchNamespaces" --set-json 'config.watchNamespaces=["a","a"]'
+refused "/config/watchNamespaces/0" --set-json 'config.watchNamespaces=["Team_A"]'
+refused "/config/watchNamespaces" --set config.watchNamespaces=team-a
 # The webhook's certificate mode, and values of another mode than the one chosen.
 refused "/webhook/tls/mode" --set webhook.tls.mode=auto
 refused "/webhook/tls/selfManaged/validity" --set webhook.tls.selfManaged.validity=1y

@@ -121,3 +121,65 @@ and caBundle chose the mode by being set).
 {{- else -}}{{ .Values.webhook.certSecret }}
 {{- end -}}
 {{- end -}}
+
+{{/*
+The rules of what keeper does in the namespaces it watches: in the ClusterRole by default, in a
+Role per namespace with config.watchNamespaces.
+*/}}
+{{- define "keeper.namespacedRules" }}
+  # Every rule below is used by keeper (e2e/rbac-usage.py checks it after the e2e suite).
+  # Controllers list and watch their kinds; finalizers and request annotations are JSON patches;
+  # the bucket controller reads a bucket's tenant with get until its tenant cache has synced.
+  - apiGroups: [keeper.dev]
+    resources: [s3tenants]
+    verbs: [get, list, watch, patch]
+  - apiGroups: [keeper.dev]
+    resources: [s3buckets, clouddatabases]
+    verbs: [list, watch, patch]
+  # Status is written with merge patches only.
+  - apiGroups: [keeper.dev]
+    resources: [s3tenants/status, s3buckets/status, clouddatabases/status]
+    verbs: [patch]
+  # The Secrets keeper writes name their resource as owner with blockOwnerDeletion (a foreground
+  # delete of the resource, as Argo CD's prune does, then ends only once its Secrets are gone).
+  # Under the OwnerReferencesPermissionEnforcement admission plugin (OpenShift and many hardened
+  # clusters) setting blockOwnerDeletion needs update on the owner's finalizers subresource. No API
+  # path serves that subresource: the grant is checked at admission only and allows nothing else.
+  - apiGroups: [keeper.dev]
+    resources: [s3tenants/finalizers, s3buckets/finalizers, clouddatabases/finalizers]
+    verbs: [update]
+  # Credentials Secrets are written next to the resources, in any namespace that uses keeper;
+  # the database controller watches the Secrets it labels (app.kubernetes.io/managed-by=keeper)
+  # so that a deleted connection Secret comes back at once. delete: a tenant on an IAM provider
+  # deletes the tenant-wide keys Secret an older keeper wrote (only one keeper created).
+  - apiGroups: [""]
+    resources: [secrets]
+    verbs: [get, list, watch, create, update, patch, delete]
+  # Events are only created: keeper publishes an event when something changes, never a repeat
+  # that kube's recorder would fold into an existing event's series with a patch.
+  - apiGroups: [events.k8s.io]
+    resources: [events]
+    verbs: [create]
+{{- end }}
+
+{{/*
+With config.watchNamespaces: the provider credentials Secrets (as a JSON list of {namespace,
+name}) in namespaces that are neither watched nor keeper's own, which keeper reads by name.
+*/}}
+{{- define "keeper.providerSecretsElsewhere" -}}
+{{- $covered := concat (.Values.config.watchNamespaces | default list) (list .Release.Namespace) -}}
+{{- $secrets := list -}}
+{{- range $name, $provider := (.Values.config.providers | default dict) }}
+{{- range $kind, $settings := $provider }}
+{{- if kindIs "map" $settings }}
+{{- range $key := list "adminCredentialsSecret" "credentialsSecret" }}
+{{- $secret := index $settings $key }}
+{{- if and $secret $secret.namespace (not (has $secret.namespace $covered)) }}
+{{- $secrets = append $secrets (dict "namespace" $secret.namespace "name" $secret.name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- $secrets | uniq | toJson -}}
+{{- end -}}

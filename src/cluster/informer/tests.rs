@@ -4,10 +4,14 @@ use kube::api::ObjectMeta;
 use kube::runtime::watcher::Event;
 
 fn map(name: &str, value: &str) -> ConfigMap {
+    map_in("ns", name, value)
+}
+
+pub(super) fn map_in(namespace: &str, name: &str, value: &str) -> ConfigMap {
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(name.into()),
-            namespace: Some("ns".into()),
+            namespace: Some(namespace.into()),
             ..ObjectMeta::default()
         },
         data: Some([("v".to_string(), value.to_string())].into()),
@@ -37,9 +41,19 @@ impl Feed {
         event: fn(DeserializeGuard<ConfigMap>) -> Event<DeserializeGuard<ConfigMap>>,
         name: &str,
     ) {
+        self.send_invalid_in("ns", event, name);
+    }
+
+    /// An event of an object `namespace/name` that does not decode.
+    fn send_invalid_in(
+        &self,
+        namespace: &str,
+        event: fn(DeserializeGuard<ConfigMap>) -> Event<DeserializeGuard<ConfigMap>>,
+        name: &str,
+    ) {
         let invalid = InvalidObject {
             error: format!("{name} is broken"),
-            metadata: map(name, "").metadata,
+            metadata: map_in(namespace, name, "").metadata,
         };
         self.0
             .send(Ok(event(DeserializeGuard(Err(invalid)))))
@@ -58,10 +72,15 @@ impl Feed {
     }
 }
 
-fn informer() -> (Feed, Informer<ConfigMap>) {
+fn feed() -> (Feed, WatchEvents<ConfigMap>) {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let events = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
-    (Feed(tx), Informer::over(events))
+    (Feed(tx), events.boxed())
+}
+
+fn informer() -> (Feed, Informer<ConfigMap>) {
+    let (feed, events) = feed();
+    (feed, Informer::over(events))
 }
 
 /// What a subscriber hears, as `+name=value` / `-name`, and whether the store agreed at the
@@ -290,4 +309,60 @@ async fn an_undecodable_object_deleted_or_gone_at_a_relist_is_released() {
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     assert_eq!(invalid_now(&informer).await, ["kept"]);
     assert!(informer.store().state().is_empty());
+}
+
+/// What the store holds, as sorted `namespace/name=value`.
+fn stored(store: &Store<ConfigMap>) -> Vec<String> {
+    let mut held: Vec<String> = store
+        .state()
+        .iter()
+        .map(|m| {
+            format!(
+                "{}/{}={}",
+                m.metadata.namespace.as_deref().unwrap_or_default(),
+                m.metadata.name.as_deref().unwrap_or_default(),
+                m.data.as_ref().unwrap()["v"]
+            )
+        })
+        .collect();
+    held.sort();
+    held
+}
+
+#[tokio::test]
+async fn watches_of_several_namespaces_fill_one_store_and_one_namespaces_relist_leaves_the_others_alone()
+ {
+    let (a, a_events) = feed();
+    let (b, b_events) = feed();
+    let informer = Informer::over(merged([
+        ("a".to_string(), a_events),
+        ("b".to_string(), b_events),
+    ]));
+    let mut changes = Box::pin(informer.changes());
+    let store = informer.store();
+    a.list([map_in("a", "x", "1"), map_in("a", "y", "1")]);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(!informer.synced(), "not synced before b has listed");
+    b.list([map_in("b", "x", "1")]);
+    let mut first = Vec::new();
+    for _ in 0..3 {
+        first.push(next(&mut changes, &store).await);
+    }
+    first.sort();
+    assert_eq!(first, ["+x=1", "+x=1", "+y=1"]);
+    assert!(informer.synced());
+    // a's watch was cut: y was deleted meanwhile and x changed; b keeps what it has.
+    a.list([map_in("a", "x", "2")]);
+    assert_eq!(next(&mut changes, &store).await, "+x=2");
+    assert_eq!(next(&mut changes, &store).await, "-y");
+    assert_eq!(stored(&store), ["a/x=2", "b/x=1"]);
+    // An object that stops decoding in b leaves the store; gone at b's relist, it is released.
+    b.send_invalid_in("b", Event::Apply, "x");
+    assert_eq!(next(&mut changes, &store).await, "-x");
+    assert_eq!(stored(&store), ["a/x=2"]);
+    assert_eq!(invalid_now(&informer).await, ["x"]);
+    b.list([]);
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    assert!(invalid_now(&informer).await.is_empty());
+    assert_eq!(stored(&store), ["a/x=2"]);
 }
