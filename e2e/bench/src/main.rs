@@ -13,6 +13,7 @@ mod lab;
 mod latency;
 mod objects;
 mod report;
+mod steady;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,7 +31,7 @@ struct Args {
     smoke: bool,
     /// Sections to run (default: all): buckets, tenants, databases, caches, drains (or only
     /// drains-s3, drains-grid), latency (or only latency-buckets, latency-tenants,
-    /// latency-databases).
+    /// latency-databases), steady.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Where to write the Markdown results.
@@ -55,6 +56,16 @@ struct Args {
     /// has run out of memory draining 100,000 objects on a 24 GiB machine).
     #[arg(long, value_delimiter = ',')]
     drained_grid: Option<Vec<usize>>,
+    /// Steady-state section: Ready S3Buckets per provider.
+    #[arg(long, default_value_t = 100)]
+    steady_buckets: usize,
+    /// Steady-state section: the `bucketCheckInterval` keeper runs with, in seconds, standing
+    /// for the default hour.
+    #[arg(long, default_value_t = 20)]
+    steady_interval: u64,
+    /// Steady-state section: intervals the window spans.
+    #[arg(long, default_value_t = 3)]
+    steady_intervals: u32,
     /// Latency section: milliseconds added to every call of the backend under test.
     #[arg(long, default_value_t = 200)]
     latency_ms: u64,
@@ -104,7 +115,7 @@ async fn measure(args: Args) -> anyhow::Result<()> {
             args.buckets.clone()
         };
         let idle = Duration::from_secs(if args.smoke { 5 } else { 30 });
-        let keeper = Process::start(&env)?;
+        let keeper = Process::start_with_webhook(&env)?;
         let done = kinds::buckets(&lab, &keeper, &mut report, &sizes, idle).await;
         part_done(&args, &run, &mut report, "buckets", done)?;
     }
@@ -114,7 +125,7 @@ async fn measure(args: Args) -> anyhow::Result<()> {
         } else {
             args.tenants.clone()
         };
-        let keeper = Process::start(&env)?;
+        let keeper = Process::start_with_webhook(&env)?;
         let done = kinds::tenants(&lab, &keeper, &mut report, &sizes).await;
         part_done(&args, &run, &mut report, "tenants", done)?;
     }
@@ -149,6 +160,16 @@ async fn measure(args: Args) -> anyhow::Result<()> {
         };
         let done = drains::grid(&lab, &mut report, &sizes).await;
         part_done(&args, &run, &mut report, "drains-grid", done)?;
+    }
+    if wanted("steady") {
+        let settings = steady::Settings {
+            buckets: if args.smoke { 10 } else { args.steady_buckets },
+            interval: Duration::from_secs(if args.smoke { 5 } else { args.steady_interval }),
+            intervals: if args.smoke { 2 } else { args.steady_intervals },
+            judged: !args.smoke,
+        };
+        let done = steady::run(&lab, &mut report, &settings).await;
+        part_done(&args, &run, &mut report, "steady", done)?;
     }
     let latency_kinds: Vec<latency::Kind> = [
         ("latency-buckets", latency::Kind::Buckets),
