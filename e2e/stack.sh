@@ -521,6 +521,8 @@ providers:
       region: us-east-1
       # The local emulators speak plain http; keeper refuses that unless told it is meant.
       tls: {allowPlainHttp: true}
+      # Usage in status (off by default), which the demo shows and the scenarios read.
+      usageRefresh: {interval: 5m}
   s3:
     s3Compatible:
       endpoint: $KEEPER_S3_ENDPOINT
@@ -531,6 +533,7 @@ providers:
       iam: {endpoint: $KEEPER_S3_ENDPOINT}
       # Slow enough that a client-side drain can be watched (and canceled) in the demo and tests.
       drain: {maxDeletesPerSecond: 200}
+      usageRefresh: {interval: 5m}
 rds:
   region: us-east-1
   endpoint: $KEEPER_RDS_ENDPOINT

@@ -360,7 +360,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
             Some(tokio::spawn(webhook::serve(
                 listener,
                 tls,
-                shared.client.clone(),
+                shared.kube.clone(),
                 shutdown.clone(),
             )))
         }

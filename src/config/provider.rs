@@ -9,13 +9,19 @@ use serde::Deserialize;
 
 use super::{
     Endpoint, RequestRate, RequestsPerSecond, burst_without_rate, default_region, default_true,
-    duration_opt,
+    duration, duration_opt,
 };
 use crate::namespaces::AllowedNamespaces;
 
 /// The shortest drain poll interval accepted, in the configuration and in `spec.drain`
 /// (`pollInterval: 0s` would poll the backend in a hot loop).
 pub const MIN_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often keeper looks whether a Ready bucket still exists (and, on StorageGRID, whether the
+/// grid drains it without keeper having asked), unless the provider sets `bucketCheckInterval`:
+/// one backend call per bucket per hour on an S3-compatible store, one container listing per
+/// tenant per hour on StorageGRID.
+pub const DEFAULT_BUCKET_CHECK_INTERVAL: Duration = Duration::from_secs(3600);
 
 /// One storage backend: exactly one of `storageGrid` or `s3Compatible`.
 #[derive(Deserialize, Debug, Clone, PartialEq)]
@@ -55,6 +61,25 @@ impl Provider {
             Provider::StorageGrid(p) => &p.drain,
             Provider::S3Compatible(p) => &p.drain,
         }
+    }
+
+    /// How often a Ready bucket's usage (objects, bytes) is observed; `None` (the default): never
+    /// outside drains, and status shows no usage (see `usageRefresh` in docs/configuration.md).
+    pub fn usage_refresh(&self) -> Option<Duration> {
+        match self {
+            Provider::StorageGrid(p) => p.usage_refresh.as_ref(),
+            Provider::S3Compatible(p) => p.usage_refresh.as_ref(),
+        }
+        .map(|u| u.interval)
+    }
+
+    /// How often keeper looks whether a Ready bucket still exists.
+    pub fn bucket_check_interval(&self) -> Duration {
+        match self {
+            Provider::StorageGrid(p) => p.bucket_check_interval,
+            Provider::S3Compatible(p) => p.bucket_check_interval,
+        }
+        .unwrap_or(DEFAULT_BUCKET_CHECK_INTERVAL)
     }
 
     /// The request rate keeper keeps to for this provider; `None`: no limit.
@@ -109,6 +134,12 @@ pub struct StorageGridProvider {
     pub tls: TlsConfig,
     #[serde(default)]
     pub drain: DrainDefaults,
+    /// Observe Ready buckets' usage this often (absent: never outside drains).
+    #[serde(default)]
+    pub usage_refresh: Option<UsageRefresh>,
+    /// How often keeper looks whether a Ready bucket still exists (default 1h).
+    #[serde(default, deserialize_with = "duration_opt")]
+    pub bucket_check_interval: Option<Duration>,
     /// Most requests per second keeper sends for this provider: grid and tenant management API
     /// calls and S3 calls to the grid's S3 endpoint, together. Absent: no limit.
     #[serde(default)]
@@ -138,6 +169,12 @@ pub struct S3CompatibleProvider {
     pub tls: TlsConfig,
     #[serde(default)]
     pub drain: DrainDefaults,
+    /// Observe Ready buckets' usage this often (absent: never outside drains).
+    #[serde(default)]
+    pub usage_refresh: Option<UsageRefresh>,
+    /// How often keeper looks whether a Ready bucket still exists (default 1h).
+    #[serde(default, deserialize_with = "duration_opt")]
+    pub bucket_check_interval: Option<Duration>,
     /// The store's IAM API (AWS IAM, Ceph RGW): each bucket gets its own IAM user whose keys
     /// reach that bucket only, and tenants get no tenant-wide keys. Absent: the store has no
     /// identity API keeper can use.
@@ -248,6 +285,17 @@ pub struct TlsConfig {
     pub allow_plain_http: bool,
 }
 
+/// `usageRefresh`: keeper observes each Ready bucket's usage this often. On an S3-compatible
+/// store that is a listing of the bucket (one LIST call per 1,000 objects, billed on AWS); on
+/// StorageGRID one container listing and one tenant usage call per tenant and interval, shared
+/// by the tenant's buckets.
+#[derive(Deserialize, Debug, Clone, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UsageRefresh {
+    #[serde(deserialize_with = "duration")]
+    pub interval: Duration,
+}
+
 /// Drain polling settings of a provider (precedence: bucket spec > provider > built-in defaults).
 #[derive(Deserialize, Debug, Clone, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -324,6 +372,17 @@ impl Provider {
             return Err(format!(
                 "providers.{name}.s3Compatible: `iam` and `sharedCredentials: true` exclude each other (per-bucket IAM users, or the provider's own keys for everyone)"
             ));
+        }
+        for (field, value) in [
+            ("usageRefresh.interval", self.usage_refresh()),
+            ("bucketCheckInterval", Some(self.bucket_check_interval())),
+        ] {
+            if value.is_some_and(|v| v < MIN_POLL_INTERVAL) {
+                return Err(format!(
+                    "providers.{name}.{kind}.{field}: must be at least {}s",
+                    MIN_POLL_INTERVAL.as_secs()
+                ));
+            }
         }
         self.drain().validate(name)
     }

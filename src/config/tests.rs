@@ -473,3 +473,30 @@ fn watch_namespaces_are_optional_and_a_bad_list_is_named() {
     assert!(err.contains("is not a namespace name"), "{err}");
     assert!(OperatorConfig::parse(&format!("watchNamespaces: [{}]\n", &long[1..])).is_ok());
 }
+
+#[test]
+fn usage_refresh_is_off_and_buckets_are_checked_hourly_unless_configured() {
+    let parse = |extra: &str| {
+        OperatorConfig::parse(&format!(
+            "providers:\n  s3:\n    s3Compatible:\n      endpoint: http://s3\n      credentialsSecret: {{name: x}}\n{extra}"
+        ))
+    };
+    let config = parse("").unwrap();
+    let s3 = &config.providers["s3"];
+    assert_eq!(s3.usage_refresh(), None);
+    assert_eq!(s3.bucket_check_interval(), Duration::from_secs(3600));
+    let config =
+        parse("      usageRefresh: {interval: 1h}\n      bucketCheckInterval: 20s\n").unwrap();
+    let s3 = &config.providers["s3"];
+    assert_eq!(s3.usage_refresh(), Some(Duration::from_secs(3600)));
+    assert_eq!(s3.bucket_check_interval(), Duration::from_secs(20));
+    let err = parse("      usageRefresh: {interval: 0s}\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("providers.s3.s3Compatible.usageRefresh.interval: must be at least 1s"),
+        "{err}"
+    );
+    let err = parse("      usageRefresh: {}\n").unwrap_err().to_string();
+    assert!(err.contains("interval"), "{err}");
+}

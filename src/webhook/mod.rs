@@ -10,6 +10,9 @@
 //!   (condition `DeletionBlocked`, a Warning event) which command lifts the protection.
 //! - CREATE of an S3Bucket whose tenant is being deleted: denied.
 //!
+//! It reads the tenant and its buckets from keeper's informer stores once they have synced (see
+//! [`policy`]'s `judge`), so reviews cost the API server no request.
+//!
 //! The webhook fails open (any lookup error admits): the tenant finalizer stays the safety net.
 //! Register it with `failurePolicy: Ignore` for the same reason: everything it refuses, a
 //! finalizer also holds, so an unreachable webhook costs guidance, never safety; `Fail` would
@@ -53,6 +56,7 @@ pub use policy::{
 };
 pub use tls::{MemoryCert, tls_config, tls_config_from_memory};
 
+use crate::cluster::Kube;
 use crate::server::accept_until;
 use policy::judge;
 
@@ -62,17 +66,14 @@ pub const PATH: &str = "/validate";
 const MAX_BODY: usize = 3 * 1024 * 1024;
 
 /// Answers one AdmissionReview body.
-async fn review(
-    client: &kube::Client,
-    body: &[u8],
-) -> Result<AdmissionReview<DynamicObject>, String> {
+async fn review(kube: &dyn Kube, body: &[u8]) -> Result<AdmissionReview<DynamicObject>, String> {
     let review: AdmissionReview<DynamicObject> =
         serde_json::from_slice(body).map_err(|e| format!("invalid AdmissionReview: {e}"))?;
     let request: AdmissionRequest<DynamicObject> = review
         .try_into()
         .map_err(|e| format!("invalid AdmissionReview: {e}"))?;
     let mut response = AdmissionResponse::from(&request);
-    match judge(client, &request).await {
+    match judge(kube, &request).await {
         Verdict::Allow => {}
         Verdict::Warn(message) => response.warnings = Some(vec![message]),
         Verdict::Deny(message) => response = response.deny(message),
@@ -88,7 +89,7 @@ fn respond(status: StatusCode, content_type: &'static str, body: Vec<u8>) -> Res
         .expect("static response parts are valid")
 }
 
-async fn handle(client: kube::Client, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn handle(kube: Arc<dyn Kube>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     const TEXT: &str = "text/plain; charset=utf-8";
     if req.uri().path() != PATH {
         return respond(StatusCode::NOT_FOUND, TEXT, b"not found\n".to_vec());
@@ -110,7 +111,7 @@ async fn handle(client: kube::Client, req: Request<Incoming>) -> Response<Full<B
             );
         }
     };
-    match review(&client, &body).await {
+    match review(kube.as_ref(), &body).await {
         Ok(answer) => respond(
             StatusCode::OK,
             "application/json",
@@ -124,17 +125,18 @@ async fn handle(client: kube::Client, req: Request<Incoming>) -> Response<Full<B
     }
 }
 
-/// Serves the webhook until `shutdown` is cancelled, then lets open connections finish.
+/// Serves the webhook until `shutdown` is cancelled, then lets open connections finish. `kube`:
+/// keeper's seam, whose tenant and bucket reads come from the process's informer stores.
 pub async fn serve(
     listener: TcpListener,
     tls: Arc<rustls::ServerConfig>,
-    client: kube::Client,
+    kube: Arc<dyn Kube>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let acceptor = TlsAcceptor::from(tls);
     accept_until(listener, shutdown, "webhook", |stream, peer, watcher| {
         let acceptor = acceptor.clone();
-        let client = client.clone();
+        let kube = kube.clone();
         // The handshake runs in its own task so one slow client cannot stall the accept loop.
         tokio::spawn(async move {
             let stream = match acceptor.accept(stream).await {
@@ -145,8 +147,8 @@ pub async fn serve(
                 }
             };
             let service = service_fn(move |req: Request<Incoming>| {
-                let client = client.clone();
-                async move { Ok::<_, Infallible>(handle(client, req).await) }
+                let kube = kube.clone();
+                async move { Ok::<_, Infallible>(handle(kube, req).await) }
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service);

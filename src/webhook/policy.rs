@@ -1,11 +1,12 @@
 //! What the webhook decides: pure verdicts for a tenant's deletion and a bucket's creation, and
 //! the lookups they need (fail open: any lookup error admits).
 
+use kube::ResourceExt;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, Operation};
-use kube::{Api, ResourceExt};
 
 use crate::api::{S3Bucket, S3Tenant};
+use crate::cluster::Kube;
 use crate::controllers::tenant::{
     BUCKET_REMOVAL_GUIDANCE, DeletionGate, bucket_resources, deletion_gate,
     deletion_protection_message,
@@ -80,10 +81,16 @@ fn typed<K: serde::de::DeserializeOwned>(object: Option<&DynamicObject>) -> Opti
 }
 
 /// The verdict for one request; lookups that fail admit (fail open), with a log line.
-pub(super) async fn judge(
-    client: &kube::Client,
-    request: &AdmissionRequest<DynamicObject>,
-) -> Verdict {
+///
+/// The lookups go through keeper's seam ([`Kube::tenant`], [`Kube::buckets`]), which reads the
+/// process's informer stores (the same the controllers use) once they have synced, so a review
+/// costs the API server nothing, whoever sends it: the webhook does not authenticate its caller.
+/// Until the first listing is in (seconds after a start) a store is empty, not authoritative,
+/// and the seam reads from the API instead: answering from an empty store would admit a bucket
+/// into a tenant being deleted and delete a tenant with buckets without the warning, and
+/// admitting without a lookup (failing open) would do the same; the live read keeps the webhook
+/// as right at a start as after it, for the short while before the stores sync.
+pub(super) async fn judge(kube: &dyn Kube, request: &AdmissionRequest<DynamicObject>) -> Verdict {
     // Both kinds are namespaced: a request without a namespace, or about an object of another
     // namespace, did not come from the API server, and an empty namespace would make the lookups
     // below cluster-wide.
@@ -109,7 +116,7 @@ pub(super) async fn judge(
                 }
                 return tenant_delete(&tenant, 0);
             }
-            match bucket_resources(client, &namespace, &tenant.name_any()).await {
+            match bucket_resources(kube, &namespace, &tenant.name_any()).await {
                 Ok(buckets) => tenant_delete(&tenant, buckets.len()),
                 Err(e) => {
                     tracing::warn!(error = %e, tenant = %tenant.name_any(), "webhook cannot list buckets; admitting");
@@ -124,9 +131,8 @@ pub(super) async fn judge(
             let Some(bucket) = typed::<S3Bucket>(request.object.as_ref()) else {
                 return Verdict::Allow;
             };
-            let api: Api<S3Tenant> = Api::namespaced(client.clone(), &namespace);
-            match api.get_opt(&bucket.spec.tenant_ref.name).await {
-                Ok(tenant) => bucket_create(&bucket, tenant.as_ref()),
+            match kube.tenant(&namespace, &bucket.spec.tenant_ref.name).await {
+                Ok(tenant) => bucket_create(&bucket, tenant.as_deref()),
                 Err(e) => {
                     tracing::warn!(error = %e, bucket = %bucket.name_any(), "webhook cannot read the tenant; admitting");
                     Verdict::Allow

@@ -435,6 +435,14 @@ impl Process {
         })
     }
 
+    /// keeper with its admission webhook registered: the API server sends it every S3Tenant and
+    /// S3Bucket review, and the reads the webhook makes (as keeper) count with keeper's.
+    pub fn start_with_webhook(env: &Env) -> anyhow::Result<Process> {
+        Ok(Process {
+            keeper: Keeper::start_with_webhook(env)?,
+        })
+    }
+
     /// CPU time (user + system) used so far.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
         cpu_seconds(self.keeper.pid())

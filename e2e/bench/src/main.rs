@@ -13,6 +13,7 @@ mod lab;
 mod latency;
 mod objects;
 mod report;
+mod steady;
 mod writes;
 
 use std::path::PathBuf;
@@ -31,7 +32,7 @@ struct Args {
     smoke: bool,
     /// Sections to run (default: all): buckets, tenants, databases, caches, drains (or only
     /// drains-s3, drains-grid), latency (or only latency-buckets, latency-tenants,
-    /// latency-databases).
+    /// latency-databases), steady.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Where to write the Markdown results.
@@ -56,6 +57,16 @@ struct Args {
     /// has run out of memory draining 100,000 objects on a 24 GiB machine).
     #[arg(long, value_delimiter = ',')]
     drained_grid: Option<Vec<usize>>,
+    /// Steady-state section: Ready S3Buckets per provider.
+    #[arg(long, default_value_t = 100)]
+    steady_buckets: usize,
+    /// Steady-state section: the `bucketCheckInterval` keeper runs with, in seconds, standing
+    /// for the default hour.
+    #[arg(long, default_value_t = 20)]
+    steady_interval: u64,
+    /// Steady-state section: intervals the window spans.
+    #[arg(long, default_value_t = 3)]
+    steady_intervals: u32,
     /// Latency section: milliseconds added to every call of the backend under test.
     #[arg(long, default_value_t = 200)]
     latency_ms: u64,
@@ -147,6 +158,16 @@ async fn measure(args: Args) -> anyhow::Result<()> {
         };
         let done = drains::grid(&lab, &mut report, &sizes).await;
         part_done(&args, &run, &mut report, "drains-grid", done)?;
+    }
+    if wanted("steady") {
+        let settings = steady::Settings {
+            buckets: if args.smoke { 10 } else { args.steady_buckets },
+            interval: Duration::from_secs(if args.smoke { 5 } else { args.steady_interval }),
+            intervals: if args.smoke { 2 } else { args.steady_intervals },
+            judged: !args.smoke,
+        };
+        let done = steady::run(&lab, &mut report, &settings).await;
+        part_done(&args, &run, &mut report, "steady", done)?;
     }
     let latency_kinds: Vec<latency::Kind> = [
         ("latency-buckets", latency::Kind::Buckets),

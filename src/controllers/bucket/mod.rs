@@ -1,5 +1,6 @@
-//! S3Bucket controller: creates the bucket in its tenant, publishes bucket credentials, refreshes
-//! usage on a timer, drains on request (annotation `keeper.dev/drain=<value>`, a request per new
+//! S3Bucket controller: creates the bucket in its tenant, publishes bucket credentials, looks at an
+//! idle bucket at most once per the provider's `bucketCheckInterval` (and its usage only when the
+//! provider's `usageRefresh` asks, see [`plan::usage`]), drains on request (annotation `keeper.dev/drain=<value>`, a request per new
 //! value, see [`plan::requests`]) and deletes the bucket
 //! only once it is empty and only if keeper created it.
 //!
@@ -42,8 +43,10 @@ pub const DRAIN_HANDLED_ANNOTATION: &str = "keeper.dev/drain-handled";
 /// keeper's record of the last `keeper.dev/rotate-credentials` value it handled.
 pub const ROTATE_HANDLED_ANNOTATION: &str = "keeper.dev/rotate-credentials-handled";
 
-/// Usage is listed at most this often outside drains (listing can be expensive).
-const USAGE_REFRESH: Duration = runtime::RESYNC;
+/// A bucket that is not idle and Ready (failed, refused, being deleted) is reconciled again this
+/// soon, and a drain's observation stands in for a new one this long. An idle Ready bucket's
+/// schedule is [`plan::usage`]'s.
+const RECHECK: Duration = runtime::RESYNC;
 /// A client-side drain continues this soon after a round, until the bucket is empty: at once.
 /// A round ends when its time budget is spent (its progress is then written) or on an error
 /// (which backs off instead), so continuing at once is no hot loop; a pause would only cost
@@ -107,6 +110,9 @@ pub struct S3BucketReconciler<C: Connect = Connector> {
     connector: C,
     /// Last observation per bucket uid, so that usage is listed on a timer, not every reconcile.
     usage: Mutex<HashMap<String, (Instant, Observed)>>,
+    /// When each bucket (by uid) was last seen on the backend (an existence look, a usage
+    /// observation, its creation), so that an idle bucket is looked at on its timer only.
+    seen: Mutex<HashMap<String, Instant>>,
     /// Buckets (by uid) whose user's access keys this process has listed since it started. A
     /// bucket whose last reconcile ended Ready is taken as settled, its user not listed again,
     /// only once this process has looked: a keeper that starts cannot know whether another
@@ -121,6 +127,7 @@ impl<C: Connect> S3BucketReconciler<C> {
         S3BucketReconciler {
             connector,
             usage: Mutex::default(),
+            seen: Mutex::default(),
             keys_listed: Mutex::default(),
             objects_deleted,
         }
@@ -146,8 +153,18 @@ impl<C: Connect> S3BucketReconciler<C> {
         let usage = self.usage.lock().expect("usage cache lock");
         usage
             .get(uid)
-            .filter(|(at, _)| at.elapsed() < USAGE_REFRESH)
+            .filter(|(at, _)| at.elapsed() < RECHECK)
             .map(|(_, observed)| *observed)
+    }
+
+    /// How long ago this process last observed the bucket's usage and last saw it.
+    fn since(&self, uid: &str) -> plan::usage::Since {
+        let usage = self.usage.lock().expect("usage cache lock");
+        let seen = self.seen.lock().expect("seen lock");
+        plan::usage::Since {
+            usage: usage.get(uid).map(|(at, _)| at.elapsed()),
+            seen: seen.get(uid).map(Instant::elapsed),
+        }
     }
 
     /// Keeps what the outcome does not carry: the usage observation and the drain counter; a
@@ -155,13 +172,18 @@ impl<C: Connect> S3BucketReconciler<C> {
     fn settle(&self, obj: &S3Bucket, report: &Report) {
         self.objects_deleted.inc_by(report.deleted);
         let uid = obj.uid().unwrap_or_default();
+        let mut seen = self.seen.lock().expect("seen lock");
         let cache = if report.next == runtime::Next::Release {
             self.keys_listed
                 .lock()
                 .expect("listed keys lock")
                 .remove(&uid);
+            seen.remove(&uid);
             Cache::Forget
         } else {
+            if report.seen || matches!(report.observed, Cache::Store(_)) {
+                seen.insert(uid.clone(), Instant::now());
+            }
             report.observed
         };
         let mut usage = self.usage.lock().expect("usage cache lock");
@@ -233,7 +255,7 @@ pub async fn run(
     let objects_deleted = register_metrics(&shared.metrics, store)?;
     let cx = Arc::new(Context::new(
         shared,
-        S3BucketReconciler::new(Connector, objects_deleted),
+        S3BucketReconciler::new(Connector::default(), objects_deleted),
     ));
     runtime::run(controller, cx, readiness, shutdown).await;
     Ok(())

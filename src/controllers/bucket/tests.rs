@@ -16,6 +16,7 @@ use kube::runtime::events::EventType;
 use super::backend::DesiredBucket;
 use super::plan::drain;
 use super::plan::ready::KeysVerdict;
+use super::plan::usage::{IdleCheck, Look};
 use super::reconcile::deletion::{cleanup_bucket, retain_bucket};
 use super::reconcile::{Cache, Report, View, annotated, apply_bucket, decide_ready};
 use super::*;
@@ -116,6 +117,16 @@ fn view<'a>(obj: &'a S3Bucket, now: Timestamp, cached: Option<Observed>) -> View
         drain: drain::settings(obj.spec.drain.as_ref(), &DrainDefaults::default()).unwrap(),
         now,
         cached,
+        // As with usageRefresh on: a bucket with no recent observation observes.
+        idle: IdleCheck {
+            look: if cached.is_some() {
+                Look::Nothing
+            } else {
+                Look::Usage
+            },
+            next: RECHECK,
+            shows_usage: true,
+        },
     }
 }
 
@@ -154,7 +165,7 @@ async fn creates_the_bucket_then_makes_no_backend_call_until_usage_is_due() {
         &out.status.conditions,
         conditions::READY
     ));
-    assert_eq!(out.next_requeue(), USAGE_REFRESH);
+    assert_eq!(out.next_requeue(), RECHECK);
     // A bucket this reconcile created is empty: it is not looked at again.
     assert_eq!(fake.take_calls(), ["ensure"]);
     let bucket = fake.bucket(NAME).unwrap();
@@ -169,7 +180,84 @@ async fn creates_the_bucket_then_makes_no_backend_call_until_usage_is_due() {
     assert!(fake.take_calls().is_empty());
     // Once the cache expires, only the usage refresh.
     applied(&fake, &view(&obj, at(400), None)).await.unwrap();
-    assert_eq!(fake.take_calls(), ["observe"]);
+    assert_eq!(fake.take_calls(), ["refresh usage"]);
+}
+
+/// `view` for a provider whose usage refresh is off, deciding `look`.
+fn view_without_usage<'a>(obj: &'a S3Bucket, look: Look) -> View<'a> {
+    View {
+        idle: IdleCheck {
+            look,
+            next: crate::config::DEFAULT_BUCKET_CHECK_INTERVAL,
+            shows_usage: false,
+        },
+        ..view(obj, at(0), None)
+    }
+}
+
+#[tokio::test]
+async fn with_usage_off_an_idle_bucket_costs_one_existence_look_and_shows_no_usage() {
+    let fake = Fake::new(DrainMode::ClientSide).with(NAME, ours_with(7));
+    let mut obj = ready_bucket();
+    let mut status = obj.status.clone().unwrap();
+    status.object_count = Some(3);
+    status.object_bytes = Some(30);
+    obj.status = Some(status);
+    let out = applied(&fake, &view_without_usage(&obj, Look::Existence))
+        .await
+        .unwrap();
+    assert_eq!(fake.take_calls(), ["existence"]);
+    assert!(out.seen);
+    assert_eq!(out.status.phase, Some(BucketPhase::Ready));
+    // No figures rather than stale ones.
+    assert_eq!(
+        (out.status.object_count, out.status.object_bytes),
+        (None, None)
+    );
+    let ready = condition(&out.status.conditions, conditions::READY);
+    assert!(
+        ready.message.contains("usage is not refreshed"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(
+        out.next_requeue(),
+        crate::config::DEFAULT_BUCKET_CHECK_INTERVAL
+    );
+    // Between looks: no call at all.
+    write_back(&mut obj, &out);
+    let between = applied(&fake, &view_without_usage(&obj, Look::Nothing))
+        .await
+        .unwrap();
+    assert!(fake.take_calls().is_empty());
+    assert!(!between.seen);
+    assert_eq!(between.status, obj.status.clone().unwrap());
+}
+
+#[tokio::test]
+async fn an_existence_look_notices_a_missing_bucket_and_a_drain_keeper_did_not_start() {
+    let fake = Fake::new(DrainMode::ServerSide).with(
+        NAME,
+        FakeBucket {
+            draining: true,
+            ..ours_with(7)
+        },
+    );
+    let obj = ready_bucket();
+    let out = applied(&fake, &view_without_usage(&obj, Look::Existence))
+        .await
+        .unwrap();
+    assert_eq!(fake.take_calls(), ["existence", "stop_drain"]);
+    assert_eq!(out.notes[0].reason, drain::cancel_orphan().reason);
+    fake.buckets.lock().unwrap().remove(NAME);
+    let out = applied(&fake, &view_without_usage(&obj, Look::Existence))
+        .await
+        .unwrap();
+    assert_eq!(out.status.phase, Some(BucketPhase::Pending));
+    assert_eq!(
+        condition(&out.status.conditions, conditions::READY).reason,
+        "BucketMissing"
+    );
 }
 
 #[tokio::test]
@@ -954,7 +1042,11 @@ async fn the_same_drain_value_again_is_a_no_op_and_a_new_value_drains_again() {
         assert_eq!(out.status.phase, Some(BucketPhase::Ready));
         write_back(&mut obj, &out);
     }
-    assert_eq!(fake.take_calls(), ["observe", "observe"], "no drain call");
+    assert_eq!(
+        fake.take_calls(),
+        ["refresh usage", "refresh usage"],
+        "no drain call"
+    );
     assert_eq!(fake.bucket(NAME).unwrap().objects, 40);
     // `true` is a value like any other: a new request the first time.
     annotate_with(&mut obj, DRAIN_ANNOTATION, "true");

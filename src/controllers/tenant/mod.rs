@@ -18,17 +18,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::ListParams;
+use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, ResourceExt};
 use tokio_util::sync::CancellationToken;
 
 use self::backend::{BackendError, Backends, Live, is_bad_credentials};
 use crate::api::names::TENANT_FINALIZER;
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus};
 use crate::backends::identity;
-use crate::cluster::SecretError;
 use crate::cluster::triggers;
+use crate::cluster::{Kube, SecretError};
 use crate::config::ControllerKind;
 use crate::error::{ErrorClass, classify_kube};
 use crate::providers::ProviderError;
@@ -134,16 +133,18 @@ impl<B: Backends> S3TenantReconciler<B> {
 }
 
 /// S3Bucket resources in `namespace` that reference `tenant`, sorted: (resource name, bucket
-/// name on the backend). For the admission webhook, which is not a controller and has no
-/// cache: it lists from the API. The controller asks its cache ([`plan::tenant_buckets`]).
+/// name on the backend), read through the seam (the informer store once synced). For the
+/// controller and the admission webhook alike.
 pub async fn bucket_resources(
-    client: &kube::Client,
+    kube: &dyn Kube,
     namespace: &str,
     tenant: &str,
 ) -> Result<Vec<(String, String)>, kube::Error> {
-    let api: Api<S3Bucket> = Api::namespaced(client.clone(), namespace);
-    let buckets = api.list(&ListParams::default()).await?.items;
-    Ok(plan::tenant_buckets(&buckets, tenant))
+    let buckets = kube.buckets(namespace).await?;
+    Ok(plan::tenant_buckets(
+        buckets.iter().map(|b| b.as_ref()),
+        tenant,
+    ))
 }
 
 /// The tenant an S3Bucket belongs to: a bucket's change (above all its deletion) re-checks it.

@@ -306,11 +306,7 @@ async fn bucket_resources<B: Backends>(
     tenant: &S3Tenant,
 ) -> Result<Vec<(String, String)>, Error> {
     let namespace = tenant.namespace().unwrap_or_default();
-    let buckets = cx.kube().buckets(&namespace).await?;
-    Ok(plan::tenant_buckets(
-        buckets.iter().map(|b| b.as_ref()),
-        &tenant.name_any(),
-    ))
+    Ok(super::bucket_resources(cx.kube(), &namespace, &tenant.name_any()).await?)
 }
 
 /// Writes the credentials Secret (only when something changed).

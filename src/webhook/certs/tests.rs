@@ -418,7 +418,7 @@ async fn a_first_round_creates_the_secret_sets_the_ca_bundle_and_serves_the_cert
     let task = tokio::spawn(crate::webhook::serve(
         listener,
         crate::webhook::tls_config_from_memory(served.clone()).unwrap(),
-        client(&server),
+        Arc::new(crate::cluster::fake::FakeKube::default()),
         shutdown.clone(),
     ));
     let https = reqwest::Client::builder()

@@ -1,5 +1,9 @@
 //! A tenant on StorageGRID, through the grid's management API.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::shared::Shared;
 use super::{
     BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner, Purpose,
 };
@@ -21,6 +25,25 @@ use crate::error::{BackendError, ErrorClass};
 pub struct StorageGrid {
     pub client: storagegrid::Client,
     pub tenant: storagegrid::Login,
+    /// What the tenant's idle buckets share.
+    pub looks: Arc<TenantLooks>,
+    pub ttl: LookTtl,
+}
+
+/// The tenant-wide answers the idle looks of a tenant's buckets share: its container listing
+/// (existence, the grid's own drains) and its usage (every bucket's objects and bytes).
+#[derive(Default)]
+pub struct TenantLooks {
+    containers: Shared<Vec<storagegrid::Container>>,
+    usage: Shared<storagegrid::Usage>,
+}
+
+/// How long the shared answers serve: the provider's `usageRefresh.interval` for usage (and the
+/// listing that goes with it), its `bucketCheckInterval` for an existence look.
+#[derive(Debug, Clone, Copy)]
+pub struct LookTtl {
+    pub usage: Option<Duration>,
+    pub check: Duration,
 }
 
 /// Short name of the group and the user of a bucket (`group/keeper-<bucket>`, `user/keeper-<bucket>`).
@@ -127,6 +150,25 @@ fn is_deleting_objects(container: &storagegrid::Container) -> bool {
 }
 
 impl StorageGrid {
+    /// The bucket's container from the tenant's shared listing (at most `ttl` old, fetched anew
+    /// when it does not hold the bucket).
+    async fn shared_container(
+        &self,
+        bucket: &str,
+        ttl: Duration,
+    ) -> Result<Option<storagegrid::Container>, BackendError> {
+        let listed = self
+            .looks
+            .containers
+            .get(
+                ttl,
+                |listed| listed.iter().any(|c| c.name == bucket),
+                || self.client.list_containers(&self.tenant),
+            )
+            .await?;
+        Ok(listed.iter().find(|c| c.name == bucket).cloned())
+    }
+
     async fn container(
         &self,
         bucket: &str,
@@ -324,16 +366,39 @@ impl BucketBackend for StorageGrid {
         Ok(Ensured::found(Owner::Us))
     }
 
-    // The grid counts (its usage API) and deletes by itself: every observation is the same.
+    // The grid counts (its usage API) and deletes by itself: a drain's count and a poll are the
+    // same observation; an idle bucket's refresh shares the tenant's listing and usage.
     async fn observe(
         &self,
         bucket: &str,
-        _purpose: Purpose,
+        purpose: Purpose,
     ) -> Result<Option<Observed>, BackendError> {
-        let Some(container) = self.container(bucket).await? else {
-            return Ok(None);
+        let (container, usage) = match (purpose, self.ttl.usage) {
+            (Purpose::Refresh, Some(ttl)) => {
+                let Some(container) = self.shared_container(bucket, ttl).await? else {
+                    return Ok(None);
+                };
+                let usage = self
+                    .looks
+                    .usage
+                    .get(
+                        ttl,
+                        |usage| usage.buckets.iter().any(|b| b.name == bucket),
+                        || self.client.tenant_usage(&self.tenant),
+                    )
+                    .await?;
+                (container, usage)
+            }
+            _ => {
+                let Some(container) = self.container(bucket).await? else {
+                    return Ok(None);
+                };
+                (
+                    container,
+                    Arc::new(self.client.tenant_usage(&self.tenant).await?),
+                )
+            }
         };
-        let usage = self.client.tenant_usage(&self.tenant).await?;
         // A new bucket may be missing from usage for a while: it holds nothing yet.
         let (objects, bytes) = usage
             .buckets
@@ -345,6 +410,13 @@ impl BucketBackend for StorageGrid {
             bytes: i64::try_from(bytes).unwrap_or(i64::MAX),
             backend_draining: is_deleting_objects(&container),
         }))
+    }
+
+    async fn existence(&self, bucket: &str) -> Result<Option<bool>, BackendError> {
+        Ok(self
+            .shared_container(bucket, self.ttl.check)
+            .await?
+            .map(|c| is_deleting_objects(&c)))
     }
 
     async fn drain_running(&self, bucket: &str) -> Result<bool, BackendError> {

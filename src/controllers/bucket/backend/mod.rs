@@ -6,6 +6,7 @@
 
 mod grid;
 mod s3;
+mod shared;
 mod users;
 
 use std::future::Future;
@@ -108,6 +109,9 @@ pub enum Purpose {
     /// The count that starts a drain: a backend that deletes the objects itself may keep what it
     /// listed for the drain's first rounds.
     StartDrain,
+    /// An idle bucket's usage on the provider's `usageRefresh` timer: a backend whose one call
+    /// answers for every bucket of the tenant may share that answer for the interval.
+    Refresh,
 }
 
 /// What one round of a client-side drain did.
@@ -155,6 +159,15 @@ pub trait BucketBackend: Send + Sync {
         bucket: &str,
         purpose: Purpose,
     ) -> impl Future<Output = Result<Option<Observed>, BackendError>> + Send;
+
+    /// Whether an idle bucket still exists (`None`: it does not), and whether the backend itself
+    /// deletes its objects (`Some(true)`, a server-side drain). At most one call; a backend whose
+    /// one call answers for every bucket of the tenant may share that answer for the provider's
+    /// `bucketCheckInterval`, but never answers "missing" from a shared answer.
+    fn existence(
+        &self,
+        bucket: &str,
+    ) -> impl Future<Output = Result<Option<bool>, BackendError>> + Send;
 
     /// Whether the backend itself is deleting the bucket's objects (a server-side drain: on
     /// StorageGRID the bucket's "delete objects" setting), from the backend, not from status;
@@ -253,8 +266,12 @@ pub struct Wait {
 }
 
 /// The real backends: a StorageGRID tenant signed in with its root credentials, an
-/// S3-compatible store with the provider's keys.
-pub struct Connector;
+/// S3-compatible store with the provider's keys. Keeps what the buckets of one StorageGRID
+/// tenant share ([`grid::TenantLooks`]) for as long as the process runs.
+#[derive(Default)]
+pub struct Connector {
+    grid_looks: shared::PerTenant<grid::TenantLooks>,
+}
 
 impl Connect for Connector {
     type Backend = AnyBackend;
@@ -347,9 +364,17 @@ impl Connect for Connector {
                         ),
                     }));
                 };
+                let looks = self
+                    .grid_looks
+                    .of(&format!("{}/{account_id}", clients.name));
                 Ok(Ok(AnyBackend::Grid(StorageGrid {
                     client,
                     tenant: storagegrid::Login::tenant_root(account_id, password),
+                    looks,
+                    ttl: grid::LookTtl {
+                        usage: clients.config.usage_refresh(),
+                        check: clients.config.bucket_check_interval(),
+                    },
                 })))
             }
         }
@@ -391,6 +416,10 @@ impl BucketBackend for AnyBackend {
         purpose: Purpose,
     ) -> Result<Option<Observed>, BackendError> {
         either!(self, b => b.observe(bucket, purpose).await)
+    }
+
+    async fn existence(&self, bucket: &str) -> Result<Option<bool>, BackendError> {
+        either!(self, b => b.existence(bucket).await)
     }
 
     async fn drain_running(&self, bucket: &str) -> Result<bool, BackendError> {
@@ -506,7 +535,7 @@ mod tests {
             );
         }
         let clients = shared.providers.get(provider).unwrap();
-        Connector
+        Connector::default()
             .connect(
                 kube.as_ref(),
                 &shared.metrics,

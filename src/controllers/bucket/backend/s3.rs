@@ -182,7 +182,9 @@ impl BucketBackend for S3Compatible {
     ) -> Result<Option<Observed>, BackendError> {
         let (store, metrics) = (&self.store, &self.metrics);
         let usage = match purpose {
-            Purpose::Usage => store.usage(metrics, bucket, USAGE_LISTING_BOUND).await,
+            Purpose::Usage | Purpose::Refresh => {
+                store.usage(metrics, bucket, USAGE_LISTING_BOUND).await
+            }
             Purpose::StartDrain => {
                 store
                     .count_for_drain(metrics, bucket, USAGE_LISTING_BOUND)
@@ -194,6 +196,15 @@ impl BucketBackend for S3Compatible {
             bytes: u.bytes,
             backend_draining: false,
         }))
+    }
+
+    /// One `GetBucketTagging` (the store has no cheaper call that tells a missing bucket apart);
+    /// the store never drains by itself.
+    async fn existence(&self, bucket: &str) -> Result<Option<bool>, BackendError> {
+        Ok(match self.store.ownership(&self.metrics, bucket).await? {
+            s3::Ownership::Missing => None,
+            s3::Ownership::Exists { .. } => Some(false),
+        })
     }
 
     // keeper itself deletes the objects: there is no backend drain to start or stop, only the

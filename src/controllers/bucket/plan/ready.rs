@@ -18,8 +18,9 @@ use crate::runtime::{Next, Note, Outcome, conditions};
 pub enum Usable {
     /// Not usable: waiting, failed or gone, and already reported as such.
     No,
-    /// The bucket exists and is ours, holding this many objects.
-    Ready { objects: i64 },
+    /// The bucket exists and is ours, holding this many objects (`None`: its usage is not
+    /// refreshed, see [`super::usage`]).
+    Ready { objects: Option<i64> },
     /// A drain of ours runs; the bucket stays usable meanwhile.
     Draining,
 }
@@ -62,9 +63,18 @@ pub fn decide(
     let generation = subject.generation;
     let (reason, message) = match usable {
         Usable::No => return,
-        Usable::Ready { objects } => (
+        Usable::Ready {
+            objects: Some(objects),
+        } => (
             "BucketReady",
             format!("bucket {:?} holds {objects} objects", subject.bucket),
+        ),
+        Usable::Ready { objects: None } => (
+            "BucketReady",
+            format!(
+                "bucket {:?} exists (its usage is not refreshed: its provider's usageRefresh is off)",
+                subject.bucket
+            ),
         ),
         Usable::Draining => (
             "Draining",
@@ -197,7 +207,7 @@ mod tests {
     fn a_bucket_that_becomes_usable_is_ready_once_with_one_event() {
         let out = decided(
             &S3BucketStatus::default(),
-            Usable::Ready { objects: 3 },
+            Usable::Ready { objects: Some(3) },
             Some(KeysVerdict::Work),
             at(0),
         );
@@ -214,7 +224,7 @@ mod tests {
         // Staying ready while the count moves is no news.
         let again = decided(
             &out.status,
-            Usable::Ready { objects: 4 },
+            Usable::Ready { objects: Some(4) },
             Some(KeysVerdict::Work),
             at(1),
         );
@@ -222,6 +232,23 @@ mod tests {
         assert_eq!(
             again.status.conditions[0].last_transition_time,
             ready.last_transition_time
+        );
+    }
+
+    #[test]
+    fn a_bucket_whose_usage_is_not_refreshed_is_ready_without_a_count() {
+        let out = decided(
+            &S3BucketStatus::default(),
+            Usable::Ready { objects: None },
+            Some(KeysVerdict::Work),
+            at(0),
+        );
+        let ready = condition(&out.status.conditions, conditions::READY);
+        assert_eq!(ready.reason, "BucketReady");
+        assert!(
+            ready.message.contains("usage is not refreshed") && !ready.message.contains("holds"),
+            "{}",
+            ready.message
         );
     }
 
@@ -239,7 +266,7 @@ mod tests {
     fn shared_keys_are_named_in_the_ready_message_and_its_event() {
         let out = decided(
             &S3BucketStatus::default(),
-            Usable::Ready { objects: 0 },
+            Usable::Ready { objects: Some(0) },
             Some(KeysVerdict::Shared("s3".into())),
             at(0),
         );
@@ -252,7 +279,7 @@ mod tests {
     fn refused_keys_keep_the_bucket_pending_with_no_ready_event() {
         let out = decided(
             &S3BucketStatus::default(),
-            Usable::Ready { objects: 0 },
+            Usable::Ready { objects: Some(0) },
             refused(true),
             at(0),
         );
@@ -276,7 +303,7 @@ mod tests {
         });
         let out = decided(
             &S3BucketStatus::default(),
-            Usable::Ready { objects: 0 },
+            Usable::Ready { objects: Some(0) },
             denied,
             at(0),
         );
@@ -297,13 +324,13 @@ mod tests {
     fn keys_still_refused_keep_their_wait_and_say_nothing_new() {
         let first = decided(
             &S3BucketStatus::default(),
-            Usable::Ready { objects: 0 },
+            Usable::Ready { objects: Some(0) },
             refused(true),
             at(0),
         );
         let later = decided(
             &first.status,
-            Usable::Ready { objects: 0 },
+            Usable::Ready { objects: Some(0) },
             refused(false),
             at(10),
         );
@@ -321,7 +348,7 @@ mod tests {
         // New keys (a rotation, or keys taken as lost) start a wait of their own.
         let renewed = decided(
             &later.status,
-            Usable::Ready { objects: 0 },
+            Usable::Ready { objects: Some(0) },
             refused(true),
             at(20),
         );
@@ -336,13 +363,13 @@ mod tests {
     fn a_ready_bucket_whose_keys_are_refused_goes_back_to_pending() {
         let ready = decided(
             &S3BucketStatus::default(),
-            Usable::Ready { objects: 0 },
+            Usable::Ready { objects: Some(0) },
             Some(KeysVerdict::Work),
             at(0),
         );
         let out = decided(
             &ready.status,
-            Usable::Ready { objects: 0 },
+            Usable::Ready { objects: Some(0) },
             refused(false),
             at(5),
         );

@@ -7,7 +7,7 @@ use super::super::backend::{BucketBackend, Connect, Owner};
 use super::super::plan::drain::{self, LettingGo};
 use super::super::plan::lifecycle::{self};
 use super::super::plan::requests::{self, Kind};
-use super::super::{Error, S3BucketReconciler, SHORT_RETRY, USAGE_REFRESH};
+use super::super::{Error, RECHECK, S3BucketReconciler, SHORT_RETRY};
 use super::drain::{ownership_lost, run_drain, stop_drain_before_letting_go};
 use super::{Cache, Report, View, request, resolve, waiting};
 use crate::api::names::bucket_credentials_secret_name;
@@ -50,7 +50,7 @@ pub async fn cleanup_bucket<B: BucketBackend>(
             backend
                 .delete_credentials(&view.desired.name, view.only_key.as_deref())
                 .await?;
-            let mut out = Report::new(deleting_status(view.obj), USAGE_REFRESH);
+            let mut out = Report::new(deleting_status(view.obj), RECHECK);
             out.next = Next::Release;
             Ok(out)
         }
@@ -95,7 +95,7 @@ pub async fn retain_bucket<B: BucketBackend>(
     backend: &B,
     view: &View<'_>,
 ) -> Result<Report, Error> {
-    let mut out = Report::new(deleting_status(view.obj), USAGE_REFRESH);
+    let mut out = Report::new(deleting_status(view.obj), RECHECK);
     let bucket = &view.desired.name;
     let recorded = drain::is_ours(out.status.drain_status.as_ref());
     // Client-side drains run only in keeper's reconciles, which end here: nothing to ask.
@@ -134,7 +134,7 @@ fn deleting_status(obj: &S3Bucket) -> S3BucketStatus {
 async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result<Report, Error> {
     let obj = view.obj;
     let generation = obj.metadata.generation;
-    let mut out = Report::new(deleting_status(obj), USAGE_REFRESH);
+    let mut out = Report::new(deleting_status(obj), RECHECK);
     let bucket = &view.desired.name;
     match backend.owner(&view.desired).await? {
         Owner::Missing => {
@@ -185,7 +185,8 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
         out.next = Next::Release;
         return Ok(out);
     }
-    let Some(objects) = remaining else {
+    // A bucket being deleted is observed by every reconcile: its count is always there.
+    let Some(objects) = remaining.map(|shown| shown.unwrap_or_default()) else {
         if out.status.phase == Some(BucketPhase::Failed) {
             // The drain stopped (object lock, legal hold): deletion waits for the user.
             let message = conditions_message(&out.status, conditions::READY);

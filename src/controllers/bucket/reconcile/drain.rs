@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::super::backend::{BucketBackend, Observed, Owner, Purpose};
 use super::super::plan::drain::{self, DrainStep};
 use super::super::plan::requests::{self, Kind, Request};
+use super::super::plan::usage::Look;
 use super::super::{CLIENT_DRAIN_CONTINUE, Error, SHORT_RETRY};
 use super::{Cache, Report, View, record_handled, request};
 use crate::api::BucketPhase;
@@ -44,13 +45,82 @@ fn counted_down(observed: Observed, deleted: u64) -> Observed {
     }
 }
 
-/// Runs the drain state machine on an existing bucket of ours. Returns the object count left
-/// when the drain machine is idle or finished (`None` while a drain runs or is blocked).
+/// The bucket is gone from the backend: `Pending`, and created again shortly.
+fn missing(out: &mut Report, bucket: &str, generation: Option<i64>) {
+    out.status.drain_status = None;
+    out.status.phase = Some(BucketPhase::Pending);
+    let message = format!("bucket {bucket:?} no longer exists on the backend; creating it again");
+    // Someone deleted it behind keeper's back: worth a warning.
+    out.ready(false, "BucketMissing", message, generation, true);
+    out.next = Next::Requeue(SHORT_RETRY);
+    out.observed = Cache::Forget;
+}
+
+/// An idle Ready bucket: looks at the backend as [`super::super::plan::usage::idle_check`] decided (existence, usage,
+/// or nothing), stops a drain the backend runs that keeper did not start, and shows usage only
+/// where the provider refreshes it. Returns the object count when status shows one.
+async fn idle<B: BucketBackend>(
+    backend: &B,
+    view: &View<'_>,
+    out: &mut Report,
+) -> Result<Option<Option<i64>>, Error> {
+    let bucket = &view.desired.name;
+    let generation = view.obj.metadata.generation;
+    let draining = match view.idle.look {
+        Look::Nothing => false,
+        Look::Existence => match backend.existence(bucket).await? {
+            Some(draining) => draining,
+            None => {
+                missing(out, bucket, generation);
+                return Ok(None);
+            }
+        },
+        Look::Usage => match backend.observe(bucket, Purpose::Refresh).await? {
+            Some(observed) => {
+                out.observed = Cache::Store(observed);
+                observed.backend_draining
+            }
+            None => {
+                missing(out, bucket, generation);
+                return Ok(None);
+            }
+        },
+    };
+    out.seen |= view.idle.look != Look::Nothing;
+    out.next = Next::Requeue(view.idle.next);
+    if draining {
+        backend.stop_drain(bucket).await?;
+        out.note(drain::cancel_orphan());
+        out.observed = Cache::Forget;
+    }
+    let objects = if view.idle.shows_usage {
+        // This look's figures, else the last ones (at most one interval old).
+        let observed = match out.observed {
+            Cache::Store(observed) => Some(observed),
+            Cache::Keep | Cache::Forget => view.cached,
+        };
+        if let Some(observed) = observed {
+            out.status.object_count = Some(observed.objects);
+            out.status.object_bytes = Some(observed.bytes);
+        }
+        out.status.object_count
+    } else {
+        // Not refreshed: no figures rather than stale ones shown as current.
+        out.status.object_count = None;
+        out.status.object_bytes = None;
+        None
+    };
+    Ok(Some(objects))
+}
+
+/// Runs the drain state machine on an existing bucket of ours. Returns, when the drain machine
+/// is idle or finished, the object count status shows (`Some(None)`: none, usage is not
+/// refreshed); `None` while a drain runs or is blocked, or the bucket is missing.
 pub(super) async fn run_drain<B: BucketBackend>(
     backend: &B,
     view: &View<'_>,
     out: &mut Report,
-) -> Result<Option<i64>, Error> {
+) -> Result<Option<Option<i64>>, Error> {
     let obj = view.obj;
     let generation = obj.metadata.generation;
     let bucket = &view.desired.name;
@@ -82,14 +152,13 @@ pub(super) async fn run_drain<B: BucketBackend>(
     } else {
         Purpose::Usage
     };
+    // A live bucket with no drain asked for and none of ours running looks at the backend on
+    // its own timer only (a bucket being deleted is looked at by every reconcile).
+    if !wants && !ours && obj.metadata.deletion_timestamp.is_none() {
+        return idle(backend, view, out).await;
+    }
     let Some(mut observed) = observe(backend, view, fresh, purpose, out).await? else {
-        out.status.drain_status = None;
-        out.status.phase = Some(BucketPhase::Pending);
-        let message =
-            format!("bucket {bucket:?} no longer exists on the backend; creating it again");
-        // Someone deleted it behind keeper's back: worth a warning.
-        out.ready(false, "BucketMissing", message, generation, true);
-        out.next = Next::Requeue(SHORT_RETRY);
+        missing(out, bucket, generation);
         return Ok(None);
     };
     // A client-side drain reports its first deletions at once rather than at the first poll.
@@ -223,7 +292,7 @@ pub(super) async fn run_drain<B: BucketBackend>(
         out.status.phase = Some(BucketPhase::Draining);
         Ok(None)
     } else {
-        Ok(Some(observed.objects))
+        Ok(Some(Some(observed.objects)))
     }
 }
 

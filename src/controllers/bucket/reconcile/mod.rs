@@ -29,7 +29,8 @@ use super::plan::drain::{self as drain_plan, DrainSettings};
 use super::plan::lifecycle::{self, Adoption, TenantGate};
 use super::plan::ready::{self, KeysVerdict, Usable};
 use super::plan::requests::{self, Kind, Request};
-use super::{ADOPT_ANNOTATION, Error, S3BucketReconciler, USAGE_REFRESH};
+use super::plan::usage::{self, IdleCheck, Look, Looks};
+use super::{ADOPT_ANNOTATION, Error, RECHECK, S3BucketReconciler};
 use crate::api::names::{bucket_credentials_secret_name, validate_bucket_name};
 use crate::api::{BucketPhase, S3Bucket, S3BucketStatus};
 use crate::backends::identity;
@@ -95,6 +96,8 @@ pub struct View<'a> {
     pub now: Timestamp,
     /// The last observation, when it is recent enough to stand in for a new one.
     pub cached: Option<Observed>,
+    /// What the bucket looks at if it is idle (no drain asked for or running), and when next.
+    pub idle: IdleCheck,
     /// For a cleanup: the access key id the bucket's credentials Secret carries, when the last
     /// reconcile ended Ready (it left that key the bucket user's only one, see [`settle_keys`]).
     /// It is deleted without listing the user's keys.
@@ -115,6 +118,8 @@ pub struct Report {
     pub observed: Cache,
     /// Whether the storage half left the bucket usable (a live bucket's reconcile only).
     pub usable: Usable,
+    /// The bucket was seen on the backend (its idle look's timer starts again).
+    pub seen: bool,
 }
 
 impl Report {
@@ -124,6 +129,7 @@ impl Report {
             deleted: 0,
             observed: Cache::Keep,
             usable: Usable::No,
+            seen: false,
         }
     }
 }
@@ -156,7 +162,7 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
     let obj = view.obj;
     let generation = obj.metadata.generation;
     let before = obj.status.clone().unwrap_or_default();
-    let mut out = Report::new(before.clone(), USAGE_REFRESH);
+    let mut out = Report::new(before.clone(), RECHECK);
     let seeded;
     let mut view = view;
     // The store's identity (looked up once per process): `None` where the tenant pins it.
@@ -191,6 +197,10 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
             // A bucket this reconcile created is empty: nothing to look at.
             seeded = View {
                 cached: Some(Observed::default()),
+                idle: IdleCheck {
+                    look: Look::Nothing,
+                    ..view.idle
+                },
                 ..view.clone()
             };
             view = &seeded;
@@ -364,6 +374,13 @@ async fn resolve<'a, C: Connect>(
         drain,
         now: Timestamp::now(),
         cached: cx.reconciler.cached(&uid),
+        idle: usage::idle_check(
+            Looks {
+                usage_refresh: clients.config.usage_refresh(),
+                check: clients.config.bucket_check_interval(),
+            },
+            cx.reconciler.since(&uid),
+        ),
         only_key: None,
         adoption_refused: match adoption {
             Adoption::Refused(why) => Some(why),

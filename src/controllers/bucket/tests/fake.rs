@@ -218,6 +218,7 @@ macro_rules! fake_backend {
                 self.call(match purpose {
                     Purpose::Usage => "observe",
                     Purpose::StartDrain => "observe to start a drain",
+                    Purpose::Refresh => "refresh usage",
                 })?;
                 let mut buckets = self.buckets.lock().unwrap();
                 Ok(buckets.get_mut(bucket).map(|b| {
@@ -230,6 +231,11 @@ macro_rules! fake_backend {
                         backend_draining: b.draining,
                     }
                 }))
+            }
+
+            async fn existence(&self, bucket: &str) -> Result<Option<bool>, BackendError> {
+                self.call("existence")?;
+                Ok(self.buckets.lock().unwrap().get(bucket).map(|b| b.draining))
             }
 
             async fn drain_running(&self, bucket: &str) -> Result<bool, BackendError> {

@@ -17,8 +17,7 @@ use crate::api::{BucketPhase, DrainMode, S3Bucket, S3Tenant, S3TenantStatus, Ten
 use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
 use crate::controllers::bucket::{
-    DRAIN_ANNOTATION, ROTATE_ANNOTATION, ROTATE_HANDLED_ANNOTATION, S3BucketReconciler,
-    USAGE_REFRESH,
+    DRAIN_ANNOTATION, RECHECK, ROTATE_ANNOTATION, ROTATE_HANDLED_ANNOTATION, S3BucketReconciler,
 };
 use crate::error::ErrorClass;
 use crate::runtime::policy::PERMANENT_RETRY;
@@ -123,7 +122,11 @@ fn released(kube: &FakeKube) -> bool {
 async fn a_new_bucket_becomes_ready_with_an_event_and_its_credentials_secret() {
     let (kube, _fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
     let action = testing::reconcile(&cx, finalized()).await.unwrap();
-    assert_eq!(action, Action::requeue(USAGE_REFRESH));
+    // Idle and Ready: looked at again in an hour (bucketCheckInterval's default).
+    assert_eq!(
+        action,
+        Action::requeue(crate::config::DEFAULT_BUCKET_CHECK_INTERVAL)
+    );
     let patches = status_patches(&kube);
     // The create intent is recorded before the create, the outcome after it.
     assert_eq!(patches[0]["status"]["createIntent"], NAME);
@@ -294,7 +297,7 @@ async fn deleting_a_full_bucket_is_blocked_with_one_warning_then_released_once_d
         TenantPhase::Ready,
     );
     let action = testing::reconcile(&cx, deleting()).await.unwrap();
-    assert_eq!(action, Action::requeue(USAGE_REFRESH));
+    assert_eq!(action, Action::requeue(RECHECK));
     let status = &status_patches(&kube)[0]["status"];
     assert_eq!(status["phase"], "Deleting");
     let blocked = status["conditions"]

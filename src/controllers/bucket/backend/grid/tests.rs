@@ -39,6 +39,11 @@ async fn mock_grid() -> (MockServer, StorageGrid) {
     let backend = StorageGrid {
         client,
         tenant: storagegrid::Login::tenant_root(ACCOUNT, "root-pass"),
+        looks: Arc::default(),
+        ttl: LookTtl {
+            usage: Some(Duration::from_secs(3600)),
+            check: Duration::from_secs(3600),
+        },
     };
     (server, backend)
 }
@@ -362,6 +367,62 @@ async fn observe_reads_the_drain_flag_and_the_usage_of_the_bucket() {
         })
     );
     assert_eq!(grid.observe("gone", Purpose::Usage).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn idle_buckets_of_a_tenant_share_one_listing_and_one_usage_call_per_interval() {
+    let (server, grid) = mock_grid().await;
+    let names: Vec<String> = (0..50).map(|i| format!("b{i}")).collect();
+    let containers: Vec<Value> = names.iter().map(|n| json!({"name": n})).collect();
+    let usage: Vec<Value> = names
+        .iter()
+        .map(|n| json!({"name": n, "objectCount": 3, "dataBytes": 30}))
+        .collect();
+    on(&server, "GET", "org/containers", ok(200, json!(containers))).await;
+    on(
+        &server,
+        "GET",
+        "org/usage",
+        ok(
+            200,
+            json!({"objectCount": 150, "dataBytes": 1500, "buckets": usage}),
+        ),
+    )
+    .await;
+    // Another reconcile's backend of the same tenant: the shared answers are the tenant's.
+    let sibling = StorageGrid {
+        client: grid.client.clone(),
+        tenant: grid.tenant.clone(),
+        looks: grid.looks.clone(),
+        ttl: grid.ttl,
+    };
+    for (i, name) in names.iter().enumerate() {
+        let backend = if i % 2 == 0 { &grid } else { &sibling };
+        assert_eq!(backend.existence(name).await.unwrap(), Some(false));
+        assert_eq!(
+            backend.observe(name, Purpose::Refresh).await.unwrap(),
+            Some(Observed {
+                objects: 3,
+                bytes: 30,
+                backend_draining: false
+            })
+        );
+    }
+    let paths: Vec<String> = calls(&server).await.into_iter().map(|c| c.1).collect();
+    assert_eq!(
+        paths,
+        ["org/containers", "org/usage"],
+        "one of each for 50 buckets"
+    );
+    // A bucket the shared listing does not hold is asked about afresh, not taken as gone.
+    assert_eq!(grid.existence("gone").await.unwrap(), None);
+    // A drain's poll always asks the grid.
+    grid.observe("b1", Purpose::Usage).await.unwrap();
+    let paths: Vec<String> = calls(&server).await.into_iter().map(|c| c.1).collect();
+    assert_eq!(
+        paths[2..],
+        ["org/containers", "org/containers", "org/usage"]
+    );
 }
 
 #[tokio::test]
