@@ -1,15 +1,15 @@
 //! The namespaced install scope (audit F13): keeper started with `watchNamespaces: [a]` under the
 //! RBAC the chart renders for that scope (a ServiceAccount of its own with a Role in namespace a
-//! and in keeper's namespace, and no cluster-wide grant of a namespaced kind) serves the tenant of
-//! namespace a, never sees the one of namespace b (no status, no finalizer), and is refused
-//! nothing by the API server. Without the scope, the same keeper under the same RBAC could not
-//! list its kinds cluster-wide and would never become ready.
+//! and in keeper's namespace, and no cluster-wide grant of a namespaced kind) serves the tenant
+//! and the bucket of namespace a, never sees those of namespace b (no status, no finalizer), and
+//! is refused nothing by the API server. Without the scope, the same keeper under the same RBAC
+//! could not list its kinds cluster-wide and would never become ready.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use keeper_e2e_scenarios::{AuditLog, Env, Keeper, ready_tenant, repo_root};
+use keeper_e2e_scenarios::{AuditLog, Env, Keeper, ready_tenant, repo_root, wait_ready};
 
 /// The chart's ServiceAccount and RBAC for `watchNamespaces: [namespace]`, applied for one
 /// scenario; deleted when dropped.
@@ -122,6 +122,12 @@ fn tenant(name: &str) -> String {
     )
 }
 
+fn bucket(name: &str, tenant: &str) -> String {
+    format!(
+        "apiVersion: keeper.dev/v1alpha1\nkind: S3Bucket\nmetadata:\n  name: {name}\nspec:\n  tenantRef:\n    name: {tenant}\n"
+    )
+}
+
 #[test]
 fn a_keeper_scoped_to_one_namespace_serves_it_sees_no_other_and_needs_no_cluster_wide_grant() {
     let env = Env::from_env().unwrap();
@@ -146,15 +152,20 @@ fn a_keeper_scoped_to_one_namespace_serves_it_sees_no_other_and_needs_no_cluster
     let keeper = Keeper::start_with_config(&scoped, &config).unwrap();
 
     env.apply(&other.name, &tenant("unseen")).unwrap();
-    ready_tenant(&env, &watched.name, "seen", "default");
-    // keeper had as long to act on the other tenant as on the one it served, and more.
-    std::thread::sleep(Duration::from_secs(5));
-    let unseen = env
-        .get_json(&other.name, "s3tenant/unseen")
-        .unwrap()
+    env.apply(&other.name, &bucket("unseen-bucket", "unseen"))
         .unwrap();
-    assert!(unseen["status"].is_null(), "{unseen:#}");
-    assert!(unseen["metadata"]["finalizers"].is_null(), "{unseen:#}");
+    ready_tenant(&env, &watched.name, "seen", "default");
+    // A bucket too: its tenant, credentials and Secret all come from the watched namespace.
+    env.apply(&watched.name, &bucket("seen-bucket", "seen"))
+        .unwrap();
+    wait_ready(&env, &watched.name, "s3bucket/seen-bucket");
+    // keeper had as long to act on the other namespace's objects as on those it served, and more.
+    std::thread::sleep(Duration::from_secs(5));
+    for resource in ["s3tenant/unseen", "s3bucket/unseen-bucket"] {
+        let unseen = env.get_json(&other.name, resource).unwrap().unwrap();
+        assert!(unseen["status"].is_null(), "{unseen:#}");
+        assert!(unseen["metadata"]["finalizers"].is_null(), "{unseen:#}");
+    }
 
     let user = format!("system:serviceaccount:{}:{account}", env.operator_namespace);
     let requests: Vec<_> = audit
