@@ -8,7 +8,7 @@ use super::super::plan::drain::{self, LettingGo};
 use super::super::plan::lifecycle::{self};
 use super::super::plan::requests::{self, Kind};
 use super::super::{Error, RECHECK, S3BucketReconciler, SHORT_RETRY};
-use super::drain::{ownership_lost, run_drain, stop_drain_before_letting_go};
+use super::drain::{Drained, ownership_lost, run_drain, stop_drain_before_letting_go};
 use super::{Cache, Report, View, request, resolve, waiting};
 use crate::api::names::bucket_credentials_secret_name;
 use crate::api::{BucketPhase, DeletionPolicy, DrainMode, S3Bucket, S3BucketStatus};
@@ -186,7 +186,7 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
         return Ok(out);
     }
     // A bucket being deleted is observed by every reconcile: its count is always there.
-    let Some(objects) = remaining.map(|shown| shown.unwrap_or_default()) else {
+    let Drained::Settled(shown) = remaining else {
         if out.status.phase == Some(BucketPhase::Failed) {
             // The drain stopped (object lock, legal hold): deletion waits for the user.
             let message = conditions_message(&out.status, conditions::READY);
@@ -197,6 +197,7 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
         }
         return Ok(out);
     };
+    let objects = shown.unwrap_or_default();
     out.status.phase = Some(BucketPhase::Deleting);
     if objects > 0 {
         let message = lifecycle::not_empty_message(obj, objects);

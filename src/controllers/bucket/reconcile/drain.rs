@@ -63,7 +63,7 @@ async fn idle<B: BucketBackend>(
     backend: &B,
     view: &View<'_>,
     out: &mut Report,
-) -> Result<Option<Option<i64>>, Error> {
+) -> Result<Drained, Error> {
     let bucket = &view.desired.name;
     let generation = view.obj.metadata.generation;
     let draining = match view.idle.look {
@@ -72,7 +72,7 @@ async fn idle<B: BucketBackend>(
             Some(draining) => draining,
             None => {
                 missing(out, bucket, generation);
-                return Ok(None);
+                return Ok(Drained::Unsettled);
             }
         },
         Look::Usage => match backend.observe(bucket, Purpose::Refresh).await? {
@@ -82,7 +82,7 @@ async fn idle<B: BucketBackend>(
             }
             None => {
                 missing(out, bucket, generation);
-                return Ok(None);
+                return Ok(Drained::Unsettled);
             }
         },
     };
@@ -110,17 +110,24 @@ async fn idle<B: BucketBackend>(
         out.status.object_bytes = None;
         None
     };
-    Ok(Some(objects))
+    Ok(Drained::Settled(objects))
 }
 
-/// Runs the drain state machine on an existing bucket of ours. Returns, when the drain machine
-/// is idle or finished, the object count status shows (`Some(None)`: none, usage is not
-/// refreshed); `None` while a drain runs or is blocked, or the bucket is missing.
+/// Where the drain machine left a bucket.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Drained {
+    /// Idle or finished: the object count status shows (`None`: usage is not refreshed).
+    Settled(Option<i64>),
+    /// A drain runs or is blocked, or the bucket is missing.
+    Unsettled,
+}
+
+/// Runs the drain state machine on an existing bucket of ours (see [`Drained`]).
 pub(super) async fn run_drain<B: BucketBackend>(
     backend: &B,
     view: &View<'_>,
     out: &mut Report,
-) -> Result<Option<Option<i64>>, Error> {
+) -> Result<Drained, Error> {
     let obj = view.obj;
     let generation = obj.metadata.generation;
     let bucket = &view.desired.name;
@@ -159,7 +166,7 @@ pub(super) async fn run_drain<B: BucketBackend>(
     }
     let Some(mut observed) = observe(backend, view, fresh, purpose, out).await? else {
         missing(out, bucket, generation);
-        return Ok(None);
+        return Ok(Drained::Unsettled);
     };
     // A client-side drain reports its first deletions at once rather than at the first poll.
     let mut report_now = due;
@@ -170,7 +177,7 @@ pub(super) async fn run_drain<B: BucketBackend>(
         if let Some(lost) = progress.not_ours {
             lose_ownership(out, lost, generation);
             out.next = Next::Requeue(drain::next_poll_interval(&view.drain, None, Duration::ZERO));
-            return Ok(None);
+            return Ok(Drained::Unsettled);
         }
         if let Some(blocked) = progress.blocked {
             out.fail(
@@ -181,7 +188,7 @@ pub(super) async fn run_drain<B: BucketBackend>(
             );
             out.next = Next::Requeue(drain::next_poll_interval(&view.drain, None, Duration::ZERO));
             out.observed = Cache::Forget;
-            return Ok(None);
+            return Ok(Drained::Unsettled);
         }
         if progress.empty {
             observed = Observed {
@@ -203,7 +210,7 @@ pub(super) async fn run_drain<B: BucketBackend>(
             if ownership_lost(backend, view, out).await?.is_some() {
                 out.next =
                     Next::Requeue(drain::next_poll_interval(&view.drain, None, Duration::ZERO));
-                return Ok(None);
+                return Ok(Drained::Unsettled);
             }
             backend.start_drain(bucket).await?;
             let (mut status, note) = drain::initiate(
@@ -290,9 +297,9 @@ pub(super) async fn run_drain<B: BucketBackend>(
     }
     if matches!(step, DrainStep::Initiate | DrainStep::Poll) {
         out.status.phase = Some(BucketPhase::Draining);
-        Ok(None)
+        Ok(Drained::Unsettled)
     } else {
-        Ok(Some(Some(observed.objects)))
+        Ok(Drained::Settled(Some(observed.objects)))
     }
 }
 

@@ -251,9 +251,11 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
     }
     out.status.observed_generation = generation;
     out.usable = match drain::run_drain(backend, view, &mut out).await? {
-        Some(objects) => Usable::Ready { objects },
-        None if out.status.phase == Some(BucketPhase::Draining) => Usable::Draining,
-        None => Usable::No,
+        drain::Drained::Settled(objects) => Usable::Ready { objects },
+        drain::Drained::Unsettled if out.status.phase == Some(BucketPhase::Draining) => {
+            Usable::Draining
+        }
+        drain::Drained::Unsettled => Usable::No,
     };
     // Seen on this store: recorded on first sight (a bucket an older keeper made), never while
     // it is missing.
