@@ -857,12 +857,23 @@ pub async fn iam_users_of(iam: &aws_sdk_iam::Client, bucket: &str) -> Vec<String
         .expect("list users");
     let mut out = Vec::new();
     for user in users.users() {
-        let tags = iam
+        let tags = match iam
             .list_user_tags()
             .user_name(user.user_name())
             .send()
             .await
-            .expect("list user tags");
+        {
+            Ok(tags) => tags,
+            // Deleted between the listing and this read (a keeper cleaning up after an earlier
+            // scenario): not a user of `bucket` any more.
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_no_such_entity_exception()) =>
+            {
+                continue;
+            }
+            Err(e) => panic!("list user tags of {}: {e:?}", user.user_name()),
+        };
         if tags
             .tags()
             .iter()
