@@ -108,11 +108,10 @@ impl ReconcileError for Error {
 
 pub struct S3BucketReconciler<C: Connect = Connector> {
     connector: C,
-    /// Last observation per bucket uid, so that usage is listed on a timer, not every reconcile.
-    usage: Mutex<HashMap<String, (Instant, Observed)>>,
-    /// When each bucket (by uid) was last seen on the backend (an existence look, a usage
-    /// observation, its creation), so that an idle bucket is looked at on its timer only.
-    seen: Mutex<HashMap<String, Instant>>,
+    /// What this process last learnt of each bucket (by uid) on the backend, so that usage is
+    /// listed and an idle bucket looked at on their timers, not every reconcile. One map under
+    /// one lock: the two records change together.
+    looked: Mutex<HashMap<String, Looked>>,
     /// Buckets (by uid) whose user's access keys this process has listed since it started. A
     /// bucket whose last reconcile ended Ready is taken as settled, its user not listed again,
     /// only once this process has looked: a keeper that starts cannot know whether another
@@ -126,8 +125,7 @@ impl<C: Connect> S3BucketReconciler<C> {
     fn new(connector: C, objects_deleted: IntCounter) -> Self {
         S3BucketReconciler {
             connector,
-            usage: Mutex::default(),
-            seen: Mutex::default(),
+            looked: Mutex::default(),
             keys_listed: Mutex::default(),
             objects_deleted,
         }
@@ -150,53 +148,57 @@ impl<C: Connect> S3BucketReconciler<C> {
     }
 
     fn cached(&self, uid: &str) -> Option<Observed> {
-        let usage = self.usage.lock().expect("usage cache lock");
-        usage
+        let looked = self.looked.lock().expect("looked-at buckets lock");
+        looked
             .get(uid)
+            .and_then(|l| l.usage)
             .filter(|(at, _)| at.elapsed() < RECHECK)
-            .map(|(_, observed)| *observed)
+            .map(|(_, observed)| observed)
     }
 
     /// How long ago this process last observed the bucket's usage and last saw it.
     fn since(&self, uid: &str) -> plan::usage::Since {
-        let usage = self.usage.lock().expect("usage cache lock");
-        let seen = self.seen.lock().expect("seen lock");
+        let looked = self.looked.lock().expect("looked-at buckets lock");
+        let looked = looked.get(uid);
         plan::usage::Since {
-            usage: usage.get(uid).map(|(at, _)| at.elapsed()),
-            seen: seen.get(uid).map(Instant::elapsed),
+            usage: looked.and_then(|l| l.usage).map(|(at, _)| at.elapsed()),
+            seen: looked.and_then(|l| l.seen).map(|at| at.elapsed()),
         }
     }
 
-    /// Keeps what the outcome does not carry: the usage observation and the drain counter; a
-    /// bucket let go is forgotten.
+    /// Keeps what the outcome does not carry: the usage observation, when the bucket was last
+    /// seen, and the drain counter; a bucket let go is forgotten.
     fn settle(&self, obj: &S3Bucket, report: &Report) {
         self.objects_deleted.inc_by(report.deleted);
         let uid = obj.uid().unwrap_or_default();
-        let mut seen = self.seen.lock().expect("seen lock");
-        let cache = if report.next == runtime::Next::Release {
+        let mut looked = self.looked.lock().expect("looked-at buckets lock");
+        if report.next == runtime::Next::Release {
             self.keys_listed
                 .lock()
                 .expect("listed keys lock")
                 .remove(&uid);
-            seen.remove(&uid);
-            Cache::Forget
-        } else {
-            if report.seen || matches!(report.observed, Cache::Store(_)) {
-                seen.insert(uid.clone(), Instant::now());
-            }
-            report.observed
-        };
-        let mut usage = self.usage.lock().expect("usage cache lock");
-        match cache {
+            looked.remove(&uid);
+            return;
+        }
+        let entry = looked.entry(uid).or_default();
+        if report.seen || matches!(report.observed, Cache::Store(_)) {
+            entry.seen = Some(Instant::now());
+        }
+        match report.observed {
             Cache::Keep => {}
-            Cache::Store(observed) => {
-                usage.insert(uid, (Instant::now(), observed));
-            }
-            Cache::Forget => {
-                usage.remove(&uid);
-            }
+            Cache::Store(observed) => entry.usage = Some((Instant::now(), observed)),
+            Cache::Forget => entry.usage = None,
         }
     }
+}
+
+/// What one process last learnt of a bucket on the backend.
+#[derive(Debug, Default)]
+struct Looked {
+    /// When it was last seen there (an existence look, a usage observation, its creation).
+    seen: Option<Instant>,
+    /// Its last usage observation, and when.
+    usage: Option<(Instant, Observed)>,
 }
 
 impl<C: Connect> Reconciler for S3BucketReconciler<C> {
