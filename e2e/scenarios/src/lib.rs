@@ -1171,6 +1171,13 @@ impl AuditLog {
     pub fn since(&self, from: AuditMark) -> anyhow::Result<Vec<ApiRequest>> {
         self.requests(from, None)
     }
+
+    /// The requests `user` made since `from`.
+    pub fn since_by(&self, from: AuditMark, user: &str) -> anyhow::Result<Vec<ApiRequest>> {
+        let mut requests = self.since(from)?;
+        requests.retain(|r| r.user == user);
+        Ok(requests)
+    }
 }
 
 /// An audit event's request, `None` for requests that name no resource (discovery, /version).

@@ -465,13 +465,7 @@ impl Quickstart {
         // denied (the suite's RBAC check, e2e/rbac-usage.py, reads the stack's ServiceAccount
         // keeper-system/keeper only).
         let user = format!("system:serviceaccount:{}:{}", self.namespace, self.release);
-        let requests: Vec<_> = self
-            .audit
-            .since(mark)
-            .unwrap()
-            .into_iter()
-            .filter(|r| r.user == user)
-            .collect();
+        let requests = self.audit.since_by(mark, &user).unwrap();
         assert!(
             requests.iter().any(|r| r.resource == "s3buckets"),
             "keeper made no request as {user}"

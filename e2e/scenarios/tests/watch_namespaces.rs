@@ -168,12 +168,7 @@ fn a_keeper_scoped_to_one_namespace_serves_it_sees_no_other_and_needs_no_cluster
     }
 
     let user = format!("system:serviceaccount:{}:{account}", env.operator_namespace);
-    let requests: Vec<_> = audit
-        .since(mark)
-        .unwrap()
-        .into_iter()
-        .filter(|r| r.user == user)
-        .collect();
+    let requests = audit.since_by(mark, &user).unwrap();
     assert!(
         !requests.is_empty(),
         "no request of {user} in the audit log"

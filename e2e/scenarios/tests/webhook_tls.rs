@@ -146,12 +146,7 @@ async fn a_self_managed_certificate_is_issued_trusted_served_and_renewed_under_t
     // created the Secret, and was refused nothing.
     // ServiceAccount keeper (e2e/stack-rbac-values.yaml) of keeper's namespace.
     let user = format!("system:serviceaccount:{operator_ns}:keeper");
-    let requests: Vec<_> = audit
-        .since(from)
-        .unwrap()
-        .into_iter()
-        .filter(|r| r.user == user)
-        .collect();
+    let requests = audit.since_by(from, &user).unwrap();
     let denied: Vec<_> = requests.iter().filter(|r| r.denied).collect();
     assert!(denied.is_empty(), "refused to keeper: {denied:#?}");
     let made = |verb: &str, group: &str, resource: &str, namespace: &str, name: Option<&str>| {
