@@ -20,6 +20,12 @@ pub struct RuntimeConfig {
     /// Per controller (`tenant`, `bucket`, `database`), what differs from the above.
     #[serde(default)]
     pub controllers: ControllerSettings,
+    /// Reconciles of buckets with a drain running or asked for that run at once (1-64, default
+    /// [`DEFAULT_DRAIN_CONCURRENCY`]), on workers of their own beside the bucket controller's
+    /// `concurrency`: a client-side drain round holds its reconcile for up to a `roundDuration`,
+    /// and drains must not take the workers new buckets need.
+    #[serde(default)]
+    pub drain_concurrency: Option<u16>,
     #[serde(default)]
     pub backend_timeouts: BackendTimeouts,
 }
@@ -34,7 +40,17 @@ impl RuntimeConfig {
             .or(self.concurrency)
             .unwrap_or_else(|| default_concurrency(kind))
     }
+
+    /// Bucket reconciles with a drain in play that run at once.
+    pub fn drain_concurrency(&self) -> u16 {
+        self.drain_concurrency.unwrap_or(DEFAULT_DRAIN_CONCURRENCY)
+    }
 }
+
+/// Drain reconciles at once when nothing is set. Four client-side drains at the default cap of
+/// 1,000 deletes a second are 4,000 deletes a second towards one backend; more drains than this
+/// take turns, a round each (`make bench`, section "starvation").
+pub const DEFAULT_DRAIN_CONCURRENCY: u16 = 4;
 
 /// Settings of single controllers.
 #[derive(Deserialize, Debug, Clone, Default, PartialEq, Eq)]
@@ -126,7 +142,10 @@ impl RuntimeConfig {
         let all = self
             .concurrency
             .map(|c| ("runtime.concurrency".to_string(), c));
-        for (field, concurrency) in all.into_iter().chain(per_controller) {
+        let drains = self
+            .drain_concurrency
+            .map(|c| ("runtime.drainConcurrency".to_string(), c));
+        for (field, concurrency) in all.into_iter().chain(drains).chain(per_controller) {
             if !(1..=64).contains(&concurrency) {
                 return Err(format!(
                     "{field}: must be between 1 and 64, got {concurrency}"

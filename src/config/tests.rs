@@ -194,6 +194,9 @@ fn runtime_settings_default_parse_and_are_bounded() {
     assert_eq!(config.runtime.concurrency_of(ControllerKind::Bucket), 16);
     assert_eq!(config.runtime.concurrency_of(ControllerKind::Tenant), 8);
     assert_eq!(config.runtime.concurrency_of(ControllerKind::Database), 8);
+    assert_eq!(config.runtime.drain_concurrency(), 4);
+    let config = OperatorConfig::parse("runtime: {drainConcurrency: 2}\n").unwrap();
+    assert_eq!(config.runtime.drain_concurrency(), 2);
     // One controller set: the others keep their defaults.
     let config =
         OperatorConfig::parse("runtime: {controllers: {tenant: {concurrency: 2}}}\n").unwrap();
@@ -217,6 +220,10 @@ fn runtime_settings_default_parse_and_are_bounded() {
     for (yaml, field) in [
         ("runtime: {concurrency: 0}\n", "runtime.concurrency"),
         ("runtime: {concurrency: 500}\n", "runtime.concurrency"),
+        (
+            "runtime: {drainConcurrency: 0}\n",
+            "runtime.drainConcurrency: must be between 1 and 64, got 0",
+        ),
         (
             "runtime: {controllers: {bucket: {concurrency: 0}}}\n",
             "runtime.controllers.bucket.concurrency: must be between 1 and 64, got 0",

@@ -11,6 +11,7 @@ mod backoff;
 pub mod conditions;
 pub mod gauges;
 pub mod kinds;
+pub mod lanes;
 pub mod outcome;
 pub mod policy;
 pub mod quarantine;
@@ -30,6 +31,7 @@ use tracing::Instrument;
 pub use crate::cluster::Note;
 pub use backoff::Backoff;
 pub use kinds::Keeper;
+pub use lanes::Lane;
 pub use outcome::{KeeperStatus, Next, Outcome};
 
 use crate::cluster::informer;
@@ -88,6 +90,17 @@ pub trait Reconciler: Send + Sync + Sized + 'static {
     /// How long triggers of one object are gathered into one reconcile (none by default).
     const DEBOUNCE: Duration = Duration::ZERO;
 
+    /// Which of the controller's [`lanes`] reconciles `obj` (all on the main lane by default).
+    fn lane(_obj: &Self::Resource) -> Lane {
+        Lane::Main
+    }
+
+    /// Long-lane reconciles that run at once, on workers beside the controller's `concurrency`
+    /// (none by default).
+    fn long_turns(_config: &OperatorConfig) -> u16 {
+        0
+    }
+
     /// Brings the backend in line with a live object. Runs only once the finalizer is in place.
     fn apply(
         &self,
@@ -111,15 +124,21 @@ pub struct Context<R: Reconciler> {
     pub reconciler: R,
     backoff: Backoff,
     started: gauges::Started,
+    lanes: lanes::Lanes,
 }
 
 impl<R: Reconciler> Context<R> {
     pub fn new(shared: Shared, reconciler: R) -> Self {
+        let lanes = lanes::Lanes::new(
+            shared.config.runtime.concurrency_of(R::KIND),
+            R::long_turns(&shared.config),
+        );
         Context {
             shared,
             reconciler,
             backoff: Backoff::default(),
             started: gauges::Started::default(),
+            lanes,
         }
     }
 
@@ -431,6 +450,13 @@ async fn observed<R: Reconciler>(
         // object (`Leadership::acquired`), so nothing seen meanwhile is lost.
         return Ok(Action::await_change());
     }
+    let key = object_key(obj.as_ref());
+    let Some(_admitted) = cx.lanes.admit(R::lane(&obj), &key).await else {
+        // Not its turn on the long lane: asked again shortly, holding no worker meanwhile. Not a
+        // reconcile (no metric, its backoff kept).
+        tracing::debug!(controller = R::NAME, object = %key, "waiting for a long-lane turn");
+        return Ok(Action::requeue(lanes::TURN_RETRY));
+    };
     let started = Instant::now();
     let span = tracing::info_span!(
         "reconcile",
@@ -438,7 +464,6 @@ async fn observed<R: Reconciler>(
         namespace = %obj.namespace().unwrap_or_default(),
         name = %obj.name_any(),
     );
-    let key = object_key(obj.as_ref());
     cx.started.record(obj.as_ref());
     let result = reconcile(obj, cx.clone()).instrument(span.clone()).await;
     match &result {
@@ -553,11 +578,10 @@ pub async fn run<R: Reconciler>(
     });
     tracing::info!(controller = R::NAME, "starting controller");
     let acquired = cx.shared.leadership.acquired();
-    let concurrency = cx.shared.config.runtime.concurrency_of(R::KIND);
     controller
         .with_config(
             kube::runtime::controller::Config::default()
-                .concurrency(concurrency)
+                .concurrency(cx.lanes.workers())
                 .debounce(R::DEBOUNCE),
         )
         .reconcile_all_on(acquired)

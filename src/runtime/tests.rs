@@ -463,3 +463,83 @@ async fn release_is_refused_for_a_live_object() {
         "a live object keeps its finalizer"
     );
 }
+
+/// Holds each apply until the test lets one go; every object on the long lane, one turn.
+struct Held {
+    applied: Mutex<Vec<String>>,
+    release: tokio::sync::Semaphore,
+}
+
+impl Reconciler for Held {
+    type Resource = S3Tenant;
+    type Error = TestError;
+    const NAME: &'static str = "held";
+    const KIND: crate::config::ControllerKind = crate::config::ControllerKind::Bucket;
+    const FINALIZER: &'static str = "keeper.dev/test";
+
+    fn lane(_obj: &S3Tenant) -> Lane {
+        Lane::Long
+    }
+
+    fn long_turns(_config: &OperatorConfig) -> u16 {
+        1
+    }
+
+    async fn apply(
+        &self,
+        obj: Arc<S3Tenant>,
+        _cx: &Context<Self>,
+    ) -> Result<Outcome<S3TenantStatus>, TestError> {
+        self.applied.lock().unwrap().push(obj.name_any());
+        let _go = self.release.acquire().await.unwrap();
+        Ok(ready())
+    }
+
+    async fn cleanup(
+        &self,
+        _obj: Arc<S3Tenant>,
+        _cx: &Context<Self>,
+    ) -> Result<Outcome<S3TenantStatus>, TestError> {
+        unreachable!("no object here is being deleted")
+    }
+}
+
+#[tokio::test]
+async fn a_long_reconcile_finding_no_turn_free_is_not_run_but_asked_again_shortly() {
+    let kube = Arc::new(FakeKube::default());
+    let cx = Arc::new(Context::new(
+        testing::shared(kube, Default::default()),
+        Held {
+            applied: Mutex::default(),
+            release: tokio::sync::Semaphore::new(0),
+        },
+    ));
+    // The bucket controller's 16 workers, and one more for the long lane.
+    assert_eq!(cx.lanes.workers(), 17);
+    let named = |name: &str| {
+        let mut obj = tenant(true, false);
+        obj.metadata.name = Some(name.into());
+        Arc::new(obj)
+    };
+    let first = tokio::spawn(observed(named("a"), cx.clone()));
+    while cx.reconciler.applied.lock().unwrap().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    // `a` holds the one turn: `b` is not run, and asks again after TURN_RETRY.
+    let waited = tokio::time::timeout(Duration::from_secs(5), observed(named("b"), cx.clone()))
+        .await
+        .expect("b was run: it waits for a's apply")
+        .unwrap();
+    assert_eq!(waited, Action::requeue(lanes::TURN_RETRY));
+    assert_eq!(*cx.reconciler.applied.lock().unwrap(), ["a"]);
+    cx.reconciler.release.add_permits(2);
+    assert_eq!(first.await.unwrap().unwrap(), Action::requeue(RESYNC));
+    // `a` asks again at once after its turn: `b` asked first and goes first.
+    let after = observed(named("a"), cx.clone()).await.unwrap();
+    assert_eq!(after, Action::requeue(lanes::TURN_RETRY));
+    assert_eq!(
+        observed(named("b"), cx.clone()).await.unwrap(),
+        Action::requeue(RESYNC)
+    );
+    assert_eq!(*cx.reconciler.applied.lock().unwrap(), ["a", "b"]);
+}

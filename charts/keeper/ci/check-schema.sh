@@ -27,6 +27,7 @@ refused "/leaderElection/enabled" --set-string leaderElection.enabled=yes
 refused "/config/runtime/concurrency" --set config.runtime.concurrency=0
 refused "/config/runtime/controllers/bucket/concurrency" --set config.runtime.controllers.bucket.concurrency=100
 refused "/config/runtime/controllers" --set config.runtime.controllers.buckets.concurrency=8
+refused "/config/runtime/drainConcurrency" --set config.runtime.drainConcurrency=0
 refused "/config/runtime/backendTimeouts/request" --set config.runtime.backendTimeouts.request=60
 refused "/config/providers/p/s3Compatible/requestsPerSecond" --set config.providers.p.s3Compatible.requestsPerSecond=0
 refused "/config/providers/p/storageGrid/requestsPerSecond" --set config.providers.p.storageGrid.requestsPerSecond=-5

@@ -23,11 +23,11 @@ use tokio_util::sync::CancellationToken;
 use crate::api::names::BUCKET_FINALIZER;
 use crate::api::{S3Bucket, S3BucketStatus, S3Tenant};
 use crate::cluster::SecretError;
-use crate::config::ControllerKind;
+use crate::config::{ControllerKind, OperatorConfig};
 use crate::error::{BackendError, ErrorClass, classify_kube};
 use crate::metrics::Metrics;
 use crate::runtime::gauges::StoreGauge;
-use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
+use crate::runtime::{self, Context, Lane, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
 
 use backend::{Connect, Connector, Observed};
@@ -207,6 +207,15 @@ impl<C: Connect> Reconciler for S3BucketReconciler<C> {
     const NAME: &'static str = "s3bucket";
     const KIND: ControllerKind = ControllerKind::Bucket;
     const FINALIZER: &'static str = BUCKET_FINALIZER;
+
+    fn lane(obj: &S3Bucket) -> Lane {
+        reconcile::lane(obj)
+    }
+
+    /// Drains run on turns of their own, so they never hold the workers new buckets need.
+    fn long_turns(config: &OperatorConfig) -> u16 {
+        config.runtime.drain_concurrency()
+    }
 
     async fn apply(
         &self,

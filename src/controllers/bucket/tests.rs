@@ -1364,3 +1364,31 @@ fn ours_with(objects: i64) -> FakeBucket {
         ..Default::default()
     }
 }
+
+/// A bucket's reconciles run on the long lane from its drain request until the drain is over,
+/// cancelled ones included, and on the main lane otherwise.
+#[test]
+fn a_bucket_is_on_the_long_lane_while_a_drain_of_it_is_asked_for_or_runs() {
+    let mut obj = s3bucket();
+    assert_eq!(reconcile::lane(&obj), Lane::Main);
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "v1");
+    assert_eq!(reconcile::lane(&obj), Lane::Long, "asked for");
+    let settings = drain::settings(None, &DrainDefaults::default()).unwrap();
+    let (running, _) = drain::initiate(10, 100, DrainMode::ClientSide, &settings, at(0));
+    obj.status = Some(S3BucketStatus {
+        drain_status: Some(running),
+        ..Default::default()
+    });
+    assert_eq!(reconcile::lane(&obj), Lane::Long, "running");
+    unannotate(&mut obj, &[DRAIN_ANNOTATION]);
+    assert_eq!(
+        reconcile::lane(&obj),
+        Lane::Long,
+        "cancelled, not yet stopped"
+    );
+    // Done: no drain status, the value recorded as handled.
+    annotate_with(&mut obj, DRAIN_ANNOTATION, "v1");
+    annotate_with(&mut obj, DRAIN_HANDLED_ANNOTATION, "v1");
+    obj.status = Some(S3BucketStatus::default());
+    assert_eq!(reconcile::lane(&obj), Lane::Main);
+}

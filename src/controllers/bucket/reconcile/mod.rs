@@ -37,7 +37,7 @@ use crate::backends::identity;
 use crate::backends::s3::OwnerMark;
 use crate::config::AdoptionScope;
 use crate::providers::ProviderClients;
-use crate::runtime::{Context, Next, Outcome};
+use crate::runtime::{Context, Lane, Next, Outcome};
 
 /// Whether an annotation is set to `true`.
 pub fn annotated(obj: &S3Bucket, key: &str) -> bool {
@@ -56,6 +56,21 @@ pub fn request(obj: &S3Bucket, kind: Kind) -> Request {
         kind.recorded(status.and_then(|s| s.handled_requests.as_ref()))
     };
     requests::state(annotation(kind.annotation()), recorded, handled_annotation)
+}
+
+/// The lane a bucket's reconcile runs on ([`crate::runtime::lanes`]): the long one while a drain
+/// of it runs or is asked for (a client-side round holds its reconcile for up to a
+/// `roundDuration`), the main one otherwise.
+pub fn lane(obj: &S3Bucket) -> Lane {
+    let draining = obj
+        .status
+        .as_ref()
+        .is_some_and(|s| s.drain_status.is_some());
+    if draining || matches!(request(obj, Kind::Drain), Request::Pending(_)) {
+        Lane::Long
+    } else {
+        Lane::Main
+    }
 }
 
 /// Carries over what [`request`] read of an older keeper's bucket into the status keeper writes:
