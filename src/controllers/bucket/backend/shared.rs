@@ -51,15 +51,30 @@ impl<T> Shared<T> {
     }
 }
 
-/// The shared answers of every tenant this process looked at, by key (provider and account).
+/// The shared answers of the tenants this process looks at, by key (provider and account).
 pub struct PerTenant<V> {
-    tenants: Mutex<HashMap<String, Arc<V>>>,
+    tenants: Mutex<Tenants<V>>,
 }
+
+struct Tenants<V> {
+    /// Each tenant's entry and when a bucket last asked for it.
+    entries: HashMap<String, (Arc<V>, Instant)>,
+    last_pruned: Instant,
+}
+
+/// An entry no bucket asked for in this long is dropped: its tenant is gone (deleted, its
+/// buckets with it) or its buckets look less often than this, and then pay one fetch per look
+/// instead of keeping a listing in memory between looks (the default `bucketCheckInterval` is an
+/// hour).
+const FORGOTTEN_AFTER: Duration = Duration::from_secs(2 * 3600);
 
 impl<V> Default for PerTenant<V> {
     fn default() -> Self {
         PerTenant {
-            tenants: Mutex::default(),
+            tenants: Mutex::new(Tenants {
+                entries: HashMap::new(),
+                last_pruned: Instant::now(),
+            }),
         }
     }
 }
@@ -67,12 +82,23 @@ impl<V> Default for PerTenant<V> {
 impl<V: Default> PerTenant<V> {
     /// The tenant's entry, created empty on first use.
     pub fn of(&self, key: &str) -> Arc<V> {
-        self.tenants
-            .lock()
-            .expect("per-tenant cache lock")
+        self.of_at(key, Instant::now())
+    }
+
+    fn of_at(&self, key: &str, now: Instant) -> Arc<V> {
+        let mut tenants = self.tenants.lock().expect("per-tenant cache lock");
+        if now.saturating_duration_since(tenants.last_pruned) >= FORGOTTEN_AFTER {
+            tenants
+                .entries
+                .retain(|_, (_, used)| now.saturating_duration_since(*used) < FORGOTTEN_AFTER);
+            tenants.last_pruned = now;
+        }
+        let (entry, used) = tenants
+            .entries
             .entry(key.to_string())
-            .or_default()
-            .clone()
+            .or_insert_with(|| (Arc::default(), now));
+        *used = now;
+        entry.clone()
     }
 }
 
@@ -176,5 +202,23 @@ mod tests {
         let tenants: PerTenant<Shared<u32>> = PerTenant::default();
         assert!(Arc::ptr_eq(&tenants.of("grid/1"), &tenants.of("grid/1")));
         assert!(!Arc::ptr_eq(&tenants.of("grid/1"), &tenants.of("grid/2")));
+    }
+
+    #[test]
+    fn a_tenant_nobody_asked_about_for_long_is_forgotten_and_one_in_use_kept() {
+        let tenants: PerTenant<Shared<u32>> = PerTenant::default();
+        let start = Instant::now();
+        tenants.of_at("grid/gone", start);
+        let used = tenants.of_at("grid/used", start);
+        let hour = Duration::from_secs(3600);
+        assert!(Arc::ptr_eq(
+            &used,
+            &tenants.of_at("grid/used", start + hour)
+        ));
+        let later = start + FORGOTTEN_AFTER + Duration::from_secs(1);
+        assert!(Arc::ptr_eq(&used, &tenants.of_at("grid/used", later)));
+        let kept = tenants.tenants.lock().unwrap();
+        assert!(!kept.entries.contains_key("grid/gone"), "dropped");
+        assert_eq!(kept.entries.len(), 1);
     }
 }
