@@ -1,7 +1,8 @@
 //! The three kinds at scale: N S3Buckets in one tenant on provider `s3`, N S3Tenants on
-//! StorageGRID, N CloudDatabases; each against its floor: the backend calls the work needs plus
-//! the API writes a plain client makes for the same result, one after another, measured before
-//! keeper starts (it would act on the floor's objects).
+//! StorageGRID, N CloudDatabases; each against its floor: the backend calls keeper must make,
+//! its safety looks included ([`Calls::Safe`], as issue 28 defines the floor: the looks stay),
+//! plus the API writes a plain client makes for the same result, one after another, measured
+//! before keeper starts (it would act on the floor's objects).
 
 use std::time::Duration;
 
@@ -247,7 +248,7 @@ pub async fn buckets(
     };
     let mut floors = Vec::new();
     for &n in sizes {
-        let backend = floor::s3_buckets(lab, n, Calls::Work).await?;
+        let backend = floor::s3_buckets(lab, n, Calls::Safe).await?;
         floors.push(Floor::measure(lab, backend, &writes, n).await?);
     }
     let keeper = &Process::start_with_webhook(env)?;
@@ -321,7 +322,7 @@ pub async fn tenants(
     };
     let mut floors = Vec::new();
     for &n in sizes {
-        let backend = floor::grid_tenants(lab, n, Calls::Work).await?;
+        let backend = floor::grid_tenants(lab, n, Calls::Safe).await?;
         floors.push(Floor::measure(lab, backend, &writes, n).await?);
     }
     let keeper = &Process::start_with_webhook(env)?;
@@ -363,7 +364,7 @@ pub async fn databases(lab: &Lab, env: &Env, report: &mut Report, n: usize) -> a
         spec: json!({"engine": "postgres", "size": "small", "deletionPolicy": "Delete"}),
         secrets: 1,
     };
-    let backend = floor::databases(lab, n, Calls::Work).await?;
+    let backend = floor::databases(lab, n, Calls::Safe).await?;
     let floor = &Floor::measure(lab, backend, &writes, n).await?;
     let keeper = &Process::start(env)?;
     let namespace = format!("bench-databases-{n}");
