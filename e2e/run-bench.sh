@@ -22,6 +22,8 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 export KEEPER_BIN_DIR="$CARGO_TARGET_DIR/release"
 export KEEPER_DEV_DIR="$ROOT/.keeper-dev/bench"
 export KEEPER_RDS_PHASE=0s KEEPER_DRAIN_RATE=20000
+# The benchmark is not run by cargo: it finds the checkout (keeper's webhook files) here.
+export KEEPER_REPO_ROOT="$ROOT"
 trap '"$ROOT/e2e/stack.sh" down' EXIT
 "$ROOT/e2e/stack.sh" up
 "$ROOT/e2e/stack.sh" config

@@ -330,9 +330,14 @@ fn stack_script() -> PathBuf {
 
 /// The repository under test, read when the scenario runs (cargo and nextest set
 /// `CARGO_MANIFEST_DIR` for every test): a test binary cargo reuses from another checkout of the
-/// same shared target dir would otherwise point into that checkout.
+/// same shared target dir would otherwise point into that checkout. A program cargo does not run
+/// (the benchmark) names it in `KEEPER_REPO_ROOT`.
 pub fn repo_root() -> PathBuf {
-    let scenarios = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo");
+    if let Some(root) = std::env::var_os("KEEPER_REPO_ROOT") {
+        return PathBuf::from(root);
+    }
+    let scenarios = std::env::var("CARGO_MANIFEST_DIR")
+        .expect("run by cargo, or with KEEPER_REPO_ROOT set (e2e/run-bench.sh sets it)");
     Path::new(&scenarios).join("../..")
 }
 
