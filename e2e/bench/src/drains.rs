@@ -17,13 +17,8 @@ use crate::report::{Goal, Report};
 /// A deliberately unreachable cap: the throughput figure measures keeper and the backend.
 const UNCAPPED: u32 = 10_000_000;
 
-/// Requests a drain of S3Bucket `name` and waits until keeper records it handled.
-async fn drain_with_keeper(
-    lab: &Lab,
-    namespace: &str,
-    name: &str,
-    timeout: Duration,
-) -> anyhow::Result<Duration> {
+/// Requests a drain of S3Bucket `name` (in `namespace`) with a new value; returns the value.
+pub async fn request_drain(lab: &Lab, namespace: &str, name: &str) -> anyhow::Result<String> {
     let path = format!("/apis/{GROUP_VERSION}/namespaces/{namespace}/s3buckets/{name}");
     // A new value per drain: the same value again is a request already handled.
     let request = format!(
@@ -32,12 +27,24 @@ async fn drain_with_keeper(
             .duration_since(std::time::UNIX_EPOCH)?
             .as_nanos()
     );
-    let started = Instant::now();
     lab.merge_patch(
         &path,
         &json!({"metadata": {"annotations": {"keeper.dev/drain": request}}}),
     )
     .await?;
+    Ok(request)
+}
+
+/// Requests a drain of S3Bucket `name` and waits until keeper records it handled.
+async fn drain_with_keeper(
+    lab: &Lab,
+    namespace: &str,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    let path = format!("/apis/{GROUP_VERSION}/namespaces/{namespace}/s3buckets/{name}");
+    let started = Instant::now();
+    let request = request_drain(lab, namespace, name).await?;
     let deadline = Instant::now() + timeout;
     loop {
         let bucket = lab.get(&path).await?;

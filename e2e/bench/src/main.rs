@@ -13,6 +13,7 @@ mod lab;
 mod latency;
 mod objects;
 mod report;
+mod starvation;
 mod steady;
 mod writes;
 
@@ -32,7 +33,7 @@ struct Args {
     smoke: bool,
     /// Sections to run (default: all): buckets, tenants, databases, caches, drains (or only
     /// drains-s3, drains-grid), latency (or only latency-buckets, latency-tenants,
-    /// latency-databases), steady.
+    /// latency-databases), steady, starvation.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Where to write the Markdown results.
@@ -87,6 +88,23 @@ struct Args {
     /// keeper's defaults (`default`).
     #[arg(long, value_delimiter = ',', default_values_t = ["default".to_string()])]
     latency_concurrency: Vec<String>,
+    /// Starvation section: client-side drains (provider s3) running while the new buckets are
+    /// made Ready.
+    #[arg(long, default_value_t = 10)]
+    starvation_drains: usize,
+    /// Starvation section: objects in each drained bucket.
+    #[arg(long, default_value_t = 10000)]
+    starvation_objects: usize,
+    /// Starvation section: the drains' `maxDeletesPerSecond`, low so that they run through the
+    /// measurement (10,000 objects at 100/s last about as long as 100,000 at the default 1,000/s).
+    #[arg(long, default_value_t = 100)]
+    starvation_deletes_per_second: u32,
+    /// Starvation section: new S3Buckets made Ready beside the drains, and with no drain.
+    #[arg(long, default_value_t = 100)]
+    starvation_buckets: usize,
+    /// Starvation section: milliseconds added to every S3 and IAM call while measuring.
+    #[arg(long, default_value_t = 200)]
+    starvation_latency_ms: u64,
 }
 
 #[tokio::main]
@@ -168,6 +186,35 @@ async fn measure(args: Args) -> anyhow::Result<()> {
         };
         let done = steady::run(&lab, &mut report, &settings).await;
         part_done(&args, &run, &mut report, "steady", done)?;
+    }
+    if wanted("starvation") {
+        // Smoke: small drains under a cap low enough that they outlast 10 buckets.
+        let settings = starvation::Settings {
+            drains: if args.smoke {
+                2
+            } else {
+                args.starvation_drains
+            },
+            objects: if args.smoke {
+                500
+            } else {
+                args.starvation_objects
+            },
+            deletes_per_second: if args.smoke {
+                20
+            } else {
+                args.starvation_deletes_per_second
+            },
+            buckets: if args.smoke {
+                10
+            } else {
+                args.starvation_buckets
+            },
+            latency: Duration::from_millis(args.starvation_latency_ms),
+            judged: !args.smoke,
+        };
+        let done = starvation::run(&lab, &mut report, &settings).await;
+        part_done(&args, &run, &mut report, "starvation", done)?;
     }
     let latency_kinds: Vec<latency::Kind> = [
         ("latency-buckets", latency::Kind::Buckets),

@@ -62,14 +62,7 @@ pub async fn run(
     let before = keeper.mark(&lab.http).await?;
     let cpu_before = lab.cpu_use(keeper);
     let started = Instant::now();
-    futures::stream::iter(objects)
-        .map(|obj| {
-            let path = path.clone();
-            async move { lab.create(&path, &obj).await.map(drop) }
-        })
-        .buffer_unordered(16)
-        .try_collect::<Vec<()>>()
-        .await?;
+    create_all(lab, &path, objects).await?;
     let ready_at = lab
         .wait_all(namespace, plural, n, timeout, is_ready)
         .await?;
@@ -122,6 +115,16 @@ pub async fn run(
         cpu_to_ready: cpu_before.since(&cpu_ready),
         cpu_to_delete: cpu_delete.since(&cpu_deleted),
     })
+}
+
+/// Creates `objects` in collection `path`, 16 requests at a time, as the administrator.
+pub async fn create_all(lab: &Lab, path: &str, objects: Vec<Value>) -> anyhow::Result<()> {
+    futures::stream::iter(objects)
+        .map(|obj| async move { lab.create(path, &obj).await.map(drop) })
+        .buffer_unordered(16)
+        .try_collect::<Vec<()>>()
+        .await?;
+    Ok(())
 }
 
 /// The sum of the counts, and the counts as `name n` text, divided by `per`.
