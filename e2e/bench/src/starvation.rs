@@ -63,9 +63,13 @@ pub async fn run(lab: &Lab, report: &mut Report, settings: &Settings) -> anyhow:
     })?;
     let config = OperatorConfig::parse(&std::fs::read_to_string(&capped.keeper_config)?)
         .map_err(|e| anyhow::anyhow!("the benchmark's keeper configuration: {e}"))?;
-    let workers = config.runtime.concurrency_of(ControllerKind::Bucket);
+    let workers = format!(
+        "{} bucket workers, {} drain turns beside them",
+        config.runtime.concurrency_of(ControllerKind::Bucket),
+        config.runtime.drain_concurrency()
+    );
     let keeper = Process::start(&capped)?;
-    let done = measure(lab, report, settings, &keeper, workers).await;
+    let done = measure(lab, report, settings, &keeper, &workers).await;
     let cleared = lab.clear_faults().await;
     drop(keeper);
     let cleaned = clean_up(lab, &uncapped, settings).await;
@@ -79,7 +83,7 @@ async fn measure(
     report: &mut Report,
     settings: &Settings,
     keeper: &Process,
-    workers: u16,
+    workers: &str,
 ) -> anyhow::Result<()> {
     let Settings {
         drains: d,
@@ -163,7 +167,7 @@ async fn measure(
         &section,
         format!(
             "{m} new buckets to Ready beside {d} running drains of {o} objects each \
-             (maxDeletesPerSecond {cap}; {workers} bucket workers), vs the same {m} with no drain"
+             (maxDeletesPerSecond {cap}; {workers}), vs the same {m} with no drain"
         ),
         beside.to_ready.as_secs_f64(),
         Some(alone.to_ready.as_secs_f64()),
