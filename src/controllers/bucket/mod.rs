@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::names::BUCKET_FINALIZER;
 use crate::api::{S3Bucket, S3BucketStatus, S3Tenant};
-use crate::cluster::SecretError;
+use crate::cluster::{SecretError, triggers};
 use crate::config::{ControllerKind, OperatorConfig};
 use crate::error::{BackendError, ErrorClass, classify_kube};
 use crate::metrics::Metrics;
@@ -258,11 +258,15 @@ pub async fn run(
     let buckets = shared.informers.buckets();
     let store = buckets.store();
     let mapper_store = store.clone();
-    // A tenant turning Ready (or changing) is what a waiting bucket waits for.
-    let controller = runtime::controller(buckets)
-        .watches_stream(shared.informers.tenants().triggers(), move |tenant| {
-            buckets_of(&mapper_store, &tenant)
-        });
+    // A tenant turning Ready (or changing what its buckets read of it) is what a waiting bucket
+    // waits for; its bucket count, which each bucket created or deleted in it changes, is not.
+    let controller = runtime::controller(buckets).watches_stream(
+        triggers::changed(
+            shared.informers.tenants().changes(),
+            plan::lifecycle::tenant_trigger_key,
+        ),
+        move |tenant| buckets_of(&mapper_store, &tenant),
+    );
     let objects_deleted = register_metrics(&shared.metrics, store)?;
     let cx = Arc::new(Context::new(
         shared,

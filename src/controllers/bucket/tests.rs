@@ -1392,3 +1392,32 @@ fn a_bucket_is_on_the_long_lane_while_a_drain_of_it_is_asked_for_or_runs() {
     obj.status = Some(S3BucketStatus::default());
     assert_eq!(reconcile::lane(&obj), Lane::Main);
 }
+
+/// A bucket created or deleted in a tenant changes the tenant's bucket count, which no bucket
+/// reads: the tenant's other buckets are not reconciled for it. Its phase, account or deletion
+/// they do read.
+#[test]
+fn a_tenants_bucket_count_does_not_wake_its_buckets_what_they_read_does() {
+    use crate::api::{S3TenantStatus, TenantPhase};
+    use plan::lifecycle::tenant_trigger_key;
+    let mut tenant = crate::test_support::tenant("t", serde_json::json!({}));
+    tenant.status = Some(S3TenantStatus {
+        phase: Some(TenantPhase::Ready),
+        account_id: Some("42".into()),
+        bucket_count: Some(7),
+        ..Default::default()
+    });
+    let key = tenant_trigger_key(&tenant);
+    let mut counted = tenant.clone();
+    counted.status.as_mut().unwrap().bucket_count = Some(8);
+    assert_eq!(tenant_trigger_key(&counted), key);
+    let mut failed = tenant.clone();
+    failed.status.as_mut().unwrap().phase = Some(TenantPhase::Failed);
+    assert_ne!(tenant_trigger_key(&failed), key);
+    let mut moved = tenant.clone();
+    moved.status.as_mut().unwrap().account_id = Some("43".into());
+    assert_ne!(tenant_trigger_key(&moved), key);
+    let mut deleting = tenant;
+    deleting.metadata.deletion_timestamp = Some(Time(at(0)));
+    assert_ne!(tenant_trigger_key(&deleting), key);
+}

@@ -64,6 +64,29 @@ pub fn tenant_gate(bucket: &S3Bucket, tenant: Option<&S3Tenant>, cleanup: bool) 
     TenantGate::Ready
 }
 
+/// What a bucket reads of its tenant ([`tenant_gate`], the backend's connection: its identity,
+/// provider, deletion, phase and account), hashed: a tenant change that leaves this alone (its
+/// bucket count, which every bucket created or deleted in it changes, a condition's message) does
+/// not re-reconcile every bucket of the tenant. A new read of the tenant belongs here too.
+pub fn tenant_trigger_key(tenant: &S3Tenant) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let status = tenant.status.as_ref();
+    (
+        &tenant.metadata.uid,
+        tenant.metadata.generation,
+        tenant.metadata.deletion_timestamp.is_some(),
+        &tenant.spec.provider,
+        status.and_then(|s| s.phase.map(|p| format!("{p:?}"))),
+        status.and_then(|s| s.account_id.as_ref()),
+        status.and_then(|s| s.backend_identity.as_ref()),
+        status.and_then(|s| s.credentials_secret.as_ref()),
+        status.and_then(|s| s.s3_endpoint.as_ref()),
+    )
+        .hash(&mut hasher);
+    hasher.finish()
+}
+
 /// Whether an S3Bucket may adopt an existing bucket without keeper's mark (`keeper.dev/adopt`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Adoption {
