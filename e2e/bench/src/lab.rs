@@ -274,6 +274,23 @@ impl Lab {
         Ok(out)
     }
 
+    /// When each AWS call in the proxy's log arrived (milliseconds since the epoch, oldest
+    /// first): the calls since the counters were last cleared, or the last 10,000 of them.
+    pub async fn aws_call_arrivals(&self) -> anyhow::Result<Vec<u64>> {
+        let log = self
+            .json(self.http.get(format!("{}/_awsproxy/calls/log", self.proxy)))
+            .await?;
+        let mut arrivals = log["log"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|call| call["atMs"].as_u64().context("a logged call without atMs"))
+            .collect::<anyhow::Result<Vec<u64>>>()?;
+        // Stamped before the proxy's lock is taken: two calls may be logged out of order.
+        arrivals.sort_unstable();
+        Ok(arrivals)
+    }
+
     /// StorageGRID management calls since they were last cleared, by operation.
     pub async fn grid_calls(&self) -> anyhow::Result<BTreeMap<String, u64>> {
         let log = self
@@ -492,7 +509,8 @@ impl Process {
     }
 }
 
-#[derive(Debug, Clone)]
+/// The default is a process's start: no CPU time, no metric yet.
+#[derive(Debug, Clone, Default)]
 pub struct Mark {
     cpu: f64,
     metrics: BTreeMap<String, f64>,
@@ -512,6 +530,32 @@ impl Mark {
             })
             .filter(|(_, grew)| *grew > 0.0)
             .collect()
+    }
+
+    /// Reconciles between `self` and `later` by controller (`s3bucket`, `s3tenant`, ...),
+    /// successful or not.
+    pub fn reconciles_by_controller(&self, later: &Mark) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for (labels, n) in self.growth(later, "keeper_reconcile_total") {
+            let controller = labels
+                .split(',')
+                .find_map(|l| l.strip_prefix("controller="))
+                .unwrap_or_default()
+                .trim_matches('"')
+                .to_string();
+            *out.entry(controller).or_default() += n;
+        }
+        out
+    }
+
+    /// Objects no worker has started on yet, every controller together
+    /// (`keeper_work_queue_depth`).
+    pub fn queued(&self) -> f64 {
+        self.metrics
+            .iter()
+            .filter(|(series, _)| series.starts_with("keeper_work_queue_depth{"))
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// CPU milliseconds per reconcile between `self` and `later`, and the reconciles.
