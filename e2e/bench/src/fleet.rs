@@ -13,6 +13,9 @@
 //!   every tenant at once and the next resync of a Ready tenant is 5 minutes later, so right after
 //!   the start looks settle no reconcile is due: any reconcile after a bucket's change but that
 //!   bucket's own is one the change caused elsewhere.
+//!
+//! Backend calls are keeper's own count (`keeper_backend_requests_total`): the StorageGRID
+//! emulator's request log keeps only its last 10,000 requests, fewer than a fleet makes.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -228,7 +231,8 @@ async fn one_fleet(
     let (n, t) = (fleet.buckets(), fleet.tenants());
     report.note(format!(
         "{section}: {n} buckets in {t} tenants (one namespace each, {} buckets per tenant), keeper \
-         without its webhook and without usage refresh",
+         without its webhook and without usage refresh; backend calls as keeper counts them \
+         (keeper_backend_requests_total)",
         n.div_ceil(t)
     ));
 
@@ -248,7 +252,7 @@ async fn one_fleet(
     let after = keeper.mark(&lab.http).await?;
     let cpu_after = lab.cpu_use(&keeper);
     let requests = lab.keeper_requests().await?;
-    let calls = lab.backend_calls().await?;
+    let calls = before.backend_calls(&after);
     let (_, peak) = keeper.rss_mib()?;
     let (cpu_per_reconcile, reconciles) = before.per_reconcile(&after);
     report.add(
@@ -309,12 +313,12 @@ async fn one_fleet(
     settle(lab, &keeper, started, n, true).await?;
     changes(lab, report, settings, fleet, &keeper, started).await?;
 
-    lab.clear_counters().await?;
+    let before = keeper.mark(&lab.http).await?;
     let cpu_before = lab.cpu_use(&keeper);
     let deleting = Instant::now();
     fleet.delete(lab).await?;
     let deleted = deleting.elapsed();
-    let calls = lab.backend_calls().await?;
+    let calls = before.backend_calls(&keeper.mark(&lab.http).await?);
     report.add(
         section,
         format!("{n} buckets in {t} tenants deleted (namespaces gone)"),
@@ -396,13 +400,12 @@ async fn steady(
 ) -> anyhow::Result<()> {
     let section = &section_of(&fleet.provider);
     let (n, t) = (fleet.buckets(), fleet.tenants());
-    lab.clear_counters().await?;
     let started = Instant::now();
     let keeper = Process::start(env)?;
     let looked = settle(lab, &keeper, started, n, false).await?;
-    let (cpu_per_reconcile, start_reconciles) =
-        Mark::default().per_reconcile(&keeper.mark(&lab.http).await?);
-    let start_calls = lab.backend_calls().await?;
+    let settled = keeper.mark(&lab.http).await?;
+    let (cpu_per_reconcile, start_reconciles) = Mark::default().per_reconcile(&settled);
+    let start_calls = Mark::default().backend_calls(&settled);
     let (rss, _) = keeper.rss_mib()?;
     report.add(
         section,
@@ -431,7 +434,7 @@ async fn steady(
     let window = settings.interval * settings.intervals;
     tokio::time::sleep(window).await;
     let after = keeper.mark(&lab.http).await?;
-    let calls = lab.backend_calls().await?;
+    let calls = before.backend_calls(&after);
     let requests = lab.keeper_requests().await?;
     let (cpu_per_reconcile, window_reconciles) = before.per_reconcile(&after);
     let intervals = f64::from(settings.intervals);

@@ -537,13 +537,25 @@ impl Mark {
     pub fn reconciles_by_controller(&self, later: &Mark) -> BTreeMap<String, f64> {
         let mut out = BTreeMap::new();
         for (labels, n) in self.growth(later, "keeper_reconcile_total") {
-            let controller = labels
-                .split(',')
-                .find_map(|l| l.strip_prefix("controller="))
-                .unwrap_or_default()
-                .trim_matches('"')
-                .to_string();
-            *out.entry(controller).or_default() += n;
+            *out.entry(label(&labels, "controller").to_string())
+                .or_default() += n;
+        }
+        out
+    }
+
+    /// Backend calls between `self` and `later` as keeper counts them
+    /// (`keeper_backend_requests_total`, every outcome), as `backend:operation`. Unlike the
+    /// emulators' logs it has no limit (the StorageGRID emulator keeps its last 10,000 requests);
+    /// a client's resends inside one call are not in it.
+    pub fn backend_calls(&self, later: &Mark) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (labels, n) in self.growth(later, "keeper_backend_requests_total") {
+            let call = format!(
+                "{}:{}",
+                label(&labels, "backend"),
+                label(&labels, "operation")
+            );
+            *out.entry(call).or_default() += n.round() as u64;
         }
         out
     }
@@ -586,6 +598,15 @@ impl Mark {
             .collect::<Vec<_>>()
             .join("; ")
     }
+}
+
+/// The value of label `key` in a series' labels (`a="x",b="y"`).
+fn label<'a>(labels: &'a str, key: &str) -> &'a str {
+    labels
+        .split(',')
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_default()
+        .trim_matches('"')
 }
 
 fn proc_file(pid: u32, name: &str) -> anyhow::Result<String> {
@@ -655,5 +676,13 @@ mod tests {
         assert_eq!(requests.verb("get"), 4);
         assert_eq!(requests.total(), 17);
         assert!(requests.breakdown(1.0).starts_with("create events 5.00"));
+    }
+
+    #[test]
+    fn labels_are_read_by_name() {
+        let labels = r#"backend="storagegrid",operation="list_containers",outcome="success""#;
+        assert_eq!(label(labels, "operation"), "list_containers");
+        assert_eq!(label(labels, "backend"), "storagegrid");
+        assert_eq!(label(labels, "back"), "");
     }
 }
