@@ -496,6 +496,7 @@ async fn changes(
     started: Instant,
 ) -> anyhow::Result<()> {
     let section = &section_of(&fleet.provider);
+    let elapsed = || started.elapsed();
     let mut others = 0.0;
     let mut by_controller: BTreeMap<String, f64> = BTreeMap::new();
     for c in 0..settings.changes {
@@ -529,7 +530,7 @@ async fn changes(
         // The changed bucket's own reconcile is one of the s3bucket ones.
         others += counted.values().sum::<f64>() - 1.0;
     }
-    let elapsed = started.elapsed();
+    let versioning_over = elapsed();
     report.add(
         section,
         format!(
@@ -548,13 +549,98 @@ async fn changes(
         settings.changes,
         settings.changes.min(fleet.tenants()),
         AFTER_CHANGE.as_secs(),
-        elapsed.as_secs_f64(),
-        if elapsed >= TENANT_RESYNC {
-            " (past the tenants' first resync: their resyncs are counted too)"
-        } else {
-            ""
-        }
+        versioning_over.as_secs_f64(),
+        past_resync(versioning_over)
     ));
+    added_and_deleted(lab, report, fleet, keeper).await?;
+    let over = elapsed();
+    report.note(format!(
+        "{section}: one bucket added and deleted in {} tenants, over {:.0} s after keeper's start{}",
+        ADDED.min(fleet.tenants()),
+        over.as_secs_f64(),
+        past_resync(over)
+    ));
+    Ok(())
+}
+
+fn past_resync(elapsed: Duration) -> &'static str {
+    if elapsed >= TENANT_RESYNC {
+        " (past the tenants' first resync: their resyncs are counted too)"
+    } else {
+        ""
+    }
+}
+
+/// Tenants that get one bucket added and then deleted.
+const ADDED: usize = 3;
+
+/// Adds one bucket to a tenant of the idle fleet and deletes it again, in a few tenants, and
+/// reports all the reconciles each step sets off, the bucket's own included (its metrics do not
+/// tell objects apart), beside the buckets its tenant holds: a bucket added or deleted changes
+/// its tenant's bucket count, and a tenant's change re-reconciles the buckets that wait on it.
+async fn added_and_deleted(
+    lab: &Lab,
+    report: &mut Report,
+    fleet: &Fleet,
+    keeper: &Process,
+) -> anyhow::Result<()> {
+    let section = &section_of(&fleet.provider);
+    let mut added: BTreeMap<String, f64> = BTreeMap::new();
+    let mut deleted: BTreeMap<String, f64> = BTreeMap::new();
+    let tenants = ADDED.min(fleet.tenants());
+    for (namespace, n) in &fleet.namespaces[..tenants] {
+        let path = Fleet::path(namespace);
+        let bucket = format!("{path}/added");
+        let before = keeper.mark(&lab.http).await?;
+        lab.create(
+            &path,
+            &object(
+                "S3Bucket",
+                namespace,
+                "added",
+                json!({"tenantRef": {"name": "t"}}),
+            ),
+        )
+        .await?;
+        lab.wait_all(
+            namespace,
+            "s3buckets",
+            n + 1,
+            Duration::from_secs(60),
+            is_ready,
+        )
+        .await?;
+        tokio::time::sleep(AFTER_CHANGE).await;
+        let after = keeper.mark(&lab.http).await?;
+        for (controller, n) in before.reconciles_by_controller(&after) {
+            *added.entry(controller).or_default() += n;
+        }
+        lab.delete(&bucket).await?;
+        lab.wait_all(namespace, "s3buckets", *n, Duration::from_secs(60), |_| {
+            true
+        })
+        .await?;
+        tokio::time::sleep(AFTER_CHANGE).await;
+        for (controller, n) in after.reconciles_by_controller(&keeper.mark(&lab.http).await?) {
+            *deleted.entry(controller).or_default() += n;
+        }
+    }
+    let per_tenant = fleet.buckets().div_ceil(fleet.tenants());
+    for (step, counted) in [("added", &added), ("deleted", &deleted)] {
+        report.add(
+            section,
+            format!(
+                "reconciles per bucket {step} in a tenant of {per_tenant} (all controllers, the bucket's own included; mean of {tenants})"
+            ),
+            counted.values().sum::<f64>() / tenants as f64,
+            None,
+            "",
+            Goal::None,
+        );
+        report.note(format!(
+            "{section}: one bucket {step} in each of {tenants} tenants: reconciles by controller {counted:?}"
+        ));
+    }
     Ok(())
 }
 
