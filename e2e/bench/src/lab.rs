@@ -274,6 +274,23 @@ impl Lab {
         Ok(out)
     }
 
+    /// When each AWS call in the proxy's log arrived (milliseconds since the epoch, oldest
+    /// first): the calls since the counters were last cleared, or the last 10,000 of them.
+    pub async fn aws_call_arrivals(&self) -> anyhow::Result<Vec<u64>> {
+        let log = self
+            .json(self.http.get(format!("{}/_awsproxy/calls/log", self.proxy)))
+            .await?;
+        let mut arrivals = log["log"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|call| call["atMs"].as_u64().context("a logged call without atMs"))
+            .collect::<anyhow::Result<Vec<u64>>>()?;
+        // Stamped before the proxy's lock is taken: two calls may be logged out of order.
+        arrivals.sort_unstable();
+        Ok(arrivals)
+    }
+
     /// StorageGRID management calls since they were last cleared, by operation.
     pub async fn grid_calls(&self) -> anyhow::Result<BTreeMap<String, u64>> {
         let log = self
@@ -492,7 +509,8 @@ impl Process {
     }
 }
 
-#[derive(Debug, Clone)]
+/// The default is a process's start: no CPU time, no metric yet.
+#[derive(Debug, Clone, Default)]
 pub struct Mark {
     cpu: f64,
     metrics: BTreeMap<String, f64>,
@@ -512,6 +530,44 @@ impl Mark {
             })
             .filter(|(_, grew)| *grew > 0.0)
             .collect()
+    }
+
+    /// Reconciles between `self` and `later` by controller (`s3bucket`, `s3tenant`, ...),
+    /// successful or not.
+    pub fn reconciles_by_controller(&self, later: &Mark) -> BTreeMap<String, f64> {
+        let mut out = BTreeMap::new();
+        for (labels, n) in self.growth(later, "keeper_reconcile_total") {
+            *out.entry(label(&labels, "controller").to_string())
+                .or_default() += n;
+        }
+        out
+    }
+
+    /// Backend calls between `self` and `later` as keeper counts them
+    /// (`keeper_backend_requests_total`, every outcome), as `backend:operation`. Unlike the
+    /// emulators' logs it has no limit (the StorageGRID emulator keeps its last 10,000 requests);
+    /// a client's resends inside one call are not in it.
+    pub fn backend_calls(&self, later: &Mark) -> BTreeMap<String, u64> {
+        let mut out = BTreeMap::new();
+        for (labels, n) in self.growth(later, "keeper_backend_requests_total") {
+            let call = format!(
+                "{}:{}",
+                label(&labels, "backend"),
+                label(&labels, "operation")
+            );
+            *out.entry(call).or_default() += n.round() as u64;
+        }
+        out
+    }
+
+    /// Objects no worker has started on yet, every controller together
+    /// (`keeper_work_queue_depth`).
+    pub fn queued(&self) -> f64 {
+        self.metrics
+            .iter()
+            .filter(|(series, _)| series.starts_with("keeper_work_queue_depth{"))
+            .map(|(_, n)| n)
+            .sum()
     }
 
     /// CPU milliseconds per reconcile between `self` and `later`, and the reconciles.
@@ -542,6 +598,15 @@ impl Mark {
             .collect::<Vec<_>>()
             .join("; ")
     }
+}
+
+/// The value of label `key` in a series' labels (`a="x",b="y"`).
+fn label<'a>(labels: &'a str, key: &str) -> &'a str {
+    labels
+        .split(',')
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_default()
+        .trim_matches('"')
 }
 
 fn proc_file(pid: u32, name: &str) -> anyhow::Result<String> {
@@ -611,5 +676,13 @@ mod tests {
         assert_eq!(requests.verb("get"), 4);
         assert_eq!(requests.total(), 17);
         assert!(requests.breakdown(1.0).starts_with("create events 5.00"));
+    }
+
+    #[test]
+    fn labels_are_read_by_name() {
+        let labels = r#"backend="storagegrid",operation="list_containers",outcome="success""#;
+        assert_eq!(label(labels, "operation"), "list_containers");
+        assert_eq!(label(labels, "backend"), "storagegrid");
+        assert_eq!(label(labels, "back"), "");
     }
 }

@@ -7,6 +7,7 @@
 
 mod caches;
 mod drains;
+mod fleet;
 mod floor;
 mod kinds;
 mod lab;
@@ -33,7 +34,7 @@ struct Args {
     smoke: bool,
     /// Sections to run (default: all): buckets, tenants, databases, caches, drains (or only
     /// drains-s3, drains-grid), latency (or only latency-buckets, latency-tenants,
-    /// latency-databases), steady, starvation.
+    /// latency-databases), steady, starvation, fleet.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Where to write the Markdown results.
@@ -68,6 +69,44 @@ struct Args {
     /// Steady-state section: intervals the window spans.
     #[arg(long, default_value_t = 3)]
     steady_intervals: u32,
+    /// Fleet section: S3Buckets per provider (StorageGRID; provider s3 see --fleet-s3-buckets).
+    #[arg(long, default_value_t = 10000)]
+    fleet_buckets: usize,
+    /// Fleet section: tenants the buckets are spread over (one namespace each).
+    #[arg(long, default_value_t = 100)]
+    fleet_tenants: usize,
+    /// Fleet section: S3Buckets on provider s3, in as many tenants as keep the buckets per
+    /// tenant of --fleet-buckets. Fewer by default: moto takes about 9 ms of CPU per call and a
+    /// bucket costs 8 calls to Ready and 5 to deletion, so 10,000 would take most of an hour of
+    /// this fleet's time on 2 cores.
+    #[arg(long, default_value_t = 2000)]
+    fleet_s3_buckets: usize,
+    /// Fleet section: providers to build a fleet on (default = StorageGRID, s3 = S3-compatible).
+    #[arg(long, value_delimiter = ',', default_values_t = ["default".to_string(), "s3".to_string()])]
+    fleet_providers: Vec<String>,
+    /// Fleet section: the `bucketCheckInterval` of the idle window in seconds, standing for the
+    /// default hour.
+    #[arg(long, default_value_t = 60)]
+    fleet_interval: u64,
+    /// Fleet section: intervals the idle window spans.
+    #[arg(long, default_value_t = 2)]
+    fleet_intervals: u32,
+    /// Fleet section: buckets changed one at a time to count the reconciles each sets off.
+    #[arg(long, default_value_t = 10)]
+    fleet_changes: usize,
+    /// Fleet section: S3Buckets (provider s3) of the rate-limited fleet.
+    #[arg(long, default_value_t = 300)]
+    fleet_rate_buckets: usize,
+    /// Fleet section: tenants of the rate-limited fleet.
+    #[arg(long, default_value_t = 3)]
+    fleet_rate_tenants: usize,
+    /// Fleet section: `requestsPerSecond` of provider s3 in the rate-limited fleet (below what
+    /// keeper asks of moto unlimited, so that it binds).
+    #[arg(long, default_value_t = 30)]
+    fleet_rate: u32,
+    /// Fleet section: `requestBurst` of provider s3 in the rate-limited fleet.
+    #[arg(long, default_value_t = 10)]
+    fleet_rate_burst: u32,
     /// Latency section: milliseconds added to every call of the backend under test.
     #[arg(long, default_value_t = 200)]
     latency_ms: u64,
@@ -215,6 +254,45 @@ async fn measure(args: Args) -> anyhow::Result<()> {
         };
         let done = starvation::run(&lab, &mut report, &settings).await;
         part_done(&args, &run, &mut report, "starvation", done)?;
+    }
+    if wanted("fleet") {
+        let settings = if args.smoke {
+            fleet::Settings {
+                providers: args.fleet_providers.clone(),
+                buckets: 200,
+                tenants: 4,
+                s3_buckets: 200,
+                interval: Duration::from_secs(10),
+                intervals: 2,
+                changes: 3,
+                rate: fleet::RateSettings {
+                    buckets: 60,
+                    tenants: 2,
+                    per_second: args.fleet_rate,
+                    burst: args.fleet_rate_burst,
+                },
+                judged: false,
+            }
+        } else {
+            fleet::Settings {
+                providers: args.fleet_providers.clone(),
+                buckets: args.fleet_buckets,
+                tenants: args.fleet_tenants,
+                s3_buckets: args.fleet_s3_buckets,
+                interval: Duration::from_secs(args.fleet_interval),
+                intervals: args.fleet_intervals,
+                changes: args.fleet_changes,
+                rate: fleet::RateSettings {
+                    buckets: args.fleet_rate_buckets,
+                    tenants: args.fleet_rate_tenants,
+                    per_second: args.fleet_rate,
+                    burst: args.fleet_rate_burst,
+                },
+                judged: true,
+            }
+        };
+        let done = fleet::run(&lab, &mut report, &settings).await;
+        part_done(&args, &run, &mut report, "fleet", done)?;
     }
     let latency_kinds: Vec<latency::Kind> = [
         ("latency-buckets", latency::Kind::Buckets),
