@@ -310,7 +310,7 @@ async fn one_fleet(
     // Fresh again, at the default interval: the changes, then the deletion.
     let started = Instant::now();
     let keeper = Process::start(&defaults)?;
-    settle(lab, &keeper, started, n, true).await?;
+    settle(lab, &keeper, started, (n, fleet.tenants()), true).await?;
     changes(lab, report, settings, fleet, &keeper, started).await?;
 
     let before = keeper.mark(&lab.http).await?;
@@ -347,15 +347,16 @@ fn judged(settings: &Settings, goal: Goal) -> Goal {
     if settings.judged { goal } else { Goal::None }
 }
 
-/// Waits until keeper, started at `started`, has reconciled every bucket once (a start looks at
-/// each) and no object waits for a worker; with `quiet`, also until no reconcile has run for a
+/// Waits until keeper, started at `started`, has reconciled every bucket and every tenant once (a
+/// start looks at each, and a tenant's first reconcile may write what the keeper before it had
+/// not yet written, such as its bucket count) and no object waits for a worker; with `quiet`, also until no reconcile has run for a
 /// few seconds (not under a short `bucketCheckInterval`, whose checks never stop). Returns how
 /// long after `started` it had started on them all.
 async fn settle(
     lab: &Lab,
     keeper: &Process,
     started: Instant,
-    buckets: usize,
+    (buckets, tenants): (usize, usize),
     quiet: bool,
 ) -> anyhow::Result<Duration> {
     let deadline = started + timeout(buckets);
@@ -369,7 +370,8 @@ async fn settle(
         let by_controller = Mark::default().reconciles_by_controller(&now);
         let total: f64 = by_controller.values().sum();
         let bucket = by_controller.get("s3bucket").copied().unwrap_or(0.0);
-        if bucket >= buckets as f64 && now.queued() == 0.0 {
+        let tenant = by_controller.get("s3tenant").copied().unwrap_or(0.0);
+        if bucket >= buckets as f64 && tenant >= tenants as f64 && now.queued() == 0.0 {
             all_started_at.get_or_insert(started.elapsed());
         }
         still = if total == last { still + 1 } else { 0 };
@@ -381,8 +383,8 @@ async fn settle(
         }
         if Instant::now() > deadline {
             bail!(
-                "keeper reconciled {bucket} of {buckets} buckets after its start, {} objects \
-                 waiting (reconciles by controller: {by_controller:?})",
+                "keeper reconciled {bucket} of {buckets} buckets and {tenant} of {tenants} tenants \
+                 after its start, {} objects waiting (reconciles by controller: {by_controller:?})",
                 now.queued()
             );
         }
@@ -402,7 +404,7 @@ async fn steady(
     let (n, t) = (fleet.buckets(), fleet.tenants());
     let started = Instant::now();
     let keeper = Process::start(env)?;
-    let looked = settle(lab, &keeper, started, n, false).await?;
+    let looked = settle(lab, &keeper, started, (n, t), false).await?;
     let settled = keeper.mark(&lab.http).await?;
     let (cpu_per_reconcile, start_reconciles) = Mark::default().per_reconcile(&settled);
     let start_calls = Mark::default().backend_calls(&settled);
