@@ -86,7 +86,7 @@ fn default_provider() -> String {
 }
 
 /// Lifecycle phase of an S3Tenant.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum TenantPhase {
     /// The account is being created or the tenant waits for something it needs.
     #[default]

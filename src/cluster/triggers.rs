@@ -46,16 +46,20 @@ pub fn changed<K: Watched>(
 /// again to find what it just reported.
 pub fn requested<K: Resource>(obj: &K) -> u64 {
     let meta = obj.meta();
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (
+    key_of((
         &meta.uid,
         meta.generation,
         meta.deletion_timestamp.is_some(),
         &meta.finalizers,
         &meta.annotations,
         &meta.labels,
-    )
-        .hash(&mut hasher);
+    ))
+}
+
+/// A [`changed`] key: what a controller reads of a watched object, hashed.
+pub fn key_of(read: impl Hash) -> u64 {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    read.hash(&mut hasher);
     hasher.finish()
 }
 

@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 use crate::api::names::BUCKET_FINALIZER;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
 use crate::backends::identity;
+use crate::cluster::triggers;
 use crate::config::{BucketKeys, Provider};
 
 /// Most bucket names a message lists before "and N more".
@@ -262,19 +263,15 @@ fn holds_tenant(bucket: &S3Bucket, tenant: &str) -> bool {
 
 /// What a tenant reads of one of its S3Buckets (which tenant, whether it still holds it, its
 /// backend name), hashed: a bucket change that leaves this alone (its status, a drain's
-/// progress) does not re-reconcile the tenant. See [`crate::runtime::triggers`].
+/// progress) does not re-reconcile the tenant. See [`crate::cluster::triggers`].
 pub fn bucket_trigger_key(bucket: &S3Bucket) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    (
+    triggers::key_of((
         &bucket.spec.tenant_ref.name,
         bucket.metadata.deletion_timestamp.is_some(),
         bucket.finalizers().iter().any(|f| f == BUCKET_FINALIZER),
         &bucket.spec.bucket_name,
         bucket.status.as_ref().and_then(|s| s.bucket_name.as_ref()),
-    )
-        .hash(&mut hasher);
-    hasher.finish()
+    ))
 }
 
 /// The S3Bucket resources among `buckets` (of the tenant's namespace) that hold `tenant`, sorted:

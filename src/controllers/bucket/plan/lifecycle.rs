@@ -8,6 +8,7 @@ use kube::ResourceExt;
 use crate::api::{BucketPhase, S3Bucket, S3BucketStatus, S3Tenant, TenantPhase};
 use crate::backends::Keys;
 use crate::backends::identity;
+use crate::cluster::triggers;
 use crate::config::AdoptionScope;
 use crate::controllers::bucket::DRAIN_ANNOTATION;
 use crate::namespaces::Restriction;
@@ -69,22 +70,18 @@ pub fn tenant_gate(bucket: &S3Bucket, tenant: Option<&S3Tenant>, cleanup: bool) 
 /// bucket count, which every bucket created or deleted in it changes, a condition's message) does
 /// not re-reconcile every bucket of the tenant. A new read of the tenant belongs here too.
 pub fn tenant_trigger_key(tenant: &S3Tenant) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
     let status = tenant.status.as_ref();
-    (
+    triggers::key_of((
         &tenant.metadata.uid,
         tenant.metadata.generation,
         tenant.metadata.deletion_timestamp.is_some(),
         &tenant.spec.provider,
-        status.and_then(|s| s.phase.map(|p| format!("{p:?}"))),
+        status.and_then(|s| s.phase),
         status.and_then(|s| s.account_id.as_ref()),
         status.and_then(|s| s.backend_identity.as_ref()),
         status.and_then(|s| s.credentials_secret.as_ref()),
         status.and_then(|s| s.s3_endpoint.as_ref()),
-    )
-        .hash(&mut hasher);
-    hasher.finish()
+    ))
 }
 
 /// Whether an S3Bucket may adopt an existing bucket without keeper's mark (`keeper.dev/adopt`).
