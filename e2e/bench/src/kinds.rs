@@ -207,6 +207,18 @@ pub fn object(kind: &str, namespace: &str, name: &str, spec: Value) -> Value {
     json!({"apiVersion": GROUP_VERSION, "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec})
 }
 
+/// S3Buckets `<prefix>0` .. `<prefix><n-1>` of tenant `t` in `namespace`.
+pub fn buckets_of_t(namespace: &str, prefix: &str, n: usize) -> impl Iterator<Item = Value> {
+    (0..n).map(move |i| {
+        object(
+            "S3Bucket",
+            namespace,
+            &format!("{prefix}{i}"),
+            json!({"tenantRef": {"name": "t"}}),
+        )
+    })
+}
+
 /// Creates a namespace with a Ready tenant on `provider` in it.
 pub async fn namespace_with_tenant(
     lab: &Lab,
@@ -256,16 +268,7 @@ pub async fn buckets(
     for (i, (&n, floor)) in sizes.iter().zip(&floors).enumerate() {
         let namespace = format!("bench-buckets-{n}");
         namespace_with_tenant(lab, &namespace, "s3").await?;
-        let buckets = (0..n)
-            .map(|b| {
-                object(
-                    "S3Bucket",
-                    &namespace,
-                    &format!("b{b}"),
-                    json!({"tenantRef": {"name": "t"}}),
-                )
-            })
-            .collect();
+        let buckets = buckets_of_t(&namespace, "b", n).collect();
         let largest = i + 1 == sizes.len();
         let run = objects::run(
             lab,

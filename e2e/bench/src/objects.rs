@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::Value;
 
@@ -62,7 +63,7 @@ pub async fn run(
     let before = keeper.mark(&lab.http).await?;
     let cpu_before = lab.cpu_use(keeper);
     let started = Instant::now();
-    create_all(lab, &path, objects).await?;
+    create_all(lab, plural, objects, CREATES_IN_FLIGHT).await?;
     let ready_at = lab
         .wait_all(namespace, plural, n, timeout, is_ready)
         .await?;
@@ -117,11 +118,26 @@ pub async fn run(
     })
 }
 
-/// Creates `objects` in collection `path`, 16 requests at a time, as the administrator.
-pub async fn create_all(lab: &Lab, path: &str, objects: Vec<Value>) -> anyhow::Result<()> {
+/// How many creates [`run`] (and the sections that create objects as it does) keep in flight.
+pub const CREATES_IN_FLIGHT: usize = 16;
+
+/// Creates `objects` of resource `plural` (keeper's group), each in the namespace its metadata
+/// names, `in_flight` requests at a time, as the administrator.
+pub async fn create_all(
+    lab: &Lab,
+    plural: &str,
+    objects: impl IntoIterator<Item = Value>,
+    in_flight: usize,
+) -> anyhow::Result<()> {
     futures::stream::iter(objects)
-        .map(|obj| async move { lab.create(path, &obj).await.map(drop) })
-        .buffer_unordered(16)
+        .map(|obj| async move {
+            let namespace = obj["metadata"]["namespace"]
+                .as_str()
+                .context("an object without a namespace")?;
+            let path = format!("/apis/{GROUP_VERSION}/namespaces/{namespace}/{plural}");
+            lab.create(&path, &obj).await.map(drop)
+        })
+        .buffer_unordered(in_flight)
         .try_collect::<Vec<()>>()
         .await?;
     Ok(())

@@ -16,12 +16,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use keeper::config::{ControllerKind, OperatorConfig};
 use keeper_e2e_scenarios::put_objects;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::drains::request_drain;
-use crate::kinds::{namespace_with_tenant, object, timeout};
+use crate::kinds::{buckets_of_t, namespace_with_tenant, timeout};
 use crate::lab::{GROUP_VERSION, Lab, Process};
-use crate::objects::{create_all, is_ready};
+use crate::objects::{CREATES_IN_FLIGHT, create_all, is_ready};
 use crate::report::{Goal, Report};
 
 /// What the section measures.
@@ -99,7 +99,13 @@ async fn measure(
         namespace_with_tenant(lab, namespace, "s3").await?;
     }
     let drained = format!("/apis/{GROUP_VERSION}/namespaces/{DRAINED}/s3buckets");
-    create_all(lab, &drained, buckets(DRAINED, "d", d)).await?;
+    create_all(
+        lab,
+        "s3buckets",
+        buckets_of_t(DRAINED, "d", d),
+        CREATES_IN_FLIGHT,
+    )
+    .await?;
     lab.wait_all(DRAINED, "s3buckets", d, timeout(d), is_ready)
         .await?;
     let (key, secret) = lab.env.admin_keys.clone().context("admin keys")?;
@@ -209,20 +215,6 @@ async fn measure(
     Ok(())
 }
 
-/// `n` S3Buckets `{prefix}0`… in tenant `t` of `namespace`.
-fn buckets(namespace: &str, prefix: &str, n: usize) -> Vec<Value> {
-    (0..n)
-        .map(|i| {
-            object(
-                "S3Bucket",
-                namespace,
-                &format!("{prefix}{i}"),
-                json!({"tenantRef": {"name": "t"}}),
-            )
-        })
-        .collect()
-}
-
 /// What making buckets Ready took.
 struct Readiness {
     to_ready: Duration,
@@ -240,11 +232,16 @@ async fn to_ready(
     namespace: &str,
     n: usize,
 ) -> anyhow::Result<Readiness> {
-    let path = format!("/apis/{GROUP_VERSION}/namespaces/{namespace}/s3buckets");
     lab.clear_counters().await?;
     let before = keeper.mark(&lab.http).await?;
     let started = Instant::now();
-    create_all(lab, &path, buckets(namespace, "b", n)).await?;
+    create_all(
+        lab,
+        "s3buckets",
+        buckets_of_t(namespace, "b", n),
+        CREATES_IN_FLIGHT,
+    )
+    .await?;
     let ready_at = lab
         .wait_all(namespace, "s3buckets", n, timeout(n), is_ready)
         .await?;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::kinds::{namespace_with_tenant, object, timeout};
+use crate::kinds::{buckets_of_t, namespace_with_tenant, timeout};
 use crate::lab::{GROUP_VERSION, Lab, Process};
 use crate::objects::is_ready;
 use crate::report::{Goal, Report};
@@ -51,13 +51,7 @@ pub async fn run(lab: &Lab, report: &mut Report, settings: &Settings) -> anyhow:
         let namespace = format!("bench-steady-{provider}-{n}");
         namespace_with_tenant(lab, &namespace, provider).await?;
         let path = format!("/apis/{GROUP_VERSION}/namespaces/{namespace}/s3buckets");
-        for b in 0..n {
-            let bucket = object(
-                "S3Bucket",
-                &namespace,
-                &format!("b{b}"),
-                json!({"tenantRef": {"name": "t"}}),
-            );
+        for bucket in buckets_of_t(&namespace, "b", n) {
             lab.create(&path, &bucket).await?;
         }
         lab.wait_all(&namespace, "s3buckets", n, timeout(n), is_ready)
