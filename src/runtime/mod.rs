@@ -5,10 +5,12 @@
 //!
 //! A controller implements [`Reconciler`]: `apply` for a live object and `cleanup` for one being
 //! deleted, both returning an [`Outcome`] (reporting as data) or a classified error. It talks to
-//! Kubernetes only through the [`crate::cluster::Kube`] seam in its [`Context`].
+//! Kubernetes only through the [`crate::cluster::Kube`] seam in its [`Context`], and to its
+//! backend through a [`Connect`]or it is generic over.
 
 mod backoff;
 pub mod conditions;
+pub mod connect;
 pub mod gauges;
 pub mod kinds;
 pub mod lanes;
@@ -30,6 +32,7 @@ use tracing::Instrument;
 
 pub use crate::cluster::Note;
 pub use backoff::Backoff;
+pub use connect::Connect;
 pub use kinds::Keeper;
 pub use lanes::Lane;
 pub use outcome::{KeeperStatus, Next, Outcome};

@@ -30,7 +30,7 @@ use crate::runtime::gauges::StoreGauge;
 use crate::runtime::{self, Context, Lane, Outcome, ReconcileError, Reconciler, Shared};
 use crate::server::Readiness;
 
-use backend::{Connect, Connector, Observed};
+use backend::{Connector, Live, Observed};
 use reconcile::{Cache, Report};
 
 /// keeper's finalizer on an S3Bucket: while it is there, the bucket still needs its tenant (its
@@ -106,7 +106,9 @@ impl ReconcileError for Error {
     }
 }
 
-pub struct S3BucketReconciler<C: Connect = Connector> {
+/// The S3Bucket reconciler over its connection to tenants' storage ([`Live`] in production, an
+/// in-memory backend in tests).
+pub struct S3BucketReconciler<C: Connector = Live> {
     connector: C,
     /// What this process last learnt of each bucket (by uid) on the backend, so that usage is
     /// listed and an idle bucket looked at on their timers, not every reconcile. One map under
@@ -121,7 +123,7 @@ pub struct S3BucketReconciler<C: Connect = Connector> {
     objects_deleted: IntCounter,
 }
 
-impl<C: Connect> S3BucketReconciler<C> {
+impl<C: Connector> S3BucketReconciler<C> {
     fn new(connector: C, objects_deleted: IntCounter) -> Self {
         S3BucketReconciler {
             connector,
@@ -201,7 +203,7 @@ struct Looked {
     usage: Option<(Instant, Observed)>,
 }
 
-impl<C: Connect> Reconciler for S3BucketReconciler<C> {
+impl<C: Connector> Reconciler for S3BucketReconciler<C> {
     type Resource = S3Bucket;
     type Error = Error;
     const NAME: &'static str = "s3bucket";
@@ -270,7 +272,7 @@ pub async fn run(
     let objects_deleted = register_metrics(&shared.metrics, store)?;
     let cx = Arc::new(Context::new(
         shared,
-        S3BucketReconciler::new(Connector::default(), objects_deleted),
+        S3BucketReconciler::new(Live::default(), objects_deleted),
     ));
     runtime::run(controller, cx, readiness, shutdown).await;
     Ok(())

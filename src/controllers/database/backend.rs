@@ -1,10 +1,14 @@
 //! The RDS calls the CloudDatabase controller makes, as a small trait so that the reconcile
-//! runs against an in-memory RDS in tests, and its implementation over the RDS client.
+//! runs against an in-memory RDS in tests; its implementation over the RDS client; and [`Live`],
+//! which hands that client to the reconciler.
 
 use std::future::Future;
 
+use super::Error;
+use crate::api::CloudDatabase;
 use crate::backends::rds::{DbInstance, FinalSnapshot, Modification, NewInstance, RdsBackend};
 use crate::error::BackendError;
+use crate::runtime::{Connect, Shared};
 
 /// What a create call found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +51,25 @@ pub trait DatabaseBackend: Send + Sync + 'static {
         instance: &DbInstance,
         keys: &[String],
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
+}
+
+/// How the reconciler reaches RDS for a database ([`Live`] in production, an in-memory RDS in
+/// tests): named once, so that the reconciler and its steps carry one bound.
+pub trait Connector: Connect<CloudDatabase, Backend: DatabaseBackend, Error = Error> {}
+
+impl<C: Connect<CloudDatabase, Backend: DatabaseBackend, Error = Error>> Connector for C {}
+
+/// The real RDS: keeper's one client (its region and AWS credentials, from the provider
+/// registry) serves every database alike.
+pub struct Live;
+
+impl Connect<CloudDatabase> for Live {
+    type Backend = RdsBackend;
+    type Error = Error;
+
+    async fn connect(&self, shared: &Shared, _db: &CloudDatabase) -> Result<RdsBackend, Error> {
+        Ok(shared.providers.rds().clone())
+    }
 }
 
 impl DatabaseBackend for RdsBackend {

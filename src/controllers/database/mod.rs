@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use self::backend::DatabaseBackend;
+use self::backend::{Connector, Live};
 use crate::api::names::DATABASE_FINALIZER;
 use crate::api::{CloudDatabase, CloudDatabaseStatus};
 use crate::backends::rds;
@@ -87,11 +87,13 @@ impl ReconcileError for Error {
     }
 }
 
-pub struct CloudDatabaseReconciler<B> {
-    backend: B,
+/// The CloudDatabase reconciler over its connection to RDS ([`Live`] in production, a fake in
+/// tests).
+pub struct CloudDatabaseReconciler<C: Connector = Live> {
+    connector: C,
 }
 
-impl<B: DatabaseBackend> Reconciler for CloudDatabaseReconciler<B> {
+impl<C: Connector> Reconciler for CloudDatabaseReconciler<C> {
     type Resource = CloudDatabase;
     type Error = Error;
     const NAME: &'static str = "clouddatabase";
@@ -120,12 +122,14 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let backend = shared.providers.rds().clone();
     let databases = shared.informers.databases();
     // Owning the connection Secrets brings a deleted or edited Secret back at once.
     let controller =
         runtime::controller(databases).owns_stream(shared.informers.managed_secrets().triggers());
-    let cx = Arc::new(Context::new(shared, CloudDatabaseReconciler { backend }));
+    let cx = Arc::new(Context::new(
+        shared,
+        CloudDatabaseReconciler { connector: Live },
+    ));
     runtime::run(controller, cx, readiness, shutdown).await;
     Ok(())
 }

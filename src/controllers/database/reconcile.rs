@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::backend::{Created, DatabaseBackend};
+use super::backend::{Connector, Created, DatabaseBackend};
 use super::plan::{
     self, ApplyStep, CleanupStep, DEFAULT_USERNAME, Placement, connection_details,
     connection_secret_name, credentials, final_snapshot_identifier, generate_password,
@@ -27,7 +27,7 @@ use crate::runtime::conditions::DELETION_BLOCKED;
 use crate::runtime::policy::PERMANENT_RETRY;
 use crate::runtime::{self, Context, Next, Note, Outcome};
 
-type Cx<B> = Context<CloudDatabaseReconciler<B>>;
+type Cx<C> = Context<CloudDatabaseReconciler<C>>;
 type DbOutcome = Outcome<CloudDatabaseStatus>;
 
 /// Sets the phase and `Ready` (an event when `Ready` changed, so a steady state publishes
@@ -68,21 +68,22 @@ fn busy(
 }
 
 /// Brings RDS and the connection Secret in line with a live CloudDatabase.
-pub async fn apply<B: DatabaseBackend>(cx: &Cx<B>, db: &CloudDatabase) -> Result<DbOutcome, Error> {
+pub async fn apply<C: Connector>(cx: &Cx<C>, db: &CloudDatabase) -> Result<DbOutcome, Error> {
     let desired = plan::desired(&db.spec, &cx.shared.config.rds).map_err(Error::InvalidSpec)?;
+    let backend = cx.reconciler.connector.connect(&cx.shared, db).await?;
     let mut out = Outcome::new(db.status.clone().unwrap_or_default(), Next::AwaitChange);
-    out.next = apply_steps(db, cx, &desired, &mut out).await?;
+    out.next = apply_steps(db, cx, &backend, &desired, &mut out).await?;
     out.status.observed_generation = db.metadata.generation;
     Ok(out)
 }
 
-async fn apply_steps<B: DatabaseBackend>(
+async fn apply_steps<C: Connector>(
     db: &CloudDatabase,
-    cx: &Cx<B>,
+    cx: &Cx<C>,
+    backend: &C::Backend,
     desired: &plan::Desired,
     out: &mut DbOutcome,
 ) -> Result<Next, Error> {
-    let backend = &cx.reconciler.backend;
     let generation = db.metadata.generation;
     let config = &cx.shared.config.rds;
     let target = Target::of(db);
@@ -332,15 +333,13 @@ async fn apply_steps<B: DatabaseBackend>(
 
 /// Cleans up after a CloudDatabase being deleted; releases the finalizer only once RDS reports
 /// the instance gone (or retained by policy).
-pub async fn cleanup<B: DatabaseBackend>(
-    cx: &Cx<B>,
-    db: &CloudDatabase,
-) -> Result<DbOutcome, Error> {
+pub async fn cleanup<C: Connector>(cx: &Cx<C>, db: &CloudDatabase) -> Result<DbOutcome, Error> {
     let current = db.status.clone().unwrap_or_default();
     let mut out = Outcome::new(current.clone(), Next::Release);
     // The identity is recorded before any create call: without it nothing was ever created.
     if let Some(id) = current.instance_id.clone() {
-        out.next = cleanup_steps(db, cx, &id, &mut out).await?;
+        let backend = cx.reconciler.connector.connect(&cx.shared, db).await?;
+        out.next = cleanup_steps(db, cx, &backend, &id, &mut out).await?;
     }
     if out.next == Next::Release {
         // A hold left on the connection Secret (Retain, or a policy changed since) goes with the
@@ -356,13 +355,13 @@ pub async fn cleanup<B: DatabaseBackend>(
     Ok(out)
 }
 
-async fn cleanup_steps<B: DatabaseBackend>(
+async fn cleanup_steps<C: Connector>(
     db: &CloudDatabase,
-    cx: &Cx<B>,
+    cx: &Cx<C>,
+    backend: &C::Backend,
     id: &str,
     out: &mut DbOutcome,
 ) -> Result<Next, Error> {
-    let backend = &cx.reconciler.backend;
     let generation = db.metadata.generation;
     let deleting = DatabasePhase::Deleting;
     // In another region the instance cannot be seen, and "not found" would release the

@@ -15,14 +15,15 @@ use kube::runtime::events::EventType;
 use serde_json::{Value, json};
 
 use self::fake_rds::{FakeRds, rds_error};
-use super::backend::DatabaseBackend;
+use super::backend::{Connector, DatabaseBackend, Live};
 use super::plan::{instance_identifier, ownership_tags};
 use super::*;
 use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabaseEndpoint, DatabasePhase};
-use crate::backends::rds::DbInstance;
+use crate::backends::rds::{DbInstance, RdsBackend};
 use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
 use crate::error::ErrorClass;
+use crate::providers::Providers;
 use crate::runtime::conditions::{self, DELETION_BLOCKED, READY};
 use crate::runtime::policy::PERMANENT_RETRY;
 use crate::runtime::testing;
@@ -100,38 +101,58 @@ enum Cleanup {
 type Result<T> = std::result::Result<T, runtime::Error<Error>>;
 
 /// The fake Kube seam, the status as the API server holds it after the patches so far (what
-/// the next watch event delivers), and the controller's context over a backend.
-struct Cluster<B: DatabaseBackend = FakeRds> {
+/// the next watch event delivers), and the controller's context over a connection to RDS.
+struct Cluster<C: Connector = FakeRds> {
     kube: Arc<FakeKube>,
-    cx: Arc<Context<CloudDatabaseReconciler<B>>>,
+    cx: Arc<Context<CloudDatabaseReconciler<C>>>,
     stored: Mutex<Value>,
     applied: Mutex<usize>,
 }
 
 impl Default for Cluster<FakeRds> {
     fn default() -> Self {
-        Cluster::new(FakeRds::default())
+        Cluster::with_config(FakeRds::default(), OperatorConfig::default())
     }
 }
 
-impl<B: DatabaseBackend> Cluster<B> {
-    fn new(backend: B) -> Self {
-        Cluster::with_config(backend, OperatorConfig::default())
+impl Cluster<FakeRds> {
+    fn rds(&self) -> &FakeRds {
+        &self.cx.reconciler.connector
+    }
+}
+
+impl Cluster<Live> {
+    /// Over the real client `rds`, which the reconciler finds in the provider registry as in
+    /// production.
+    fn with_rds(rds: RdsBackend) -> Self {
+        let kube = Arc::new(FakeKube::default());
+        let mut shared = testing::shared(kube.clone(), OperatorConfig::default());
+        shared.providers = Arc::new(
+            Providers::build(&shared.config, shared.metrics.clone(), rds)
+                .expect("test providers build"),
+        );
+        Cluster::over(kube, shared, Live)
     }
 
-    fn with_config(backend: B, config: OperatorConfig) -> Self {
+    fn rds(&self) -> &RdsBackend {
+        self.cx.shared.providers.rds()
+    }
+}
+
+impl<C: Connector> Cluster<C> {
+    fn with_config(connector: C, config: OperatorConfig) -> Self {
         let kube = Arc::new(FakeKube::default());
         let shared = testing::shared(kube.clone(), config);
+        Cluster::over(kube, shared, connector)
+    }
+
+    fn over(kube: Arc<FakeKube>, shared: runtime::Shared, connector: C) -> Self {
         Cluster {
             kube,
-            cx: Arc::new(Context::new(shared, CloudDatabaseReconciler { backend })),
+            cx: Arc::new(Context::new(shared, CloudDatabaseReconciler { connector })),
             stored: Mutex::new(json!({ "status": null })),
             applied: Mutex::new(0),
         }
-    }
-
-    fn rds(&self) -> &B {
-        &self.cx.reconciler.backend
     }
 
     /// One reconcile. Boxed: the SDK's futures are large in debug builds, and the test's own
@@ -782,7 +803,7 @@ async fn every_deletion_policy_against_moto() {
     let server = MotoServer::start("every_deletion_policy_against_moto", &[]);
     for (name, policy) in [("snap", "Snapshot"), ("drop", "Delete"), ("keep", "Retain")] {
         let cluster =
-            Cluster::new(backend(&server, Arc::new(crate::metrics::Metrics::new())).await);
+            Cluster::with_rds(backend(&server, Arc::new(crate::metrics::Metrics::new())).await);
         let rds = cluster.rds();
         let mut db = database(json!({
             "engine": "postgres", "size": "small", "deletionPolicy": policy

@@ -1,12 +1,14 @@
 //! The backends a tenant lives on, behind small traits so that tests swap them:
-//! [`AccountBackend`] (StorageGRID: a real account with a root user and S3 keys) and
-//! [`Backends`] (how the reconciler reaches a provider: its grid signed in as the administrator,
-//! and the S3-compatible credential check). The real implementation goes through the provider
-//! registry, so the tenant shares its grid clients and S3 clients (with `tls.caBundleFile`) with
-//! the other controllers.
+//! [`AccountBackend`] (StorageGRID: a real account with a root user and S3 keys), reached by
+//! connecting to the provider's grid as its administrator ([`GridAdmin`]), and an S3-compatible
+//! store, reached with the provider's own keys ([`StoreLogin`]: connecting is the check that they
+//! work). [`Live`] connects through the provider registry, so the tenant shares its grid clients
+//! and S3 clients (with `tls.caBundleFile`) with the other controllers.
 
 use std::future::Future;
+use std::sync::Arc;
 
+use super::Error;
 use super::plan::{AccountSettings, ObservedAccount};
 use crate::backends::Keys;
 use crate::backends::identity::{self, IdentityCache};
@@ -14,8 +16,8 @@ use crate::backends::storagegrid::{
     self, Account, AccountPolicy, AccountSpec, KeyOwner, Login, description_has_marker,
 };
 pub use crate::error::BackendError;
-use crate::metrics::Metrics;
 use crate::providers::ProviderClients;
+use crate::runtime::{Connect, Shared};
 
 /// A tenant sign-in refused: the stored root password does not match the account.
 pub fn is_bad_credentials(error: &BackendError) -> bool {
@@ -100,41 +102,67 @@ pub trait AccountBackend: Send + Sync {
     fn identity(&self) -> impl Future<Output = Result<String, BackendError>> + Send;
 }
 
-/// How the reconciler reaches a provider's backend.
-pub trait Backends: Send + Sync + 'static {
-    type Accounts: AccountBackend;
-    /// The grid of a StorageGRID provider, signed in as `admin`; `None` for other providers.
-    fn accounts(&self, provider: &ProviderClients, admin: Login) -> Option<Self::Accounts>;
-    /// Checks that `keys` work on the provider's S3 endpoint (ListBuckets).
-    fn verify_keys(
-        &self,
-        provider: &ProviderClients,
-        keys: &Keys,
-        metrics: &Metrics,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+/// A StorageGRID provider's grid, as the administrator its Secret names: where tenant accounts
+/// are.
+pub struct GridAdmin {
+    pub provider: Arc<ProviderClients>,
+    pub login: Login,
+}
+
+/// An S3-compatible provider's store, with the provider's own keys.
+pub struct StoreLogin {
+    pub provider: Arc<ProviderClients>,
+    pub keys: Keys,
+}
+
+/// How the reconciler reaches a provider ([`Live`] in production, fakes in tests): its grid's
+/// accounts, or its store, where connecting is the check that the keys work (nothing else is done
+/// there). Named once, so that the reconciler and its steps carry one bound.
+pub trait Connector:
+    Connect<GridAdmin, Backend: AccountBackend, Error = Error>
+    + Connect<StoreLogin, Backend = (), Error = Error>
+{
+}
+
+impl<C> Connector for C where
+    C: Connect<GridAdmin, Backend: AccountBackend, Error = Error>
+        + Connect<StoreLogin, Backend = (), Error = Error>
+{
 }
 
 /// The real backends, through the provider registry.
 pub struct Live;
 
-impl Backends for Live {
-    type Accounts = GridAccounts;
+impl Connect<GridAdmin> for Live {
+    type Backend = GridAccounts;
+    type Error = Error;
 
-    fn accounts(&self, provider: &ProviderClients, admin: Login) -> Option<GridAccounts> {
-        provider.grid().map(|client| GridAccounts {
+    async fn connect(&self, _shared: &Shared, grid: &GridAdmin) -> Result<GridAccounts, Error> {
+        let provider = &grid.provider;
+        let client = provider.grid().ok_or_else(|| Error::ProviderClient {
+            provider: provider.name.clone(),
+            message: "not a StorageGRID provider".to_string(),
+        })?;
+        Ok(GridAccounts {
             client: client.clone(),
-            admin,
+            admin: grid.login.clone(),
             identity: provider.identity_cache(),
         })
     }
+}
 
-    async fn verify_keys(
-        &self,
-        provider: &ProviderClients,
-        keys: &Keys,
-        metrics: &Metrics,
-    ) -> Result<(), BackendError> {
-        provider.s3(keys).list_buckets(metrics).await?;
+impl Connect<StoreLogin> for Live {
+    type Backend = ();
+    type Error = Error;
+
+    /// Lists the buckets the keys see: only keys the store accepts get that far.
+    async fn connect(&self, shared: &Shared, store: &StoreLogin) -> Result<(), Error> {
+        store
+            .provider
+            .s3(&store.keys)
+            .list_buckets(&shared.metrics)
+            .await
+            .map_err(BackendError::from)?;
         Ok(())
     }
 }
@@ -358,33 +386,27 @@ impl AccountBackend for GridAccounts {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use wiremock::matchers::method;
     use wiremock::{Mock, MockServer, ResponseTemplate};
 
     use super::*;
+    use crate::cluster::fake::FakeKube;
     use crate::config::OperatorConfig;
     use crate::error::ErrorClass;
-    use crate::providers::Providers;
+    use crate::runtime::testing;
 
     /// An S3-compatible provider whose endpoint is a mock server.
-    async fn provider() -> (MockServer, Arc<ProviderClients>, Metrics) {
+    async fn provider() -> (MockServer, Shared) {
         let server = crate::test_support::mock_server().await;
         let config = OperatorConfig::parse(&format!(
             "providers:\n  s3:\n    s3Compatible:\n      endpoint: {}\n      region: us-east-1\n      forcePathStyle: true\n      credentialsSecret: {{name: s3-creds}}\n      tls: {{allowPlainHttp: true}}\n",
             server.uri()
         ))
         .unwrap();
-        let metrics = Metrics::new();
-        let registry = Arc::new(Metrics::new());
-        let providers = Providers::build(
-            &config,
-            registry.clone(),
-            crate::backends::rds::RdsBackend::unconnected(registry),
+        (
+            server,
+            testing::shared(Arc::new(FakeKube::default()), config),
         )
-        .unwrap();
-        (server, providers.get("s3").unwrap(), metrics)
     }
 
     fn keys() -> Keys {
@@ -394,9 +416,22 @@ mod tests {
         }
     }
 
+    /// Connects to the store of `shared`'s provider with [`keys`]: the store's answer.
+    async fn store_login(shared: &Shared) -> Result<(), BackendError> {
+        let store = StoreLogin {
+            provider: shared.providers.get("s3").unwrap(),
+            keys: keys(),
+        };
+        match Live.connect(shared, &store).await {
+            Ok(()) => Ok(()),
+            Err(Error::Backend(e)) => Err(e),
+            Err(e) => panic!("not the store's answer: {e}"),
+        }
+    }
+
     #[tokio::test]
     async fn working_credentials_are_verified_with_list_buckets() {
-        let (server, provider, metrics) = provider().await;
+        let (server, shared) = provider().await;
         Mock::given(method("GET"))
             .respond_with(ResponseTemplate::new(200).set_body_string(
                 r#"<?xml version="1.0" encoding="UTF-8"?><ListAllMyBucketsResult><Owner><ID>o</ID></Owner><Buckets></Buckets></ListAllMyBucketsResult>"#,
@@ -404,27 +439,22 @@ mod tests {
             .expect(1)
             .mount(&server)
             .await;
-        Live.verify_keys(&provider, &keys(), &metrics)
-            .await
-            .unwrap();
-        assert!(metrics.encode().contains(
+        store_login(&shared).await.unwrap();
+        assert!(shared.metrics.encode().contains(
             r#"keeper_backend_requests_total{backend="s3",operation="list_buckets",outcome="success"} 1"#
         ));
     }
 
     #[tokio::test]
     async fn refused_credentials_are_permanent() {
-        let (server, provider, metrics) = provider().await;
+        let (server, shared) = provider().await;
         Mock::given(method("GET"))
             .respond_with(ResponseTemplate::new(403).set_body_string(
                 r#"<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyId</Code><Message>The key does not exist.</Message></Error>"#,
             ))
             .mount(&server)
             .await;
-        let err = Live
-            .verify_keys(&provider, &keys(), &metrics)
-            .await
-            .unwrap_err();
+        let err = store_login(&shared).await.unwrap_err();
         assert!(err.is_permanent(), "{err:?}");
         assert!(err.to_string().contains("InvalidAccessKeyId"), "{err}");
         assert!(!err.to_string().contains("secret"), "{err}");
@@ -432,7 +462,7 @@ mod tests {
 
     #[tokio::test]
     async fn server_errors_are_transient() {
-        let (server, provider, metrics) = provider().await;
+        let (server, shared) = provider().await;
         Mock::given(method("GET"))
             .respond_with(
                 ResponseTemplate::new(503).set_body_string(
@@ -441,10 +471,7 @@ mod tests {
             )
             .mount(&server)
             .await;
-        let err = Live
-            .verify_keys(&provider, &keys(), &metrics)
-            .await
-            .unwrap_err();
+        let err = store_login(&shared).await.unwrap_err();
         assert!(!err.is_permanent(), "{err:?}");
         assert_eq!(err.class, ErrorClass::Transient);
     }
@@ -464,6 +491,25 @@ mod tests {
         let mut no_s3 = account;
         no_s3.capabilities = vec!["management".into()];
         assert!(!observe(no_s3, "keeper.dev/owner-uid=u").managed_fields_ok);
+    }
+
+    #[tokio::test]
+    async fn the_grid_is_reached_as_the_given_administrator_and_only_on_a_grid_provider() {
+        let shared = testing::shared(
+            Arc::new(FakeKube::default()),
+            OperatorConfig::parse(testing::TWO_PROVIDERS).unwrap(),
+        );
+        let admin = |provider: &str| GridAdmin {
+            provider: shared.providers.get(provider).unwrap(),
+            login: Login::grid("admin", "pw"),
+        };
+        let grid = Live.connect(&shared, &admin("default")).await.unwrap();
+        assert_eq!(grid.admin, Login::grid("admin", "pw"));
+        let refused = Live.connect(&shared, &admin("store")).await.err().unwrap();
+        assert!(
+            matches!(&refused, Error::ProviderClient { provider, .. } if provider == "store"),
+            "{refused:?}"
+        );
     }
 
     #[test]

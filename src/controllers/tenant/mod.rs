@@ -22,7 +22,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 
-use self::backend::{BackendError, Backends, Live, is_bad_credentials};
+use self::backend::{BackendError, Connector, Live, is_bad_credentials};
 use crate::api::names::TENANT_FINALIZER;
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus};
 use crate::backends::identity;
@@ -121,14 +121,15 @@ impl ReconcileError for Error {
     }
 }
 
-/// The S3Tenant reconciler over its backends ([`Live`] in production, fakes in tests).
-pub struct S3TenantReconciler<B: Backends = Live> {
-    backends: B,
+/// The S3Tenant reconciler over its connection to providers ([`Live`] in production, fakes in
+/// tests).
+pub struct S3TenantReconciler<C: Connector = Live> {
+    connector: C,
 }
 
-impl<B: Backends> S3TenantReconciler<B> {
-    pub fn new(backends: B) -> Self {
-        S3TenantReconciler { backends }
+impl<C: Connector> S3TenantReconciler<C> {
+    pub fn new(connector: C) -> Self {
+        S3TenantReconciler { connector }
     }
 }
 
@@ -153,7 +154,7 @@ fn bucket_to_tenant(bucket: S3Bucket) -> Option<ObjectRef<S3Tenant>> {
     Some(ObjectRef::new(&bucket.spec.tenant_ref.name).within(&namespace))
 }
 
-impl<B: Backends> Reconciler for S3TenantReconciler<B> {
+impl<C: Connector> Reconciler for S3TenantReconciler<C> {
     type Resource = S3Tenant;
     type Error = Error;
     const NAME: &'static str = "s3tenant";

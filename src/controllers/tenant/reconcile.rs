@@ -4,13 +4,13 @@
 pub mod provision;
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 
 use self::provision::{Recorded, TenantStore};
-use super::backend::{AccountBackend, Backends};
+use super::backend::{AccountBackend, Connector, GridAdmin, StoreLogin};
 use super::plan::{self, DeletionGate, DeletionStep, RemainingBuckets};
 use super::{BLOCKED_RECHECK, DELETE_CONFIRM, Error, S3TenantReconciler};
 use crate::api::names::{tenant_credentials_secret_name, tenant_root_secret_name};
@@ -23,13 +23,13 @@ use crate::cluster::{Hold, Target, owned_secret, owned_secret_object, secret_dat
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
 use crate::providers::ProviderClients;
-use crate::runtime::{self, Context, Next, Note, Outcome, conditions};
+use crate::runtime::{self, Connect, Context, Next, Note, Outcome, conditions};
 
-type Cx<B> = Context<S3TenantReconciler<B>>;
+type Cx<C> = Context<S3TenantReconciler<C>>;
 
 /// Brings the backend to the spec and publishes the credentials; Ready when done.
-pub async fn apply<B: Backends>(
-    cx: &Cx<B>,
+pub async fn apply<C: Connector>(
+    cx: &Cx<C>,
     tenant: &S3Tenant,
 ) -> Result<Outcome<S3TenantStatus>, Error> {
     let name = tenant.name_any();
@@ -58,10 +58,11 @@ pub async fn apply<B: Backends>(
             let keys = provider
                 .s3_keys(cx.kube(), &cx.shared.operator_namespace)
                 .await?;
-            cx.reconciler
-                .backends
-                .verify_keys(&provider, &keys, &cx.shared.metrics)
-                .await?;
+            let store = StoreLogin {
+                provider: provider.clone(),
+                keys: keys.clone(),
+            };
+            cx.reconciler.connector.connect(&cx.shared, &store).await?;
             match p.bucket_keys() {
                 BucketKeys::Shared => publish_credentials(cx, tenant, &keys, &provider).await?,
                 // Each bucket gets keys of its own; the provider's keys stay in keeper's
@@ -110,8 +111,8 @@ pub async fn apply<B: Backends>(
 
 /// Whether the provider's `allowedNamespaces` admits the tenant's namespace (its labels are read
 /// only when a selector needs them).
-async fn namespace_allowed<B: Backends>(
-    cx: &Cx<B>,
+async fn namespace_allowed<C: Connector>(
+    cx: &Cx<C>,
     tenant: &S3Tenant,
     provider: &ProviderClients,
 ) -> Result<(), Error> {
@@ -150,8 +151,8 @@ fn buckets_remain(
 }
 
 /// Deletes the account once no bucket remains; holds the tenant, saying why, until then.
-pub async fn cleanup<B: Backends>(
-    cx: &Cx<B>,
+pub async fn cleanup<C: Connector>(
+    cx: &Cx<C>,
     tenant: &S3Tenant,
 ) -> Result<Outcome<S3TenantStatus>, Error> {
     let name = tenant.name_any();
@@ -283,7 +284,10 @@ async fn delete_account<A: AccountBackend>(
 }
 
 /// The provider's grid, signed in as the administrator named by the provider's Secret.
-async fn grid<B: Backends>(cx: &Cx<B>, provider: &ProviderClients) -> Result<B::Accounts, Error> {
+async fn grid<C: Connector>(
+    cx: &Cx<C>,
+    provider: &Arc<ProviderClients>,
+) -> Result<<C as Connect<GridAdmin>>::Backend, Error> {
     let [username, password] = provider
         .credentials(
             cx.kube(),
@@ -291,18 +295,16 @@ async fn grid<B: Backends>(cx: &Cx<B>, provider: &ProviderClients) -> Result<B::
             ["username", "password"],
         )
         .await?;
-    cx.reconciler
-        .backends
-        .accounts(provider, Login::grid(username, password))
-        .ok_or_else(|| Error::ProviderClient {
-            provider: provider.name.clone(),
-            message: "not a StorageGRID provider".to_string(),
-        })
+    let admin = GridAdmin {
+        provider: provider.clone(),
+        login: Login::grid(username, password),
+    };
+    cx.reconciler.connector.connect(&cx.shared, &admin).await
 }
 
 /// The tenant's S3Bucket resources, from the cache.
-async fn bucket_resources<B: Backends>(
-    cx: &Cx<B>,
+async fn bucket_resources<C: Connector>(
+    cx: &Cx<C>,
     tenant: &S3Tenant,
 ) -> Result<Vec<(String, String)>, Error> {
     let namespace = tenant.namespace().unwrap_or_default();
@@ -310,8 +312,8 @@ async fn bucket_resources<B: Backends>(
 }
 
 /// Writes the credentials Secret (only when something changed).
-async fn publish_credentials<B: Backends>(
-    cx: &Cx<B>,
+async fn publish_credentials<C: Connector>(
+    cx: &Cx<C>,
     tenant: &S3Tenant,
     keys: &Keys,
     provider: &ProviderClients,
@@ -339,7 +341,7 @@ async fn publish_credentials<B: Backends>(
 
 /// Lets the tenant's Secrets go once nothing needs them: the tenant is released, and no bucket
 /// cleanup is left to sign in with them (the deletion waited for every bucket).
-async fn unhold_secrets<B: Backends>(cx: &Cx<B>, tenant: &S3Tenant) -> Result<(), Error> {
+async fn unhold_secrets<C: Connector>(cx: &Cx<C>, tenant: &S3Tenant) -> Result<(), Error> {
     let name = tenant.name_any();
     for secret in [
         tenant_credentials_secret_name(&name),
@@ -353,8 +355,8 @@ async fn unhold_secrets<B: Backends>(cx: &Cx<B>, tenant: &S3Tenant) -> Result<()
 }
 
 /// The tenant's Secrets and status on Kubernetes, as a [`TenantStore`].
-struct KubeStore<'a, B: Backends> {
-    cx: &'a Cx<B>,
+struct KubeStore<'a, C: Connector> {
+    cx: &'a Cx<C>,
     tenant: &'a S3Tenant,
     provider: &'a ProviderClients,
     status: Mutex<S3TenantStatus>,
@@ -363,9 +365,9 @@ struct KubeStore<'a, B: Backends> {
     root_secret: Mutex<Option<Secret>>,
 }
 
-impl<'a, B: Backends> KubeStore<'a, B> {
+impl<'a, C: Connector> KubeStore<'a, C> {
     fn new(
-        cx: &'a Cx<B>,
+        cx: &'a Cx<C>,
         tenant: &'a S3Tenant,
         status: &S3TenantStatus,
         provider: &'a ProviderClients,
@@ -408,7 +410,7 @@ impl<'a, B: Backends> KubeStore<'a, B> {
     }
 }
 
-impl<B: Backends> TenantStore for KubeStore<'_, B> {
+impl<C: Connector> TenantStore for KubeStore<'_, C> {
     type Error = Error;
 
     async fn root_password(&self) -> Result<Option<String>, Error> {

@@ -1,8 +1,8 @@
 //! What the bucket state machines need from a storage backend, behind one small trait so that
 //! the controller logic is tested against an in-memory fake; its two implementations
-//! ([`s3::S3Compatible`], [`grid::StorageGrid`]); and [`Connector`], which signs in to the
-//! tenant's provider: a StorageGRID tenant as its root user, an S3-compatible store with the
-//! provider's own keys (read from keeper's namespace, never from a tenant's).
+//! ([`s3::S3Compatible`], [`grid::StorageGrid`]); and [`Live`], which connects to the tenant's
+//! storage ([`TenantStorage`]): a StorageGRID tenant as its root user, an S3-compatible store
+//! with the provider's own keys (read from keeper's namespace, never from a tenant's).
 
 mod grid;
 mod s3;
@@ -21,11 +21,11 @@ use crate::api::{DrainMode, S3Tenant};
 use crate::backends::Keys;
 use crate::backends::s3::{DeleteOutcome, OwnerMark};
 use crate::backends::storagegrid;
-use crate::cluster::{Kube, Target, owned_secret};
+use crate::cluster::{SecretError, Target, owned_secret};
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::error::BackendError;
-use crate::metrics::Metrics;
 use crate::providers::ProviderClients;
+use crate::runtime::{Connect, Shared};
 
 pub use grid::StorageGrid;
 pub use s3::{Credentials, S3Compatible};
@@ -241,21 +241,38 @@ pub trait BucketBackend: Send + Sync {
     fn identity(&self) -> impl Future<Output = Result<Option<String>, BackendError>> + Send;
 }
 
-/// Signs in to a tenant's storage. The reconciler is generic over it so that its tests run the
-/// whole reconcile against an in-memory backend.
-pub trait Connect: Send + Sync + 'static {
-    type Backend: BucketBackend;
+/// What a bucket connects to: its tenant (Ready, past the bucket's gate) on the tenant's
+/// provider.
+pub struct TenantStorage {
+    pub tenant: Arc<S3Tenant>,
+    pub clients: Arc<ProviderClients>,
+}
 
-    /// The backend of `tenant` on its provider, or what is still missing (not an error: the
-    /// tenant is being set up). Provider Secrets without a namespace are in `operator_namespace`.
-    fn connect(
-        &self,
-        kube: &dyn Kube,
-        metrics: &Arc<Metrics>,
-        tenant: &S3Tenant,
-        clients: &ProviderClients,
-        operator_namespace: &str,
-    ) -> impl Future<Output = Result<Result<Self::Backend, Wait>, Error>> + Send;
+/// How the reconciler reaches a tenant's storage ([`Live`] in production, an in-memory backend in
+/// tests): named once, so that the reconciler and its steps carry one bound.
+pub trait Connector: Connect<TenantStorage, Backend: BucketBackend, Error = NotConnected> {}
+
+impl<C: Connect<TenantStorage, Backend: BucketBackend, Error = NotConnected>> Connector for C {}
+
+/// Why a tenant's storage cannot be reached now.
+#[derive(Debug)]
+pub enum NotConnected {
+    /// Not yet: something the tenant's setup makes is missing (not an error, the bucket waits).
+    Wait(Wait),
+    /// An error, for the shared policy.
+    Failed(Error),
+}
+
+impl From<Error> for NotConnected {
+    fn from(e: Error) -> Self {
+        NotConnected::Failed(e)
+    }
+}
+
+impl From<SecretError> for NotConnected {
+    fn from(e: SecretError) -> Self {
+        NotConnected::Failed(e.into())
+    }
 }
 
 /// Something outside the bucket that is not there yet: the `Ready=False` reason and message.
@@ -269,40 +286,40 @@ pub struct Wait {
 /// S3-compatible store with the provider's keys. Keeps what the buckets of one StorageGRID
 /// tenant share ([`grid::TenantLooks`]) for as long as the process runs.
 #[derive(Default)]
-pub struct Connector {
+pub struct Live {
     grid_looks: shared::PerTenant<grid::TenantLooks>,
 }
 
-impl Connect for Connector {
+impl Connect<TenantStorage> for Live {
     type Backend = AnyBackend;
+    type Error = NotConnected;
 
+    /// Provider Secrets without a namespace are in keeper's own.
     async fn connect(
         &self,
-        kube: &dyn Kube,
-        metrics: &Arc<Metrics>,
-        tenant: &S3Tenant,
-        clients: &ProviderClients,
-        operator_namespace: &str,
-    ) -> Result<Result<AnyBackend, Wait>, Error> {
+        shared: &Shared,
+        storage: &TenantStorage,
+    ) -> Result<AnyBackend, NotConnected> {
+        let (tenant, clients) = (storage.tenant.as_ref(), storage.clients.as_ref());
+        let (kube, metrics) = (shared.kube.as_ref(), &shared.metrics);
         let tenant_name = tenant.name_any();
         match &clients.config {
             Provider::S3Compatible(p) => {
                 // Bucket operations sign with the provider's keys, from keeper's own namespace: a
                 // tenant's namespace holds nothing keeper needs (a namespace being deleted can
                 // still have its buckets cleaned up).
-                let admin =
-                    clients
-                        .s3_keys(kube, operator_namespace)
-                        .await
-                        .map_err(|e| match e {
-                            crate::providers::ProviderError::Unavailable { .. } => {
-                                Error::Retry(e.to_string())
-                            }
-                            _ => Error::Invalid {
-                                reason: "ProviderSecretInvalid",
-                                message: e.to_string(),
-                            },
-                        })?;
+                let admin = clients
+                    .s3_keys(kube, &shared.operator_namespace)
+                    .await
+                    .map_err(|e| match e {
+                        crate::providers::ProviderError::Unavailable { .. } => {
+                            Error::Retry(e.to_string())
+                        }
+                        _ => Error::Invalid {
+                            reason: "ProviderSecretInvalid",
+                            message: e.to_string(),
+                        },
+                    })?;
                 let credentials = match p.bucket_keys() {
                     BucketKeys::Shared => Credentials::Shared(admin.clone()),
                     BucketKeys::PerBucketUser(_) => {
@@ -326,16 +343,17 @@ impl Connect for Connector {
                         return Err(Error::Invalid {
                             reason: "ProviderKeysUnconfigured",
                             message: unconfigured_keys_message(&clients.name),
-                        });
+                        }
+                        .into());
                     }
                 };
-                Ok(Ok(AnyBackend::S3(S3Compatible {
+                Ok(AnyBackend::S3(S3Compatible {
                     store: clients.s3(&admin),
                     metrics: metrics.clone(),
                     credentials,
                     pace: s3::drain_pace(&p.drain),
                     identity: (clients.identity_cache(), clients.s3_endpoint()),
-                })))
+                }))
             }
             Provider::StorageGrid(_) => {
                 let client = clients
@@ -344,7 +362,7 @@ impl Connect for Connector {
                     .expect("a StorageGRID provider has a grid client");
                 let Some(account_id) = tenant.status.as_ref().and_then(|s| s.account_id.clone())
                 else {
-                    return Ok(Err(Wait {
+                    return Err(NotConnected::Wait(Wait {
                         reason: "TenantAccountMissing",
                         message: format!(
                             "S3Tenant {tenant_name:?} has no StorageGRID account id yet"
@@ -357,7 +375,7 @@ impl Connect for Connector {
                     .and_then(|data| data.get("password").cloned())
                     .filter(|p| !p.is_empty());
                 let Some(password) = password else {
-                    return Ok(Err(Wait {
+                    return Err(NotConnected::Wait(Wait {
                         reason: "TenantCredentialsMissing",
                         message: format!(
                             "the tenant's root credentials Secret {secret_name:?} does not exist yet or lacks a password"
@@ -367,7 +385,7 @@ impl Connect for Connector {
                 let looks = self
                     .grid_looks
                     .of(&format!("{}/{account_id}", clients.name));
-                Ok(Ok(AnyBackend::Grid(StorageGrid {
+                Ok(AnyBackend::Grid(StorageGrid {
                     client,
                     tenant: storagegrid::Login::tenant_root(account_id, password),
                     looks,
@@ -375,13 +393,16 @@ impl Connect for Connector {
                         usage: clients.config.usage_refresh(),
                         check: clients.config.bucket_check_interval(),
                     },
-                })))
+                }))
             }
         }
     }
 }
 
-/// The storage behind a tenant: one of the two implementations, chosen by its provider.
+/// The storage behind a tenant: one of the two implementations, chosen by its provider. An enum,
+/// not a trait object ([`BucketBackend`]'s async methods are not object-safe), forwarded by the
+/// `either!` macro below, the one place that dispatches: the reconcile never asks which kind it
+/// has.
 pub enum AnyBackend {
     S3(S3Compatible),
     Grid(StorageGrid),
@@ -486,8 +507,8 @@ mod tests {
     use super::*;
     use crate::api::S3TenantStatus;
     use crate::api::names::tenant_credentials_secret_name;
-    use crate::cluster::Hold;
     use crate::cluster::fake::FakeKube;
+    use crate::cluster::{Hold, Kube};
     use crate::config::OperatorConfig;
     use crate::runtime::testing;
 
@@ -534,17 +555,15 @@ mod tests {
                 "held, being deleted"
             );
         }
-        let clients = shared.providers.get(provider).unwrap();
-        Connector::default()
-            .connect(
-                kube.as_ref(),
-                &shared.metrics,
-                &tenant,
-                &clients,
-                "keeper-system",
-            )
-            .await
-            .unwrap()
+        let storage = TenantStorage {
+            tenant: Arc::new(tenant),
+            clients: shared.providers.get(provider).unwrap(),
+        };
+        match Live::default().connect(&shared, &storage).await {
+            Ok(backend) => Ok(backend),
+            Err(NotConnected::Wait(wait)) => Err(wait),
+            Err(NotConnected::Failed(e)) => panic!("{e}"),
+        }
     }
 
     #[tokio::test]

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::super::backend::{BucketBackend, Connect, KeyCheck};
+use super::super::backend::{BucketBackend, Connector, KeyCheck};
 use super::super::plan::keys::{self as key_plan, FirstLook, KeySource, Publication};
 use super::super::plan::lifecycle::{self};
 use super::super::plan::ready::KeysVerdict;
@@ -55,7 +55,7 @@ struct CredentialsSecret<'a> {
 
 impl CredentialsSecret<'_> {
     /// Writes `data` if the Secret is still as read. A conflict is the API's 409.
-    async fn swap<C: Connect>(
+    async fn swap<C: Connector>(
         &mut self,
         cx: &Context<S3BucketReconciler<C>>,
         data: BTreeMap<String, String>,
@@ -80,7 +80,7 @@ impl CredentialsSecret<'_> {
 
     /// Changes the Secret (an annotation only) from the version read, so that no writer that read
     /// it before can publish any more: the keys it was about to publish may then be deleted.
-    async fn claim<C: Connect>(
+    async fn claim<C: Connector>(
         &mut self,
         cx: &Context<S3BucketReconciler<C>>,
         now: Timestamp,
@@ -96,7 +96,7 @@ impl CredentialsSecret<'_> {
 /// and a new key issued and published (see [`key_plan::KeySteps`] for why deletions wait for a
 /// write of the Secret). `replace`: new keys are wanted (a rotation, or the published keys are
 /// lost).
-async fn settle_keys<B: BucketBackend, C: Connect>(
+async fn settle_keys<B: BucketBackend, C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     backend: &B,
     secret: &mut CredentialsSecret<'_>,
@@ -198,7 +198,7 @@ async fn settle_keys<B: BucketBackend, C: Connect>(
 
 /// Publishes `<name>-credentials`, handles `keeper.dev/rotate-credentials`, and says whether
 /// the store accepts the keys.
-pub(super) async fn publish_credentials<B: BucketBackend, C: Connect>(
+pub(super) async fn publish_credentials<B: BucketBackend, C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     backend: &B,
     obj: &S3Bucket,

@@ -3,7 +3,7 @@
 
 use kube::ResourceExt;
 
-use super::super::backend::{BucketBackend, Connect, Owner};
+use super::super::backend::{BucketBackend, Connector, Owner};
 use super::super::plan::drain::{self, LettingGo};
 use super::super::plan::lifecycle::{self};
 use super::super::plan::requests::{self, Kind};
@@ -243,7 +243,7 @@ fn conditions_message(status: &S3BucketStatus, type_: &str) -> String {
 
 /// Cleans up after a deleted bucket; [`Next::Release`] once nothing of it is left (or it is
 /// retained by policy, or was never keeper's).
-pub async fn cleanup<C: Connect>(
+pub async fn cleanup<C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     obj: &S3Bucket,
 ) -> Result<Outcome<S3BucketStatus>, Error> {
@@ -283,7 +283,7 @@ pub async fn cleanup<C: Connect>(
 }
 
 /// See [`View::only_key`]. `None` when the Secret cannot be read: the user's keys are listed.
-async fn only_published_key<C: Connect>(
+async fn only_published_key<C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     obj: &S3Bucket,
 ) -> Option<String> {
@@ -303,7 +303,7 @@ async fn only_published_key<C: Connect>(
 
 /// A retained bucket keeps working, and so do its keys: the credentials Secret is released from
 /// the resource (the garbage collector keeps it), and an event says so.
-async fn keep_credentials<C: Connect>(
+async fn keep_credentials<C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     obj: &S3Bucket,
     out: &mut Outcome<S3BucketStatus>,

@@ -1,6 +1,6 @@
 //! F16: the create intent, recorded in status before keeper creates a bucket.
 
-use super::super::backend::{BucketBackend, Connect, Owner};
+use super::super::backend::{BucketBackend, Connector, Owner};
 use super::super::plan::lifecycle::{self};
 use super::super::{Error, S3BucketReconciler};
 use super::View;
@@ -25,7 +25,7 @@ async fn needs_intent<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result<
 /// must live where those who may edit the S3Bucket cannot write it; an annotation (as keeper
 /// wrote with its finalizer before, a write saved) could be set by any of them to take someone's
 /// bucket past the adoption rules. One API write more per new bucket.
-pub(super) async fn record_create_intent<C: Connect>(
+pub(super) async fn record_create_intent<C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     backend: &C::Backend,
     view: &mut View<'_>,

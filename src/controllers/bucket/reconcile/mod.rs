@@ -24,7 +24,10 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::backend::{BucketBackend, Connect, DesiredBucket, Ensured, Observed, Owner, Wait};
+use super::backend::{
+    BucketBackend, Connector, DesiredBucket, Ensured, NotConnected, Observed, Owner, TenantStorage,
+    Wait,
+};
 use super::plan::drain::{self as drain_plan, DrainSettings};
 use super::plan::lifecycle::{self, Adoption, TenantGate};
 use super::plan::ready::{self, KeysVerdict, Usable};
@@ -311,7 +314,7 @@ struct Resolved<'a, B> {
 
 /// Resolves tenant, provider and credentials into a backend and a view of the bucket. Spec and
 /// configuration problems are permanent errors; a tenant not ready yet is a wait.
-async fn resolve<'a, C: Connect>(
+async fn resolve<'a, C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     obj: &'a S3Bucket,
 ) -> Result<Result<Resolved<'a, C::Backend>, Wait>, Error> {
@@ -355,20 +358,14 @@ async fn resolve<'a, C: Connect>(
         .region
         .clone()
         .unwrap_or_else(|| clients.region().to_string());
-    let backend = match cx
-        .reconciler
-        .connector
-        .connect(
-            cx.kube(),
-            &cx.shared.metrics,
-            &tenant,
-            &clients,
-            &cx.shared.operator_namespace,
-        )
-        .await?
-    {
+    let storage = TenantStorage {
+        tenant,
+        clients: clients.clone(),
+    };
+    let backend = match cx.reconciler.connector.connect(&cx.shared, &storage).await {
         Ok(backend) => backend,
-        Err(wait) => return Ok(Err(wait)),
+        Err(NotConnected::Wait(wait)) => return Ok(Err(wait)),
+        Err(NotConnected::Failed(e)) => return Err(e),
     };
     let adoption = adoption(cx, obj, &clients).await?;
     let uid = obj.uid().unwrap_or_default();
@@ -413,7 +410,7 @@ async fn resolve<'a, C: Connect>(
 
 /// Whether the bucket may adopt an existing bucket, as asked (the namespace's labels are read
 /// only when the provider's adoption setting selects by label).
-async fn adoption<C: Connect>(
+async fn adoption<C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     obj: &S3Bucket,
     clients: &ProviderClients,
@@ -438,7 +435,7 @@ async fn adoption<C: Connect>(
 
 /// Reconciles a live bucket: create or converge it, refresh usage, run the drain machine, and
 /// publish its credentials once it is usable.
-pub async fn apply<C: Connect>(
+pub async fn apply<C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     obj: &S3Bucket,
 ) -> Result<Outcome<S3BucketStatus>, Error> {
@@ -474,7 +471,7 @@ pub async fn apply<C: Connect>(
 /// create intent) when the credentials half fails: the error discards the outcome, and a bucket
 /// whose IAM setup keeps failing (a user limit reached) must still be known as this object's, so
 /// that deleting the object deletes it. Costs nothing on success, where the outcome carries it.
-async fn record_storage<C: Connect>(
+async fn record_storage<C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     obj: &S3Bucket,
     storage: &S3BucketStatus,

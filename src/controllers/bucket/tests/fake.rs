@@ -4,19 +4,16 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::api::{DrainMode, S3Tenant};
+use crate::api::DrainMode;
 use crate::backends::Keys;
 use crate::backends::s3::DeleteOutcome;
-use crate::cluster::Kube;
-use crate::controllers::bucket::Error;
 use crate::controllers::bucket::backend::{
-    BucketBackend, Connect, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner,
-    Purpose, Wait,
+    BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, NotConnected, Observed, Owner,
+    Purpose, TenantStorage,
 };
 use crate::controllers::bucket::plan::keys::KeySource;
 use crate::error::{BackendError, ErrorClass};
-use crate::metrics::Metrics;
-use crate::providers::ProviderClients;
+use crate::runtime::{Connect, Shared};
 use crate::test_support::Pauses;
 
 #[derive(Debug, Clone, Default)]
@@ -411,17 +408,15 @@ fake_backend!(Fake);
 fake_backend!(Arc<Fake>);
 
 /// Hands the shared fake to the reconciler, whatever the tenant.
-impl Connect for Arc<Fake> {
+impl Connect<TenantStorage> for Arc<Fake> {
     type Backend = Arc<Fake>;
+    type Error = NotConnected;
 
     async fn connect(
         &self,
-        _kube: &dyn Kube,
-        _metrics: &Arc<Metrics>,
-        _tenant: &S3Tenant,
-        _clients: &ProviderClients,
-        _operator_namespace: &str,
-    ) -> Result<Result<Arc<Fake>, Wait>, Error> {
-        Ok(Ok(self.clone()))
+        _shared: &Shared,
+        _storage: &TenantStorage,
+    ) -> Result<Arc<Fake>, NotConnected> {
+        Ok(self.clone())
     }
 }

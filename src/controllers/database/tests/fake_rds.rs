@@ -2,12 +2,14 @@
 //! `creating` and stay `deleting` until told otherwise; failures are injectable per operation.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::api::DatabaseEndpoint;
+use crate::api::{CloudDatabase, DatabaseEndpoint};
 use crate::backends::rds::{DbInstance, FinalSnapshot, Modification, NewInstance, Password};
+use crate::controllers::database::Error;
 use crate::controllers::database::backend::{Created, DatabaseBackend};
 use crate::error::{BackendError, ErrorClass};
+use crate::runtime::{Connect, Shared};
 use crate::test_support::Pauses;
 
 /// An RDS error as the client classifies it.
@@ -19,11 +21,22 @@ fn not_found() -> BackendError {
     rds_error(ErrorClass::NotFound, "DBInstanceNotFound", "not found")
 }
 
-#[derive(Default)]
+/// Clones share their state (the reconciler connects to a clone, the test keeps one).
+#[derive(Clone, Default)]
 pub struct FakeRds {
-    pub state: Mutex<FakeRdsState>,
+    pub state: Arc<Mutex<FakeRdsState>>,
     /// Calls that stop once they have acted, until the test lets them go.
-    pub pauses: Pauses,
+    pub pauses: Arc<Pauses>,
+}
+
+/// Hands the shared fake to the reconciler, whatever the database.
+impl Connect<CloudDatabase> for FakeRds {
+    type Backend = FakeRds;
+    type Error = Error;
+
+    async fn connect(&self, _shared: &Shared, _db: &CloudDatabase) -> Result<FakeRds, Error> {
+        Ok(self.clone())
+    }
 }
 
 #[derive(Default)]

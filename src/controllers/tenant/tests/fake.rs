@@ -1,17 +1,19 @@
 //! An in-memory grid and tenant store that can "crash" before any chosen backend or store step,
-//! and [`Backends`] over them for reconcile tests.
+//! and a connector to them for reconcile tests.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::backends::Keys;
-use crate::backends::storagegrid::{self, Login};
-use crate::controllers::tenant::backend::{AccountBackend, BackendError, Backends, IssuedKey};
+use crate::backends::storagegrid;
+use crate::controllers::tenant::Error;
+use crate::controllers::tenant::backend::{
+    AccountBackend, BackendError, GridAdmin, IssuedKey, StoreLogin,
+};
 use crate::controllers::tenant::plan::{AccountSettings, ObservedAccount};
 use crate::controllers::tenant::reconcile::provision::Recorded;
 use crate::controllers::tenant::reconcile::provision::TenantStore;
-use crate::metrics::Metrics;
-use crate::providers::ProviderClients;
+use crate::runtime::{Connect, Shared};
 use crate::test_support::Pauses;
 
 /// A grid; clones share their state (the reconciler gets a clone, the test keeps one).
@@ -420,7 +422,7 @@ impl TenantStore for Store<'_> {
     }
 }
 
-/// [`Backends`] over the fake grid and a scripted S3 credential check.
+/// Connects to the fake grid, and to a store whose credential check is scripted.
 #[derive(Clone, Default)]
 pub struct FakeBackends {
     pub grid: Grid,
@@ -430,24 +432,24 @@ pub struct FakeBackends {
     pub verified: Arc<Mutex<Vec<Keys>>>,
 }
 
-impl Backends for FakeBackends {
-    type Accounts = Grid;
+impl Connect<GridAdmin> for FakeBackends {
+    type Backend = Grid;
+    type Error = Error;
 
-    fn accounts(&self, provider: &ProviderClients, admin: Login) -> Option<Grid> {
-        provider.grid()?;
-        self.grid.state.lock().unwrap().admin = Some(admin.username.clone());
-        Some(self.grid.clone())
+    async fn connect(&self, _shared: &Shared, grid: &GridAdmin) -> Result<Grid, Error> {
+        self.grid.state.lock().unwrap().admin = Some(grid.login.username.clone());
+        Ok(self.grid.clone())
     }
+}
 
-    async fn verify_keys(
-        &self,
-        _provider: &ProviderClients,
-        keys: &Keys,
-        _metrics: &Metrics,
-    ) -> Result<(), BackendError> {
-        self.verified.lock().unwrap().push(keys.clone());
+impl Connect<StoreLogin> for FakeBackends {
+    type Backend = ();
+    type Error = Error;
+
+    async fn connect(&self, _shared: &Shared, store: &StoreLogin) -> Result<(), Error> {
+        self.verified.lock().unwrap().push(store.keys.clone());
         match self.verify.lock().unwrap().clone() {
-            Some(e) => Err(e),
+            Some(e) => Err(e.into()),
             None => Ok(()),
         }
     }
