@@ -212,6 +212,22 @@ impl<S: KeeperStatus> Outcome<S> {
         }
     }
 
+    /// A deletion blocked by what neither keeper nor a spec change settles (the backend resource
+    /// is out of keeper's sight: moved to another region or account): [`Outcome::deletion_blocked`],
+    /// looked at again at the pace of a permanent failure ([`PERMANENT_RETRY`], set here as
+    /// [`Outcome::fail`] sets it, so that no controller keeps a pace of its own). Returns that
+    /// pace, for a step that returns what comes next.
+    pub fn deletion_blocked_permanently(
+        &mut self,
+        reason: &'static str,
+        message: impl Into<String>,
+        generation: Option<i64>,
+    ) -> Next {
+        self.deletion_blocked(reason, message, generation);
+        self.next = Next::Requeue(PERMANENT_RETRY);
+        self.next
+    }
+
     /// Clears `DeletionBlocked` (the object is live again or no longer blocked).
     pub fn deletion_unblocked(&mut self) {
         conditions::remove(self.status.conditions_mut(), conditions::DELETION_BLOCKED);
@@ -238,6 +254,20 @@ mod tests {
         assert!(again.notes.is_empty(), "the same block publishes nothing");
         again.deletion_blocked("BucketsRemain", "1 bucket remains", Some(1));
         assert_eq!(again.notes.len(), 1, "a changed message is news");
+    }
+
+    #[test]
+    fn a_permanently_blocked_deletion_is_blocked_and_looks_again_at_the_permanent_pace() {
+        let mut out = Outcome::new(S3TenantStatus::default(), Next::Release);
+        let next = out.deletion_blocked_permanently("RegionMismatch", "moved", Some(1));
+        assert_eq!(next, Next::Requeue(PERMANENT_RETRY));
+        assert_eq!(out.next, next);
+        assert_eq!(out.status.phase, Some(TenantPhase::Deleting));
+        assert!(conditions::is_true(
+            &out.status.conditions,
+            conditions::DELETION_BLOCKED
+        ));
+        assert_eq!(out.notes, vec![Note::warning("DeletionBlocked", "moved")]);
     }
 
     #[test]

@@ -24,7 +24,6 @@ use crate::cluster::retained::{Retained, retain_secret};
 use crate::cluster::{Target, owned_secret_object, secret_data};
 use crate::error::BackendError;
 use crate::runtime::conditions::DELETION_BLOCKED;
-use crate::runtime::policy::PERMANENT_RETRY;
 use crate::runtime::{self, Context, Next, Note, Outcome};
 
 type Cx<C> = Context<CloudDatabaseReconciler<C>>;
@@ -369,12 +368,11 @@ async fn cleanup_steps<C: Connector>(
     if let Placement::Moved { recorded, current } =
         plan::placement(out.status.region.as_deref(), backend.region().as_deref())
     {
-        out.deletion_blocked(
+        return Ok(out.deletion_blocked_permanently(
             "RegionMismatch",
             plan::region_mismatch_deletion_message(id, &recorded, &current),
             generation,
-        );
-        return Ok(Next::Requeue(PERMANENT_RETRY));
+        ));
     }
     let mut instance = match backend.describe(id).await {
         Ok(instance) => instance,
@@ -407,12 +405,11 @@ async fn cleanup_steps<C: Connector>(
         match step {
             CleanupStep::Release => return Ok(Next::Release),
             CleanupStep::AccountChanged { recorded, live } => {
-                out.deletion_blocked(
+                return Ok(out.deletion_blocked_permanently(
                     identity::IDENTITY_CHANGED,
                     plan::account_changed_deletion_message(db, id, &recorded, &live),
                     generation,
-                );
-                return Ok(Next::Requeue(PERMANENT_RETRY));
+                ));
             }
             CleanupStep::Untag => {
                 let instance = instance.as_ref().expect("planned only for an instance");
