@@ -1,8 +1,8 @@
 //! The real seam: the process's informers for reads, the API for writes, and what keeper wrote
 //! until its caches have caught up.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::informer::{Informer, Informers};
 use super::secrets::{desired_secret, release_patch, swapped_secret, unhold_patch, write_secret};
+use super::written::{Written, version};
 use super::{Hold, Kube, KubeResult, Note, SecretError, Target, owned_by};
 use crate::api::names::CLEANUP_HOLD;
 use crate::api::{S3Bucket, S3Tenant};
@@ -31,9 +32,8 @@ pub struct KubeApi {
     provider_secrets: Vec<((String, String), Informer<Secret>)>,
     /// Whether namespaces are watched (some provider admits namespaces by label).
     watch_namespaces: bool,
-    /// Secrets keeper wrote, until the cache has caught up with the write: a reconcile right
-    /// after a write must see it, or it would generate a second password or key.
-    written: Mutex<HashMap<(String, String), Secret>>,
+    /// Secrets keeper wrote, until the cache has caught up with the write (see [`Written`]).
+    written: Arc<Written>,
 }
 
 impl KubeApi {
@@ -49,7 +49,13 @@ impl KubeApi {
     ) -> Self {
         informers.tenants();
         informers.buckets();
-        informers.managed_secrets();
+        let written = Arc::new(Written::default());
+        {
+            let written = written.clone();
+            informers
+                .managed_secrets()
+                .observe(move |change| written.cache_changed(change));
+        }
         if watch_namespaces {
             informers.namespaces();
         }
@@ -65,7 +71,7 @@ impl KubeApi {
                 .collect(),
             informers,
             watch_namespaces,
-            written: Mutex::default(),
+            written,
             client,
         }
     }
@@ -112,26 +118,15 @@ impl KubeApi {
             .then(|| managed.store().get(&key).map(|s| (*s).clone()))
     }
 
-    /// The newer of the cached Secret and the one keeper last wrote.
-    fn fresher(&self, namespace: &str, name: &str, cached: Option<Secret>) -> Option<Secret> {
-        let mut written = self.written.lock().expect("written lock");
-        let key = (namespace.to_string(), name.to_string());
-        let Some(ours) = written.get(&key) else {
-            return cached;
-        };
-        let version = |s: &Secret| {
-            s.metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        match (&cached, version(ours)) {
-            (Some(c), Some(w)) if version(c).is_some_and(|v| v >= w) => {
-                written.remove(&key);
-                cached
-            }
-            _ => Some(ours.clone()),
-        }
+    /// keeper wrote `secret`: read back until the cache has it.
+    fn wrote(&self, secret: Secret) {
+        let (namespace, name) = (secret.namespace().unwrap_or_default(), secret.name_any());
+        self.written.wrote(secret, || {
+            self.cached_secret(&namespace, &name)
+                .flatten()
+                .as_ref()
+                .and_then(version)
+        });
     }
 }
 
@@ -156,10 +151,7 @@ impl KubeApi {
             .await
         {
             Ok(written) => {
-                self.written
-                    .lock()
-                    .expect("written lock")
-                    .insert((owner.namespace.clone(), name.to_string()), written);
+                self.wrote(written);
                 Ok(true)
             }
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
@@ -191,10 +183,7 @@ impl Kube for KubeApi {
                 }),
                 ..DeleteParams::default()
             };
-            self.written
-                .lock()
-                .expect("written lock")
-                .remove(&(owner.namespace.clone(), name.to_string()));
+            self.written.forget(&owner.namespace, name);
             let api: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
             match api.delete(name, &params).await {
                 Ok(_) => Ok(true),
@@ -235,7 +224,7 @@ impl Kube for KubeApi {
                         .await?
                 }
             };
-            Ok(self.fresher(namespace, name, found))
+            Ok(self.written.fresher(namespace, name, found))
         }
         .boxed()
     }
@@ -270,10 +259,7 @@ impl Kube for KubeApi {
                 }
                 Err(e) => return Err(e.into()),
             };
-            self.written
-                .lock()
-                .expect("written lock")
-                .insert((namespace.to_string(), name.to_string()), written);
+            self.wrote(written);
             Ok(true)
         }
         .boxed()
@@ -328,10 +314,7 @@ impl Kube for KubeApi {
                 // `read`'s resourceVersion: refused with 409 Conflict when it changed since.
                 Some(_) => api.replace(name, &PostParams::default(), &secret).await?,
             };
-            self.written
-                .lock()
-                .expect("written lock")
-                .insert((namespace.to_string(), name.to_string()), written.clone());
+            self.wrote(written.clone());
             Ok(written)
         }
         .boxed()

@@ -57,6 +57,9 @@ impl<K> Change<K> {
 
 type Subscribers<K> = Arc<Mutex<Vec<mpsc::Sender<Change<K>>>>>;
 
+/// Callbacks told of each change before any subscriber hears of it ([`Informer::observe`]).
+type Observers<K> = Arc<Mutex<Vec<Box<dyn Fn(&Change<K>) + Send + Sync>>>>;
+
 /// Changes a subscriber may have waiting before the watch waits for it: a controller that falls
 /// behind slows its kind's watch down instead of growing a queue without bound. A relist of many
 /// objects goes through it in order, as fast as subscribers take it.
@@ -67,6 +70,7 @@ pub struct Informer<K: Resource<DynamicType = ()> + Clone + 'static> {
     store: Store<K>,
     synced: Arc<AtomicBool>,
     subscribers: Subscribers<K>,
+    observers: Observers<K>,
     quarantine: Arc<Mutex<Quarantine>>,
 }
 
@@ -232,6 +236,7 @@ impl<K: Watched> Informer<K> {
     ) -> Self {
         let (store, writer) = reflector::store();
         let subscribers: Subscribers<K> = Arc::default();
+        let observers: Observers<K> = Arc::default();
         let quarantine: Arc<Mutex<Quarantine>> = Arc::default();
         let synced = Arc::new(AtomicBool::new(false));
         let sorted = {
@@ -244,13 +249,17 @@ impl<K: Watched> Informer<K> {
         tokio::spawn(dispatch(
             events,
             store.clone(),
-            subscribers.clone(),
+            Listeners {
+                subscribers: subscribers.clone(),
+                observers: observers.clone(),
+            },
             synced.clone(),
         ));
         Informer {
             store,
             synced,
             subscribers,
+            observers,
             quarantine,
         }
     }
@@ -289,6 +298,16 @@ impl<K: Watched> Informer<K> {
         };
         subscribers.push(tx);
         futures::stream::iter(cached.into_iter().map(Change::Applied)).chain(receiver_stream(rx))
+    }
+
+    /// Runs `observer` on every change from now on, after the store has it and before any
+    /// subscriber hears of it: for bookkeeping that must be done by the time a reconcile the
+    /// change triggers runs. It holds up the watch, so it must be quick and must not block.
+    pub fn observe(&self, observer: impl Fn(&Change<K>) + Send + Sync + 'static) {
+        self.observers
+            .lock()
+            .expect("observers lock")
+            .push(Box::new(observer));
     }
 
     /// The changed objects as a controller's trigger stream (`Controller::for_stream`,
@@ -330,11 +349,21 @@ fn receiver_stream<T: Send + 'static>(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
-/// Drives the watch: the reflector applies each event to the store, then subscribers hear of it.
+/// Who hears of an informer's changes.
+struct Listeners<K> {
+    subscribers: Subscribers<K>,
+    observers: Observers<K>,
+}
+
+/// Drives the watch: the reflector applies each event to the store, then observers are told of
+/// it, then subscribers hear of it.
 async fn dispatch<K: Watched>(
     events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
     store: Store<K>,
-    subscribers: Subscribers<K>,
+    Listeners {
+        subscribers,
+        observers,
+    }: Listeners<K>,
     synced: Arc<AtomicBool>,
 ) {
     futures::pin_mut!(events);
@@ -363,6 +392,9 @@ async fn dispatch<K: Watched>(
         };
         if changes.is_empty() {
             continue;
+        }
+        for observe in observers.lock().expect("observers lock").iter() {
+            changes.iter().for_each(observe);
         }
         // The subscribers as they are now (one joining meanwhile has the store, which already
         // holds these changes); each is waited for while its buffer is full.

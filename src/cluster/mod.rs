@@ -6,7 +6,8 @@
 //!
 //! [`KubeApi`] (module `api`) is the real implementation; `fake::FakeKube` keeps everything in
 //! memory so that every controller's reconcile is unit-tested the same way, without an API server.
-//! Module `secrets` builds the Secrets keeper writes and the patches that let go of them.
+//! Module `secrets` builds the Secrets keeper writes and the patches that let go of them;
+//! `written` keeps what keeper wrote until the cache has caught up with it.
 
 mod api;
 #[cfg(test)]
@@ -17,6 +18,7 @@ mod secrets;
 #[cfg(test)]
 mod tests;
 pub mod triggers;
+mod written;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -366,3 +366,29 @@ async fn watches_of_several_namespaces_fill_one_store_and_one_namespaces_relist_
     assert!(invalid_now(&informer).await.is_empty());
     assert_eq!(stored(&store), ["a/x=2"]);
 }
+
+#[tokio::test]
+async fn observers_are_told_of_a_change_before_any_subscriber_hears_of_it() {
+    let (feed, informer) = informer();
+    let observed = Arc::new(Mutex::new(Vec::new()));
+    {
+        let observed = observed.clone();
+        informer.observe(move |change| {
+            let name = change.object().metadata.name.clone().unwrap();
+            let sign = if matches!(change, Change::Applied(_)) {
+                '+'
+            } else {
+                '-'
+            };
+            observed.lock().unwrap().push(format!("{sign}{name}"));
+        });
+    }
+    let mut changes = Box::pin(informer.changes());
+    let store = informer.store();
+    feed.list([map("a", "1")]);
+    assert_eq!(next(&mut changes, &store).await, "+a=1");
+    assert_eq!(*observed.lock().unwrap(), ["+a"]);
+    feed.send(Event::Delete(map("a", "1")));
+    assert_eq!(next(&mut changes, &store).await, "-a");
+    assert_eq!(*observed.lock().unwrap(), ["+a", "-a"]);
+}
