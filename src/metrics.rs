@@ -34,92 +34,97 @@ fn build_info() -> prometheus::IntGaugeVec {
     info
 }
 
+/// Bounds of the duration histograms, in seconds: from 5ms to half a minute, the span of one
+/// reconciliation and of one backend call.
+const DURATION_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// A counter vector with `labels`, registered in `registry`.
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let counter = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    register(registry, counter.clone());
+    counter
+}
+
+/// A histogram vector with `labels` and `buckets`, registered in `registry`.
+fn histogram(
+    registry: &Registry,
+    name: &str,
+    help: &str,
+    buckets: &[f64],
+    labels: &[&str],
+) -> HistogramVec {
+    let histogram = HistogramVec::new(
+        HistogramOpts::new(name, help).buckets(buckets.to_vec()),
+        labels,
+    )
+    .expect("valid metric");
+    register(registry, histogram.clone());
+    histogram
+}
+
+/// Registers `collector` in `registry`; see [`Metrics::register`].
+fn register<C: Collector + 'static>(registry: &Registry, collector: C) {
+    registry
+        .register(Box::new(collector))
+        .expect("metric registered twice");
+}
+
 impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
-        let reconcile_total = IntCounterVec::new(
-            Opts::new(
+        let metrics = Metrics {
+            reconcile_total: counter(
+                &registry,
                 "keeper_reconcile_total",
                 "Reconciliations by controller and result.",
+                &["controller", "result"],
             ),
-            &["controller", "result"],
-        )
-        .expect("valid metric");
-        let reconcile_duration = HistogramVec::new(
-            HistogramOpts::new(
+            reconcile_duration: histogram(
+                &registry,
                 "keeper_reconcile_duration_seconds",
                 "Time spent in one reconciliation.",
-            )
-            .buckets(vec![
-                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-            ]),
-            &["controller"],
-        )
-        .expect("valid metric");
-        let reconcile_errors = IntCounterVec::new(
-            Opts::new(
+                &DURATION_BUCKETS,
+                &["controller"],
+            ),
+            reconcile_errors: counter(
+                &registry,
                 "keeper_reconcile_errors_total",
                 "Failed reconciliations by controller and error reason.",
+                &["controller", "reason"],
             ),
-            &["controller", "reason"],
-        )
-        .expect("valid metric");
-        let backend_requests = IntCounterVec::new(
-            Opts::new(
+            backend_requests: counter(
+                &registry,
                 "keeper_backend_requests_total",
                 "Calls to storage and database backends by outcome.",
+                &["backend", "operation", "outcome"],
             ),
-            &["backend", "operation", "outcome"],
-        )
-        .expect("valid metric");
-        let backend_duration = HistogramVec::new(
-            HistogramOpts::new(
+            backend_duration: histogram(
+                &registry,
                 "keeper_backend_request_duration_seconds",
                 "Duration of calls to storage and database backends.",
-            )
-            .buckets(vec![
-                0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
-            ]),
-            &["backend", "operation"],
-        )
-        .expect("valid metric");
-        let rate_limited = HistogramVec::new(
-            HistogramOpts::new(
+                &DURATION_BUCKETS,
+                &["backend", "operation"],
+            ),
+            rate_limited: histogram(
+                &registry,
                 "keeper_backend_rate_limited_seconds",
                 "How long backend calls waited for their provider's request rate (requestsPerSecond) before they were sent; only backends with a rate.",
-            )
-            .buckets(vec![
-                0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-            ]),
-            &["backend"],
-        )
-        .expect("valid metric");
-        let retry_delay = HistogramVec::new(
-            HistogramOpts::new(
+                &[
+                    0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+                ],
+                &["backend"],
+            ),
+            retry_delay: histogram(
+                &registry,
                 "keeper_reconcile_retry_delay_seconds",
                 "How long a failed reconciliation waits before it is retried, as the object's backoff chose.",
-            )
-            .buckets(vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0]),
-            &["controller"],
-        )
-        .expect("valid metric");
-        let metrics = Metrics {
+                &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0],
+                &["controller"],
+            ),
             registry,
-            reconcile_total,
-            reconcile_duration,
-            reconcile_errors,
-            backend_requests,
-            backend_duration,
-            rate_limited,
-            retry_delay,
         };
-        metrics.register(metrics.reconcile_total.clone());
-        metrics.register(metrics.reconcile_duration.clone());
-        metrics.register(metrics.reconcile_errors.clone());
-        metrics.register(metrics.backend_requests.clone());
-        metrics.register(metrics.backend_duration.clone());
-        metrics.register(metrics.rate_limited.clone());
-        metrics.register(metrics.retry_delay.clone());
         metrics.register(build_info());
         // The standard process_* metrics (CPU seconds, resident memory, open files, start time):
         // what a platform team's dashboards and capacity alerts read for every process.
@@ -131,9 +136,7 @@ impl Metrics {
     ///
     /// Panics on a duplicate name: that is a programming error caught by every test that starts a controller.
     pub fn register<C: Collector + 'static>(&self, collector: C) {
-        self.registry
-            .register(Box::new(collector))
-            .expect("metric registered twice");
+        register(&self.registry, collector);
     }
 
     /// Records one finished reconciliation.

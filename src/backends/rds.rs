@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use aws_config::SdkConfig;
 use aws_sdk_rds::config::Region;
+use aws_sdk_rds::config::http::HttpResponse;
 use aws_sdk_rds::config::timeout::TimeoutConfig;
+use aws_sdk_rds::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_rds::types::Tag;
 
 use crate::api::{DatabaseEndpoint, Engine};
@@ -255,6 +257,22 @@ impl RdsBackend {
         )
     }
 
+    /// Sends one RDS request that changes something, whose answer keeper does not read, as
+    /// [`Self::call`] does; `modeled` recognises the operation's modeled faults (see [`classify`]).
+    fn act<'a, T: 'a, E>(
+        &'a self,
+        operation: &'static str,
+        request: impl Future<Output = Result<T, SdkError<E, HttpResponse>>> + 'a,
+        modeled: impl FnOnce(&E) -> Option<RdsError> + 'a,
+    ) -> impl Future<Output = Result<(), BackendError>> + 'a
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        self.call(operation, async move {
+            request.await.map(|_| ()).map_err(|e| classify(e, modeled))
+        })
+    }
+
     /// The instance, or `None` when RDS reports `DBInstanceNotFound`.
     pub async fn describe_db_instance(&self, id: &str) -> Result<Option<DbInstance>, BackendError> {
         let call = async {
@@ -313,13 +331,9 @@ impl RdsBackend {
                     .then(|| instance.vpc_security_group_ids.clone()),
             )
             .set_tags(Some(tags));
-        self.call("create_db_instance", async {
-            request.send().await.map(|_| ()).map_err(|e| {
-                classify(e, |e| {
-                    e.is_db_instance_already_exists_fault()
-                        .then(|| RdsError::already_exists(message(e)))
-                })
-            })
+        self.act("create_db_instance", request.send(), |e| {
+            e.is_db_instance_already_exists_fault()
+                .then(|| RdsError::already_exists(message(e)))
         })
         .await
     }
@@ -345,14 +359,8 @@ impl RdsBackend {
                     .as_ref()
                     .map(|p| p.expose().to_string()),
             );
-        self.call("modify_db_instance", async {
-            request
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| classify(e, instance_fault))
-        })
-        .await
+        self.act("modify_db_instance", request.send(), instance_fault)
+            .await
     }
 
     /// `DeleteDBInstance` with or without a final snapshot.
@@ -369,14 +377,8 @@ impl RdsBackend {
                 .final_db_snapshot_identifier(snapshot),
             FinalSnapshot::Skip => request.skip_final_snapshot(true),
         };
-        self.call("delete_db_instance", async {
-            request
-                .send()
-                .await
-                .map(|_| ())
-                .map_err(|e| classify(e, instance_fault))
-        })
-        .await
+        self.act("delete_db_instance", request.send(), instance_fault)
+            .await
     }
 
     /// `RemoveTagsFromResource` on an instance's ARN.
@@ -390,13 +392,9 @@ impl RdsBackend {
             .remove_tags_from_resource()
             .resource_name(arn)
             .set_tag_keys(Some(keys.to_vec()));
-        self.call("remove_tags_from_resource", async {
-            request.send().await.map(|_| ()).map_err(|e| {
-                classify(e, |e| {
-                    e.is_db_instance_not_found_fault()
-                        .then(|| RdsError::not_found(message(e)))
-                })
-            })
+        self.act("remove_tags_from_resource", request.send(), |e| {
+            e.is_db_instance_not_found_fault()
+                .then(|| RdsError::not_found(message(e)))
         })
         .await
     }
