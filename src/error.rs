@@ -103,8 +103,15 @@ impl std::error::Error for BackendError {}
 
 /// Classifies a Kubernetes API error the same way: 404 is gone, 409 a conflict (retry on fresh
 /// state), 400/403/422 need a change, everything else (5xx, 429, transport) is transient.
+///
+/// Except a create refused because its namespace is being deleted ([`namespace_terminating`]):
+/// transient. Nobody has anything to change, and it does not last: the namespace controller is
+/// deleting the object that asked too, and that object's next reconcile is its cleanup (or the
+/// controller has learnt to write nothing there). Reported as a permanent failure, every object
+/// of a deleted namespace warned of it.
 pub fn classify_kube(error: &kube::Error) -> ErrorClass {
     match error {
+        _ if namespace_terminating(error) => ErrorClass::Transient,
         kube::Error::Api(status) => match status.code {
             404 => ErrorClass::NotFound,
             409 => ErrorClass::Conflict,
@@ -113,6 +120,25 @@ pub fn classify_kube(error: &kube::Error) -> ErrorClass {
         },
         _ => ErrorClass::Transient,
     }
+}
+
+/// The cause Kubernetes' NamespaceLifecycle admission gives when it refuses new content in a
+/// namespace being deleted (`forbidden: unable to create new content in namespace X because it is
+/// being terminated`).
+const NAMESPACE_TERMINATING: &str = "NamespaceTerminating";
+
+/// Whether the API refused a write because the object's namespace is being deleted: a 403 with
+/// the `NamespaceTerminating` cause (or, from an API server that gives no cause, its message).
+pub fn namespace_terminating(error: &kube::Error) -> bool {
+    let kube::Error::Api(status) = error else {
+        return false;
+    };
+    status.code == 403
+        && (status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == NAMESPACE_TERMINATING))
+            || status.message.contains("because it is being terminated"))
 }
 
 #[cfg(test)]
@@ -149,6 +175,44 @@ mod tests {
         assert_eq!(classify_kube(&api(422)), ErrorClass::Permanent);
         assert_eq!(classify_kube(&api(503)), ErrorClass::Transient);
         assert_eq!(classify_kube(&api(429)), ErrorClass::Transient);
+    }
+
+    /// What the API server answers a create in a namespace being deleted, with the
+    /// admission's cause or (an API server that gives none) its message only.
+    fn refused_in_terminating_namespace(with_cause: bool) -> kube::Error {
+        let message = "secrets \"b-credentials\" is forbidden: unable to create new content in namespace team-a because it is being terminated";
+        let status = if with_cause {
+            serde_json::json!({
+                "status": "Failure", "code": 403, "reason": "Forbidden", "message": "forbidden",
+                "details": {"name": "b-credentials", "kind": "secrets", "causes": [
+                    {"reason": NAMESPACE_TERMINATING, "message": "namespace team-a is being terminated", "field": "metadata.namespace"},
+                ]},
+            })
+        } else {
+            serde_json::json!({"status": "Failure", "code": 403, "reason": "Forbidden", "message": message})
+        };
+        kube::Error::Api(
+            serde_json::from_value::<kube::core::Status>(status)
+                .unwrap()
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn a_create_refused_in_a_namespace_being_deleted_is_transient_not_permanent() {
+        for with_cause in [true, false] {
+            let refused = refused_in_terminating_namespace(with_cause);
+            assert!(namespace_terminating(&refused), "{refused}");
+            assert_eq!(classify_kube(&refused), ErrorClass::Transient, "{refused}");
+        }
+        // Any other 403 still needs a change (RBAC).
+        let denied = kube::Error::Api(
+            kube::core::Status::failure("secrets is forbidden: User cannot create", "Forbidden")
+                .with_code(403)
+                .boxed(),
+        );
+        assert!(!namespace_terminating(&denied));
+        assert_eq!(classify_kube(&denied), ErrorClass::Permanent);
     }
 
     #[test]

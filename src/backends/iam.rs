@@ -219,17 +219,55 @@ impl IamStore {
         metrics: &Metrics,
         user: &str,
     ) -> Result<Vec<AccessKeyId>, BackendError> {
+        Ok(self
+            .user_access_keys(metrics, user)
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// The ids of the user's access keys; `None` when the user does not exist. One read that
+    /// answers both whether the user is there and which keys it has.
+    pub async fn user_access_keys(
+        &self,
+        metrics: &Metrics,
+        user: &str,
+    ) -> Result<Option<Vec<AccessKeyId>>, BackendError> {
         let request = self.client.list_access_keys().user_name(user).send();
         Ok(
-            found(self.call(metrics, "list_access_keys", request).await)?
-                .map(|out| {
-                    out.access_key_metadata()
-                        .iter()
-                        .filter_map(|k| k.access_key_id().map(str::to_string))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            found(self.call(metrics, "list_access_keys", request).await)?.map(|out| {
+                out.access_key_metadata()
+                    .iter()
+                    .filter_map(|k| k.access_key_id().map(str::to_string))
+                    .collect()
+            }),
         )
+    }
+
+    /// The document of the user's inline policy `name`; `None` when the user or the policy does
+    /// not exist. IAM answers the document URL-encoded (RFC 3986); some stores answer it as
+    /// stored: decoding keeper's own plain JSON (no `%` in it) changes nothing, so it is decoded
+    /// either way.
+    pub async fn user_policy(
+        &self,
+        metrics: &Metrics,
+        user: &str,
+        name: &str,
+    ) -> Result<Option<String>, BackendError> {
+        let request = self
+            .client
+            .get_user_policy()
+            .user_name(user)
+            .policy_name(name)
+            .send();
+        let Some(out) = found(self.call(metrics, "get_user_policy", request).await)? else {
+            return Ok(None);
+        };
+        // Lossy: a document that does not decode cannot be keeper's, and is written again.
+        Ok(Some(
+            percent_encoding::percent_decode_str(out.policy_document())
+                .decode_utf8_lossy()
+                .into_owned(),
+        ))
     }
 
     /// A new access key of the user. Sent once: the SDK resends a request whose answer was lost,

@@ -45,12 +45,29 @@ pub struct FakeKube {
     pub fail_next_write: Mutex<Option<u16>>,
     /// The next Secret read fails with this HTTP status.
     pub fail_next_read: Mutex<Option<u16>>,
+    /// Namespaces being deleted: a Secret created there is refused, as the API's
+    /// NamespaceLifecycle admission refuses it.
+    pub terminating: Mutex<std::collections::BTreeSet<String>>,
     version: Mutex<u64>,
     /// The resourceVersion each object's last status patch gave it.
     status_versions: Mutex<BTreeMap<String, String>>,
     /// Reads of a Secret that stop once they have read (`"secret NAME"`), so that a test can
     /// run a second writer between a read and the write that relies on it.
     pub pauses: crate::test_support::Pauses,
+}
+
+/// The API's refusal of new content in namespace `namespace`, which is being deleted.
+fn refused_as_terminating(namespace: &str) -> kube::Error {
+    let status = serde_json::json!({
+        "status": "Failure", "code": 403, "reason": "Forbidden",
+        "message": format!("unable to create new content in namespace {namespace} because it is being terminated"),
+        "details": {"causes": [{"reason": "NamespaceTerminating", "field": "metadata.namespace"}]},
+    });
+    kube::Error::Api(
+        serde_json::from_value::<kube::core::Status>(status)
+            .expect("a Status")
+            .boxed(),
+    )
 }
 
 fn api_error(code: u16) -> kube::Error {
@@ -339,6 +356,9 @@ impl Kube for FakeKube {
             };
             if version(secrets.get(&key)) != version(read) {
                 return Err(SecretError::Kube(api_error(409)));
+            }
+            if read.is_none() && self.terminating.lock().expect("lock").contains(&key.0) {
+                return Err(SecretError::Kube(refused_as_terminating(&key.0)));
             }
             let Some(mut secret) = swapped_secret(owner, name, read, data, hold, annotation)?
             else {

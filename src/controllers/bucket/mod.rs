@@ -74,6 +74,18 @@ pub enum Error {
     Retry(String),
 }
 
+impl Error {
+    /// Whether the API refused a write because the namespace is being deleted.
+    fn namespace_terminating(&self) -> bool {
+        match self {
+            Error::Kube(e) | Error::Secret(SecretError::Kube(e)) => {
+                crate::error::namespace_terminating(e)
+            }
+            _ => false,
+        }
+    }
+}
+
 impl ReconcileError for Error {
     fn reason(&self) -> &'static str {
         match self {
@@ -119,7 +131,12 @@ pub struct S3BucketReconciler<C: Connector = Live> {
     /// only once this process has looked: a keeper that starts cannot know whether another
     /// writer (a second keeper without leader election, a leader that lost its lease) was killed
     /// between creating a key and publishing it, leaving a key nobody holds.
-    keys_listed: Mutex<HashSet<String>>,
+    keys_listed: Uids,
+    /// Buckets (by uid) whose credentials Secret the API refused to create because their
+    /// namespace is being deleted: it stays so until the bucket goes with it, and no key is
+    /// issued for them again ([`plan::lifecycle::credentials_withheld`]). By bucket, not by
+    /// namespace name: a namespace of the same name made later holds other buckets.
+    namespace_terminating: Uids,
     objects_deleted: IntCounter,
 }
 
@@ -128,25 +145,10 @@ impl<C: Connector> S3BucketReconciler<C> {
         S3BucketReconciler {
             connector,
             looked: Mutex::default(),
-            keys_listed: Mutex::default(),
+            keys_listed: Uids::default(),
+            namespace_terminating: Uids::default(),
             objects_deleted,
         }
-    }
-
-    /// Whether this process has listed the keys of the user of bucket `uid` since it started.
-    fn has_listed_keys(&self, uid: &str) -> bool {
-        self.keys_listed
-            .lock()
-            .expect("listed keys lock")
-            .contains(uid)
-    }
-
-    /// Records that this process has listed the keys of the user of bucket `uid`.
-    fn listed_keys(&self, uid: &str) {
-        self.keys_listed
-            .lock()
-            .expect("listed keys lock")
-            .insert(uid.to_string());
     }
 
     fn cached(&self, uid: &str) -> Option<Observed> {
@@ -175,10 +177,8 @@ impl<C: Connector> S3BucketReconciler<C> {
         let uid = obj.uid().unwrap_or_default();
         let mut looked = self.looked.lock().expect("looked-at buckets lock");
         if report.next == runtime::Next::Release {
-            self.keys_listed
-                .lock()
-                .expect("listed keys lock")
-                .remove(&uid);
+            self.keys_listed.remove(&uid);
+            self.namespace_terminating.remove(&uid);
             looked.remove(&uid);
             return;
         }
@@ -191,6 +191,27 @@ impl<C: Connector> S3BucketReconciler<C> {
             Cache::Store(observed) => entry.usage = Some((Instant::now(), observed)),
             Cache::Forget => entry.usage = None,
         }
+    }
+}
+
+/// Buckets, by uid, that this process learnt one thing of, kept until the bucket goes.
+#[derive(Default)]
+struct Uids(Mutex<HashSet<String>>);
+
+impl Uids {
+    fn contains(&self, uid: &str) -> bool {
+        self.0.lock().expect("bucket uids lock").contains(uid)
+    }
+
+    fn insert(&self, uid: &str) {
+        self.0
+            .lock()
+            .expect("bucket uids lock")
+            .insert(uid.to_string());
+    }
+
+    fn remove(&self, uid: &str) {
+        self.0.lock().expect("bucket uids lock").remove(uid);
     }
 }
 

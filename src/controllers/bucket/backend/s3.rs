@@ -275,9 +275,9 @@ impl BucketBackend for S3Compatible {
     async fn user_keys(
         &self,
         bucket: &str,
-        _published: Option<&str>,
+        published: Option<&str>,
     ) -> Result<Vec<String>, BackendError> {
-        self.users()?.user_keys(bucket).await
+        self.users()?.user_keys(bucket, published).await
     }
 
     async fn create_key(&self, bucket: &str) -> Result<Keys, BackendError> {

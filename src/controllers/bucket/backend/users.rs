@@ -39,11 +39,24 @@ pub trait Identity: Send + Sync {
         document: &str,
     ) -> impl Future<Output = Result<(), BackendError>> + Send;
 
+    /// The user's inline policy document as stored; `None` when the user or the policy does not
+    /// exist.
+    fn policy(
+        &self,
+        user: &str,
+    ) -> impl Future<Output = Result<Option<String>, BackendError>> + Send;
+
     /// The user's access key ids (none when there is no such user).
     fn access_keys(
         &self,
         user: &str,
     ) -> impl Future<Output = Result<Vec<String>, BackendError>> + Send;
+
+    /// The user's access key ids; `None` when there is no such user (one read that says both).
+    fn existing_keys(
+        &self,
+        user: &str,
+    ) -> impl Future<Output = Result<Option<Vec<String>>, BackendError>> + Send;
 
     fn create_access_key(
         &self,
@@ -86,15 +99,42 @@ impl<I: Identity> BucketUsers<I> {
     pub const KEY_LIMIT: usize = 2;
 
     /// The user's access key ids, the user found or created (tagged, with its policy).
-    pub async fn user_keys(&self, bucket: &str) -> Result<Vec<String>, BackendError> {
+    /// `published`: the id of the user's key the bucket's Secret carries, if any.
+    ///
+    /// Which comes first, the look or the create, is [`plan::user_look`]'s: a bucket whose Secret
+    /// carries a key of its user (every settled bucket, at every restart) is looked up with reads
+    /// only, and its policy written only when it differs; any other bucket's user is created
+    /// first. Either order lists every key another writer may have created and not published yet
+    /// (see [`plan::KeySteps`]), after the Secret was read: a user found by the look is listed by
+    /// that look; a user not found is created as below, and one found by the create
+    /// (`EntityAlreadyExists`: another writer created it since the look) is listed after it.
+    pub async fn user_keys(
+        &self,
+        bucket: &str,
+        published: Option<&str>,
+    ) -> Result<Vec<String>, BackendError> {
         let user = plan::user_name(bucket);
+        let policy = plan::bucket_policy(bucket, self.partition);
+        if plan::user_look(published) == plan::UserLook::LookFirst
+            && let Some(keys) = self.identity.existing_keys(&user).await?
+        {
+            let stored = match self.identity.policy(&user).await {
+                Ok(stored) => stored,
+                // Keys whose IAM rights predate this read (no `iam:GetUserPolicy`): the policy is
+                // written as before, which those rights allow.
+                Err(e) if e.is_permanent() => None,
+                Err(e) => return Err(e),
+            };
+            if !plan::policy_in_force(stored.as_deref(), &policy) {
+                self.identity.put_policy(&user, &policy).await?;
+            }
+            return Ok(keys);
+        }
         let created = self
             .identity
             .create_user(&user, &[(BUCKET_TAG, bucket), (TENANT_TAG, &self.tenant)])
             .await?;
-        self.identity
-            .put_policy(&user, &plan::bucket_policy(bucket, self.partition))
-            .await?;
+        self.identity.put_policy(&user, &policy).await?;
         if created {
             // A user this call created has no keys: nothing to list. A key another writer
             // issues for it meanwhile is found by whichever of the two loses the Secret's
@@ -172,8 +212,18 @@ impl Identity for Iam {
             .await
     }
 
+    async fn policy(&self, user: &str) -> Result<Option<String>, BackendError> {
+        self.iam
+            .user_policy(&self.metrics, user, plan::POLICY_NAME)
+            .await
+    }
+
     async fn access_keys(&self, user: &str) -> Result<Vec<String>, BackendError> {
         self.iam.access_keys(&self.metrics, user).await
+    }
+
+    async fn existing_keys(&self, user: &str) -> Result<Option<Vec<String>>, BackendError> {
+        self.iam.user_access_keys(&self.metrics, user).await
     }
 
     async fn create_access_key(&self, user: &str) -> Result<Keys, BackendError> {

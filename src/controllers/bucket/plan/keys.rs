@@ -96,6 +96,41 @@ pub fn bucket_policy(bucket: &str, partition: &str) -> String {
     .to_string()
 }
 
+/// Whether a bucket's IAM user is looked up before it is created.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserLook {
+    /// Create the user and write its policy, then list its keys unless the create made it: the
+    /// cheapest order for a user that most likely does not exist yet (a new bucket, one whose
+    /// Secret an older keeper filled with the provider's own key, or a crash before the first
+    /// key was published).
+    CreateFirst,
+    /// List the user's keys (which says whether it exists) and read its policy, writing only
+    /// what is missing or differs: reads only for a user that exists, as every settled bucket's
+    /// does. IAM throttles writes hard; a restart must not write once per bucket.
+    LookFirst,
+}
+
+/// How to find the bucket's user, from the id of the user's key the Secret carries (see
+/// [`KeySource::users_key`]): a key of the user was issued to it, so the user exists unless it
+/// was deleted behind keeper's back.
+pub fn user_look(published: Option<&str>) -> UserLook {
+    if published.is_some() {
+        UserLook::LookFirst
+    } else {
+        UserLook::CreateFirst
+    }
+}
+
+/// Whether the user's inline policy as stored (`None`: there is none) is `wanted`: compared as
+/// JSON, since a store may keep the document reformatted (spacing, key order). A document that
+/// is not JSON is not keeper's, and is written again.
+pub fn policy_in_force(stored: Option<&str>, wanted: &str) -> bool {
+    let json = |document: &str| serde_json::from_str::<serde_json::Value>(document).ok();
+    stored
+        .and_then(json)
+        .is_some_and(|stored| Some(stored) == json(wanted))
+}
+
 /// Where a bucket's keys come from, as its backend says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeySource {

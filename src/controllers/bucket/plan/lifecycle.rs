@@ -180,6 +180,26 @@ pub fn not_empty_message(bucket: &S3Bucket, objects: i64) -> String {
     )
 }
 
+/// Why a bucket's credentials Secret is not written, if it is not: a bucket being deleted, or one
+/// whose namespace is being deleted, has nobody left to deliver keys to (its cleanup deletes
+/// them; the namespace's workloads go with it, and the API refuses new content there). No key is
+/// issued or published for it then, and the Secret is left as it is.
+pub fn credentials_withheld(deleting: bool, namespace_terminating: bool) -> Option<&'static str> {
+    if deleting {
+        Some(WITHHELD_BUCKET_DELETING)
+    } else if namespace_terminating {
+        Some(WITHHELD_NAMESPACE_TERMINATING)
+    } else {
+        None
+    }
+}
+
+/// See [`credentials_withheld`].
+pub const WITHHELD_BUCKET_DELETING: &str =
+    "the bucket is being deleted: keeper publishes no credentials for it";
+/// See [`credentials_withheld`].
+pub const WITHHELD_NAMESPACE_TERMINATING: &str = "its namespace is being deleted: keeper writes no credentials Secret there (the API refuses new content in it)";
+
 /// Keys in a credentials Secret (keeper's own names first, then the AWS ones).
 pub fn keys_from(data: &BTreeMap<String, String>) -> Option<Keys> {
     let get = |a: &str, b: &str| data.get(a).or_else(|| data.get(b)).cloned();
@@ -231,6 +251,20 @@ mod tests {
             ..Default::default()
         });
         t
+    }
+
+    #[test]
+    fn no_credentials_are_written_for_a_bucket_or_namespace_being_deleted() {
+        assert_eq!(credentials_withheld(false, false), None);
+        assert_eq!(
+            credentials_withheld(true, false),
+            Some(WITHHELD_BUCKET_DELETING)
+        );
+        assert_eq!(
+            credentials_withheld(false, true),
+            Some(WITHHELD_NAMESPACE_TERMINATING)
+        );
+        assert!(credentials_withheld(true, true).is_some());
     }
 
     #[test]

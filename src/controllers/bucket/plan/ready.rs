@@ -41,7 +41,12 @@ pub enum KeysVerdict {
     Shared(String),
     /// The store refused the keys (`answer`); `issued`: they were issued by this reconcile.
     NotYetValid { answer: String, issued: bool },
+    /// No keys are delivered, for this reason ([`super::lifecycle::credentials_withheld`]).
+    Withheld(&'static str),
 }
+
+/// `Ready=False` reason of a usable bucket whose credentials are withheld.
+pub const CREDENTIALS_WITHHELD: &str = "CredentialsWithheld";
 
 /// What the decision needs to know of the bucket.
 pub struct Subject<'a> {
@@ -88,6 +93,22 @@ pub fn decide(
     let message = match keys {
         Some(KeysVerdict::NotYetValid { answer, issued }) => {
             keys_not_yet_valid(out, subject, answer, *issued);
+            return;
+        }
+        Some(KeysVerdict::Withheld(why)) => {
+            // Not Ready: an application would find no Secret. No event: the namespace's events
+            // are refused too, and the bucket's deletion follows.
+            let message = format!("{message}; {why}");
+            if out.status.phase == Some(BucketPhase::Ready) {
+                out.status.phase = Some(BucketPhase::Pending);
+            }
+            out.condition(
+                conditions::READY,
+                false,
+                CREDENTIALS_WITHHELD,
+                message,
+                generation,
+            );
             return;
         }
         Some(KeysVerdict::Shared(provider)) => format!(

@@ -124,7 +124,7 @@ async fn settle_keys<B: BucketBackend, C: Connector>(
         .status
         .as_ref()
         .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY))
-        && cx.reconciler.has_listed_keys(&uid);
+        && cx.reconciler.keys_listed.contains(&uid);
     let kept = |keys: Keys| Settled {
         keys,
         issued: false,
@@ -146,7 +146,7 @@ async fn settle_keys<B: BucketBackend, C: Connector>(
         FirstLook::Inventory { limit } => limit,
     };
     let listed = backend.user_keys(bucket, users_key.as_deref()).await?;
-    cx.reconciler.listed_keys(&uid);
+    cx.reconciler.keys_listed.insert(&uid);
     let steps = key_plan::key_steps(&listed, users_key.as_deref(), replace, limit);
     if !steps.sweep.is_empty() {
         secret.claim(cx, view.now).await?;

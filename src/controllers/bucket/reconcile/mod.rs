@@ -452,16 +452,33 @@ pub async fn apply<C: Connector>(
     cx.reconciler.settle(obj, &report);
     let usable = report.usable;
     let mut out = report.outcome;
-    let keys = if usable.is_usable() {
-        match credentials::publish_credentials(cx, &backend, obj, &view, &clients, &mut out).await {
-            Ok(verdict) => Some(verdict),
-            Err(e) => {
-                record_storage(cx, obj, &out.status).await;
-                return Err(e);
+    let uid = obj.uid().unwrap_or_default();
+    let withheld = lifecycle::credentials_withheld(
+        obj.metadata.deletion_timestamp.is_some(),
+        cx.reconciler.namespace_terminating.contains(&uid),
+    );
+    let keys = match (usable.is_usable(), withheld) {
+        (false, _) => None,
+        (true, Some(why)) => Some(KeysVerdict::Withheld(why)),
+        (true, None) => {
+            match credentials::publish_credentials(cx, &backend, obj, &view, &clients, &mut out)
+                .await
+            {
+                Ok(verdict) => Some(verdict),
+                // Nothing to do rather than a failure: the namespace goes, and the bucket with
+                // it. Remembered, so that no key is issued for this bucket again.
+                Err(e) if e.namespace_terminating() => {
+                    cx.reconciler.namespace_terminating.insert(&uid);
+                    Some(KeysVerdict::Withheld(
+                        lifecycle::WITHHELD_NAMESPACE_TERMINATING,
+                    ))
+                }
+                Err(e) => {
+                    record_storage(cx, obj, &out.status).await;
+                    return Err(e);
+                }
             }
         }
-    } else {
-        None
     };
     decide_ready(&mut out, &view, usable, keys.as_ref());
     Ok(out)

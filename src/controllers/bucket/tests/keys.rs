@@ -320,3 +320,45 @@ async fn a_bucket_whose_keys_cannot_be_set_up_is_still_recorded_as_ours() {
         "no keys published"
     );
 }
+
+/// The namespace controller deletes a Ready bucket's Secret while deleting its namespace: the
+/// API refuses a new one. The reconcile does not fail for it (no "failed permanently", no
+/// warning), says the bucket is not Ready, and issues and writes nothing more for it.
+#[tokio::test]
+async fn a_bucket_whose_namespace_is_being_deleted_writes_no_credentials_secret() {
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    testing::reconcile(&cx, finalized()).await.unwrap();
+    kube.terminating.lock().unwrap().insert("ns".into());
+    kube.secrets.lock().unwrap().clear();
+    testing::reconcile(&cx, stored(&kube)).await.unwrap();
+    let bucket = stored(&kube);
+    let status = bucket.status.as_ref().unwrap();
+    let ready = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "CredentialsWithheld"),
+        "{ready:?}"
+    );
+    assert!(kube.secret_data("ns", "b-credentials").is_none());
+    // Known now: the next reconciles issue no key and try no Secret write.
+    let keys = fake.keys_of_user();
+    fake.take_calls();
+    let writes = |kube: &FakeKube| {
+        kube.calls()
+            .iter()
+            .filter(|c| matches!(c, crate::cluster::fake::Call::ApplySecret { .. }))
+            .count()
+    };
+    let before = writes(&kube);
+    testing::reconcile(&cx, bucket).await.unwrap();
+    assert_eq!(fake.keys_of_user(), keys);
+    assert!(
+        !fake.take_calls().iter().any(|c| c.contains("key")),
+        "no call on the user's keys"
+    );
+    assert_eq!(writes(&kube), before);
+}

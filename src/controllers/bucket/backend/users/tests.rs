@@ -19,6 +19,10 @@ struct FakeIam {
     calls: Mutex<Vec<String>>,
     /// Checks that still refuse a key.
     delay: Mutex<u32>,
+    /// A key another writer issues, creating the user, right after the next look misses it.
+    racing_key: Mutex<Option<String>>,
+    /// Policy reads are refused (keys without `iam:GetUserPolicy`).
+    policy_denied: Mutex<bool>,
 }
 
 impl FakeIam {
@@ -63,9 +67,38 @@ impl Identity for FakeIam {
         Ok(())
     }
 
+    async fn policy(&self, user: &str) -> Result<Option<String>, BackendError> {
+        self.call("policy");
+        if *self.policy_denied.lock().unwrap() {
+            return Err(BackendError::new(
+                "iam",
+                "get_user_policy",
+                ErrorClass::Permanent,
+                "AccessDenied",
+                "not allowed",
+            ));
+        }
+        Ok(self
+            .users
+            .lock()
+            .unwrap()
+            .get(user)
+            .and_then(|u| u.1.clone()))
+    }
+
     async fn access_keys(&self, user: &str) -> Result<Vec<String>, BackendError> {
         self.call("access_keys");
         Ok(self.keys_of(user))
+    }
+
+    async fn existing_keys(&self, user: &str) -> Result<Option<Vec<String>>, BackendError> {
+        self.call("existing_keys");
+        let mut users = self.users.lock().unwrap();
+        let found = users.get(user).map(|u| u.2.clone());
+        if let Some(key) = self.racing_key.lock().unwrap().take() {
+            users.insert(user.to_string(), (Vec::new(), None, vec![key]));
+        }
+        Ok(found)
     }
 
     async fn create_access_key(&self, user: &str) -> Result<Keys, BackendError> {
@@ -144,7 +177,7 @@ const BUCKET: &str = "ns-data";
 #[tokio::test]
 async fn the_first_look_creates_a_tagged_user_with_a_bucket_policy_and_no_key() {
     let users = users();
-    assert!(users.user_keys(BUCKET).await.unwrap().is_empty());
+    assert!(users.user_keys(BUCKET, None).await.unwrap().is_empty());
     let user = plan::user_name(BUCKET);
     let state = users.identity.users.lock().unwrap()[&user].clone();
     assert_eq!(
@@ -160,12 +193,12 @@ async fn the_first_look_creates_a_tagged_user_with_a_bucket_policy_and_no_key() 
     );
     let keys = users.create_key(BUCKET).await.unwrap();
     assert_eq!(
-        users.user_keys(BUCKET).await.unwrap(),
+        users.user_keys(BUCKET, None).await.unwrap(),
         std::slice::from_ref(&keys.access_key_id)
     );
     assert_eq!(users.check(BUCKET, &keys).await.unwrap(), KeyCheck::Works);
     users.delete_key(BUCKET, &keys.access_key_id).await.unwrap();
-    assert!(users.user_keys(BUCKET).await.unwrap().is_empty());
+    assert!(users.user_keys(BUCKET, None).await.unwrap().is_empty());
     // Already gone: deleted all the same.
     users.delete_key(BUCKET, &keys.access_key_id).await.unwrap();
 }
@@ -173,7 +206,7 @@ async fn the_first_look_creates_a_tagged_user_with_a_bucket_policy_and_no_key() 
 #[tokio::test]
 async fn a_user_this_look_created_is_not_listed_and_an_existing_one_is() {
     let users = users();
-    users.user_keys(BUCKET).await.unwrap();
+    users.user_keys(BUCKET, None).await.unwrap();
     assert_eq!(
         std::mem::take(&mut *users.identity.calls.lock().unwrap()),
         ["create_user", "put_policy"],
@@ -183,7 +216,7 @@ async fn a_user_this_look_created_is_not_listed_and_an_existing_one_is() {
     users.identity.calls.lock().unwrap().clear();
     // Found (a crash after the create, another writer): its keys are listed.
     assert_eq!(
-        users.user_keys(BUCKET).await.unwrap(),
+        users.user_keys(BUCKET, None).await.unwrap(),
         std::slice::from_ref(&keys.access_key_id)
     );
     assert_eq!(
@@ -192,10 +225,117 @@ async fn a_user_this_look_created_is_not_listed_and_an_existing_one_is() {
     );
 }
 
+/// A bucket user with a key, as published in the bucket's Secret; the calls so far forgotten.
+async fn settled() -> (BucketUsers<FakeIam>, String) {
+    let users = users();
+    users.user_keys(BUCKET, None).await.unwrap();
+    let published = users.create_key(BUCKET).await.unwrap().access_key_id;
+    users.identity.calls.lock().unwrap().clear();
+    (users, published)
+}
+
+/// A bucket whose Secret carries its user's key, as every settled bucket's does when keeper
+/// starts: only reads, however many buckets there are.
+#[tokio::test]
+async fn a_published_users_key_is_looked_up_with_reads_only() {
+    let (users, published) = settled().await;
+    assert_eq!(
+        users.user_keys(BUCKET, Some(&published)).await.unwrap(),
+        std::slice::from_ref(&published)
+    );
+    assert_eq!(
+        *users.identity.calls.lock().unwrap(),
+        ["existing_keys", "policy"]
+    );
+}
+
+#[tokio::test]
+async fn a_looked_up_user_gets_its_policy_back_when_it_is_missing_or_differs() {
+    let (users, published) = settled().await;
+    let user = plan::user_name(BUCKET);
+    let wanted = plan::bucket_policy(BUCKET, "aws");
+    for stored in [None, Some(r#"{"Statement":[]}"#.to_string())] {
+        users
+            .identity
+            .users
+            .lock()
+            .unwrap()
+            .get_mut(&user)
+            .unwrap()
+            .1 = stored.clone();
+        users.identity.calls.lock().unwrap().clear();
+        users.user_keys(BUCKET, Some(&published)).await.unwrap();
+        assert_eq!(
+            *users.identity.calls.lock().unwrap(),
+            ["existing_keys", "policy", "put_policy"],
+            "{stored:?}"
+        );
+        assert_eq!(
+            users.identity.users.lock().unwrap()[&user].1.as_deref(),
+            Some(wanted.as_str())
+        );
+    }
+}
+
+/// Keys without `iam:GetUserPolicy` (granted before keeper read policies): the policy is written
+/// as before, and the bucket is not failed for it.
+#[tokio::test]
+async fn a_refused_policy_read_writes_the_policy_as_before() {
+    let (users, published) = settled().await;
+    *users.identity.policy_denied.lock().unwrap() = true;
+    users.user_keys(BUCKET, Some(&published)).await.unwrap();
+    assert_eq!(
+        *users.identity.calls.lock().unwrap(),
+        ["existing_keys", "policy", "put_policy"]
+    );
+}
+
+/// The user deleted behind keeper's back while the Secret still carries its key: created again,
+/// tagged and with its policy, as for a new bucket (and nothing to list: it has no keys).
+#[tokio::test]
+async fn a_published_users_key_whose_user_is_gone_gets_the_user_created_again() {
+    let users = users();
+    assert!(
+        users
+            .user_keys(BUCKET, Some("AK-GONE"))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        *users.identity.calls.lock().unwrap(),
+        ["existing_keys", "create_user", "put_policy"]
+    );
+    let user = plan::user_name(BUCKET);
+    let state = users.identity.users.lock().unwrap()[&user].clone();
+    assert_eq!(state.0.len(), 2, "tagged: {:?}", state.0);
+    assert_eq!(
+        state.1.as_deref(),
+        Some(plan::bucket_policy(BUCKET, "aws").as_str())
+    );
+}
+
+/// Another writer creates the user and issues a key between the look and the create: the create
+/// finds the user, and its keys are listed, so the key nobody published yet is seen (and left to
+/// the key plan, which deletes it only after a write of the Secret).
+#[tokio::test]
+async fn a_user_created_by_another_writer_after_the_look_is_listed() {
+    let users = users();
+    *users.identity.racing_key.lock().unwrap() = Some("AK-OTHER".into());
+    assert_eq!(
+        users.user_keys(BUCKET, Some("AK-GONE")).await.unwrap(),
+        ["AK-OTHER"]
+    );
+    assert_eq!(
+        *users.identity.calls.lock().unwrap(),
+        ["existing_keys", "create_user", "put_policy", "access_keys"]
+    );
+}
+
 #[tokio::test]
 async fn new_keys_are_refused_until_iam_catches_up() {
     let users = users();
-    users.user_keys(BUCKET).await.unwrap();
+    users.user_keys(BUCKET, None).await.unwrap();
     let keys = users.create_key(BUCKET).await.unwrap();
     *users.identity.delay.lock().unwrap() = 2;
     for _ in 0..2 {
@@ -210,7 +350,7 @@ async fn new_keys_are_refused_until_iam_catches_up() {
 #[tokio::test]
 async fn deletion_removes_keys_then_the_user_and_a_missing_user_is_success() {
     let users = users();
-    users.user_keys(BUCKET).await.unwrap();
+    users.user_keys(BUCKET, None).await.unwrap();
     // A rotation in flight: two keys.
     users.create_key(BUCKET).await.unwrap();
     users.create_key(BUCKET).await.unwrap();
@@ -223,7 +363,7 @@ async fn deletion_removes_keys_then_the_user_and_a_missing_user_is_success() {
 #[tokio::test]
 async fn the_published_key_is_deleted_without_a_listing_unless_iam_finds_another() {
     let users = users();
-    users.user_keys(BUCKET).await.unwrap();
+    users.user_keys(BUCKET, None).await.unwrap();
     let published = users.create_key(BUCKET).await.unwrap().access_key_id;
     users.identity.calls.lock().unwrap().clear();
     users.delete(BUCKET, Some(&published)).await.unwrap();
@@ -238,7 +378,7 @@ async fn the_published_key_is_deleted_without_a_listing_unless_iam_finds_another
 
     // A key issued by a reconcile that crashed before publishing it: IAM refuses to delete the
     // user, and the keys are listed and deleted after all.
-    users.user_keys(BUCKET).await.unwrap();
+    users.user_keys(BUCKET, None).await.unwrap();
     let published = users.create_key(BUCKET).await.unwrap().access_key_id;
     let unpublished = users.create_key(BUCKET).await.unwrap().access_key_id;
     users.identity.calls.lock().unwrap().clear();
@@ -256,6 +396,18 @@ async fn the_published_key_is_deleted_without_a_listing_unless_iam_finds_another
     assert!(users.identity.users.lock().unwrap().is_empty());
     // Already gone: the published key and the user count as deleted.
     users.delete(BUCKET, Some(&published)).await.unwrap();
+}
+
+/// How many times `operation` was called on IAM, whatever the outcome.
+fn iam_calls(metrics: &Metrics, operation: &str) -> u64 {
+    let prefix =
+        format!(r#"keeper_backend_requests_total{{backend="iam",operation="{operation}","#);
+    metrics
+        .encode()
+        .lines()
+        .filter(|line| line.starts_with(&prefix))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
 }
 
 /// The real IAM calls and policy against a moto that enforces IAM: the keys keeper issues reach
@@ -348,8 +500,44 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
         tenant: "ns/team".into(),
         partition: "aws",
     };
-    assert!(users.user_keys("keeper-mine").await.unwrap().is_empty());
+    assert!(
+        users
+            .user_keys("keeper-mine", None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let keys = users.create_key("keeper-mine").await.unwrap();
+    // A restart: the Secret carries the user's key. The user is found and its policy read back
+    // (IAM answers it URL-encoded) as keeper's: nothing is written.
+    let user = plan::user_name("keeper-mine");
+    let writes = || iam_calls(&metrics, "create_user") + iam_calls(&metrics, "put_user_policy");
+    let before = writes();
+    assert_eq!(
+        users
+            .user_keys("keeper-mine", Some(&keys.access_key_id))
+            .await
+            .unwrap(),
+        std::slice::from_ref(&keys.access_key_id)
+    );
+    assert_eq!(writes(), before);
+    // A policy changed behind keeper's back is written back.
+    users
+        .identity
+        .iam
+        .put_user_policy(&metrics, &user, plan::POLICY_NAME, r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}"#)
+        .await
+        .unwrap();
+    let before = iam_calls(&metrics, "put_user_policy");
+    users
+        .user_keys("keeper-mine", Some(&keys.access_key_id))
+        .await
+        .unwrap();
+    assert_eq!(iam_calls(&metrics, "put_user_policy"), before + 1);
+    assert_eq!(
+        users.identity.policy(&user).await.unwrap().as_deref(),
+        Some(plan::bucket_policy("keeper-mine", "aws").as_str())
+    );
     assert_eq!(
         users.check("keeper-mine", &keys).await.unwrap(),
         KeyCheck::Works
@@ -364,9 +552,8 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
         .delete_key("keeper-mine", &keys.access_key_id)
         .await
         .unwrap();
-    let user = plan::user_name("keeper-mine");
     assert_eq!(
-        users.user_keys("keeper-mine").await.unwrap(),
+        users.user_keys("keeper-mine", None).await.unwrap(),
         std::slice::from_ref(&retried.access_key_id)
     );
     // The published key, deleted without a listing.

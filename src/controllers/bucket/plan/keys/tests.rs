@@ -319,3 +319,29 @@ fn only_keys_the_store_does_not_know_can_be_lost() {
     let unknown = refused(KEYS_NOT_YET_VALID);
     assert!(keys_lost(keys_unknown_since(Some(&unknown)), now));
 }
+
+#[test]
+fn a_user_whose_key_is_published_is_looked_up_and_any_other_created_first() {
+    assert_eq!(user_look(Some("AK1")), UserLook::LookFirst);
+    assert_eq!(user_look(None), UserLook::CreateFirst);
+}
+
+#[test]
+fn a_stored_policy_is_in_force_when_it_is_the_same_json() {
+    let wanted = bucket_policy("ns-data", "aws");
+    assert!(policy_in_force(Some(&wanted), &wanted));
+    // Reformatted by the store: the same policy.
+    let reformatted =
+        serde_json::to_string_pretty(&serde_json::from_str::<serde_json::Value>(&wanted).unwrap())
+            .unwrap();
+    assert!(policy_in_force(Some(&reformatted), &wanted));
+    // Missing, another bucket's, another partition's, or not JSON: written again.
+    for stored in [
+        None,
+        Some(bucket_policy("ns-other", "aws")),
+        Some(bucket_policy("ns-data", "aws-cn")),
+        Some("%7B%22Version%22".to_string()),
+    ] {
+        assert!(!policy_in_force(stored.as_deref(), &wanted), "{stored:?}");
+    }
+}
