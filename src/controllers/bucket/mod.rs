@@ -134,7 +134,7 @@ pub struct S3BucketReconciler<C: Connector = Live> {
     keys_listed: Uids,
     /// Buckets (by uid) whose credentials Secret the API refused to create because their
     /// namespace is being deleted: it stays so until the bucket goes with it, and no key is
-    /// issued for them again ([`plan::lifecycle::credentials_withheld`]). By bucket, not by
+    /// issued for them again ([`plan::lifecycle::WITHHELD_NAMESPACE_TERMINATING`]). By bucket, not by
     /// namespace name: a namespace of the same name made later holds other buckets.
     namespace_terminating: Uids,
     objects_deleted: IntCounter,

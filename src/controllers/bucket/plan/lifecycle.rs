@@ -180,24 +180,10 @@ pub fn not_empty_message(bucket: &S3Bucket, objects: i64) -> String {
     )
 }
 
-/// Why a bucket's credentials Secret is not written, if it is not: a bucket being deleted, or one
-/// whose namespace is being deleted, has nobody left to deliver keys to (its cleanup deletes
-/// them; the namespace's workloads go with it, and the API refuses new content there). No key is
-/// issued or published for it then, and the Secret is left as it is.
-pub fn credentials_withheld(deleting: bool, namespace_terminating: bool) -> Option<&'static str> {
-    if deleting {
-        Some(WITHHELD_BUCKET_DELETING)
-    } else if namespace_terminating {
-        Some(WITHHELD_NAMESPACE_TERMINATING)
-    } else {
-        None
-    }
-}
-
-/// See [`credentials_withheld`].
-pub const WITHHELD_BUCKET_DELETING: &str =
-    "the bucket is being deleted: keeper publishes no credentials for it";
-/// See [`credentials_withheld`].
+/// Why a bucket whose namespace is being deleted has no credentials Secret: nobody is left to
+/// deliver keys to (the namespace's workloads go with it) and the API refuses new content there.
+/// No key is issued or published for it then, and the Secret is left as it is. (A bucket being
+/// deleted never gets this far: its reconcile is its cleanup, which writes no credentials.)
 pub const WITHHELD_NAMESPACE_TERMINATING: &str = "its namespace is being deleted: keeper writes no credentials Secret there (the API refuses new content in it)";
 
 /// Keys in a credentials Secret (keeper's own names first, then the AWS ones).
@@ -251,20 +237,6 @@ mod tests {
             ..Default::default()
         });
         t
-    }
-
-    #[test]
-    fn no_credentials_are_written_for_a_bucket_or_namespace_being_deleted() {
-        assert_eq!(credentials_withheld(false, false), None);
-        assert_eq!(
-            credentials_withheld(true, false),
-            Some(WITHHELD_BUCKET_DELETING)
-        );
-        assert_eq!(
-            credentials_withheld(false, true),
-            Some(WITHHELD_NAMESPACE_TERMINATING)
-        );
-        assert!(credentials_withheld(true, true).is_some());
     }
 
     #[test]

@@ -41,7 +41,7 @@ pub enum KeysVerdict {
     Shared(String),
     /// The store refused the keys (`answer`); `issued`: they were issued by this reconcile.
     NotYetValid { answer: String, issued: bool },
-    /// No keys are delivered, for this reason ([`super::lifecycle::credentials_withheld`]).
+    /// No keys are delivered, for this reason ([`super::lifecycle::WITHHELD_NAMESPACE_TERMINATING`]).
     Withheld(&'static str),
 }
 

@@ -453,10 +453,11 @@ pub async fn apply<C: Connector>(
     let usable = report.usable;
     let mut out = report.outcome;
     let uid = obj.uid().unwrap_or_default();
-    let withheld = lifecycle::credentials_withheld(
-        obj.metadata.deletion_timestamp.is_some(),
-        cx.reconciler.namespace_terminating.contains(&uid),
-    );
+    let withheld = cx
+        .reconciler
+        .namespace_terminating
+        .contains(&uid)
+        .then_some(lifecycle::WITHHELD_NAMESPACE_TERMINATING);
     let keys = match (usable.is_usable(), withheld) {
         (false, _) => None,
         (true, Some(why)) => Some(KeysVerdict::Withheld(why)),
