@@ -30,6 +30,12 @@ pub(super) fn version(secret: &Secret) -> Option<u64> {
     secret.metadata.resource_version.as_deref()?.parse().ok()
 }
 
+/// Whether a cache that has seen version `seen` of a Secret holds keeper's write `ours` (or what
+/// came after it).
+fn caught_up(seen: Option<u64>, ours: &Secret) -> bool {
+    seen.is_some_and(|seen| version(ours).is_some_and(|ours| seen >= ours))
+}
+
 fn key_of(secret: &Secret) -> Key {
     (
         secret.metadata.namespace.clone().unwrap_or_default(),
@@ -44,8 +50,7 @@ impl Written {
     pub fn wrote(&self, mut secret: Secret, cached_version: impl FnOnce() -> Option<u64>) {
         let mut written = self.0.lock().expect("written lock");
         let key = key_of(&secret);
-        let ours = version(&secret);
-        if cached_version().is_some_and(|cached| ours.is_some_and(|ours| cached >= ours)) {
+        if caught_up(cached_version(), &secret) {
             written.remove(&key);
             return;
         }
@@ -70,12 +75,11 @@ impl Written {
         let Some(ours) = written.get(&key) else {
             return cached;
         };
-        match (&cached, version(ours)) {
-            (Some(c), Some(w)) if version(c).is_some_and(|v| v >= w) => {
-                written.remove(&key);
-                cached
-            }
-            _ => Some(ours.clone()),
+        if caught_up(cached.as_ref().and_then(version), ours) {
+            written.remove(&key);
+            cached
+        } else {
+            Some(ours.clone())
         }
     }
 
@@ -84,10 +88,10 @@ impl Written {
         let secret = change.object();
         let mut written = self.0.lock().expect("written lock");
         let key = key_of(secret);
-        let caught_up = written.get(&key).is_some_and(|ours| {
-            version(secret).is_some_and(|seen| version(ours).is_some_and(|ours| seen >= ours))
-        });
-        if caught_up {
+        if written
+            .get(&key)
+            .is_some_and(|ours| caught_up(version(secret), ours))
+        {
             written.remove(&key);
         }
     }
