@@ -45,7 +45,6 @@ pub struct Lanes {
     main: Semaphore,
     main_places: u16,
     long: Mutex<Turns>,
-    long_turns: u16,
 }
 
 /// What lets a reconcile run: a main place or a long turn; dropping it frees what it holds.
@@ -74,20 +73,19 @@ impl Lanes {
         Lanes {
             main: Semaphore::new(usize::from(main)),
             main_places: main,
-            long: Mutex::new(Turns::new(usize::from(long))),
-            long_turns: long,
+            long: Mutex::new(Turns::new(long)),
         }
     }
 
     /// The kube-runtime workers both lanes need together.
     pub fn workers(&self) -> u16 {
-        self.main_places + self.long_turns
+        self.main_places + self.turns().turns
     }
 
     /// Admits the reconcile of object `key` on `lane`: a main one once a place is free, a long one
     /// now if it is its turn; `None`: not its turn, ask again after [`TURN_RETRY`].
     pub async fn admit(&self, lane: Lane, key: &str) -> Option<Admission<'_>> {
-        if lane == Lane::Long && self.long_turns > 0 {
+        if lane == Lane::Long && self.turns().turns > 0 {
             let granted = self.turns().begin(key, Instant::now());
             return granted.then(|| Admission {
                 _place: None,
@@ -116,14 +114,14 @@ impl Lanes {
 /// The long lane's turns: who has one, and who waits for one, in the order they first asked.
 #[derive(Debug)]
 struct Turns {
-    turns: usize,
+    turns: u16,
     running: HashSet<String>,
     /// Keys refused a turn, in the order they first asked, with when each last asked.
     waiting: VecDeque<(String, Instant)>,
 }
 
 impl Turns {
-    fn new(turns: usize) -> Self {
+    fn new(turns: u16) -> Self {
         Turns {
             turns,
             running: HashSet::new(),
@@ -138,7 +136,7 @@ impl Turns {
         self.waiting.retain(|(k, asked)| {
             k == key || now.saturating_duration_since(*asked) < FORGOTTEN_AFTER
         });
-        let free = self.turns.saturating_sub(self.running.len());
+        let free = usize::from(self.turns).saturating_sub(self.running.len());
         let place = self.waiting.iter().position(|(k, _)| k == key);
         if place.unwrap_or(self.waiting.len()) < free {
             if let Some(place) = place {
