@@ -257,6 +257,7 @@ pub async fn buckets(
         plural: "s3buckets",
         spec: json!({"tenantRef": {"name": "t"}}),
         secrets: 1,
+        held: 0,
     };
     let mut floors = Vec::new();
     for &n in sizes {
@@ -322,6 +323,7 @@ pub async fn tenants(
         plural: "s3tenants",
         spec: json!({"provider": "default"}),
         secrets: 2,
+        held: 2,
     };
     let mut floors = Vec::new();
     for &n in sizes {
@@ -366,6 +368,7 @@ pub async fn databases(lab: &Lab, env: &Env, report: &mut Report, n: usize) -> a
         plural: "clouddatabases",
         spec: json!({"engine": "postgres", "size": "small", "deletionPolicy": "Delete"}),
         secrets: 1,
+        held: 0,
     };
     let backend = floor::databases(lab, n, Calls::Safe).await?;
     let floor = &Floor::measure(lab, backend, &writes, n).await?;

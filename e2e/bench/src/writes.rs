@@ -14,6 +14,9 @@ use serde_json::{Value, json};
 use crate::floor::Timing;
 use crate::lab::{GROUP_VERSION, Lab};
 
+/// The floor's hold on the Secrets an object's cleanup reads.
+const FLOOR_HOLD: &str = "keeper.dev/floor-hold";
+
 /// What one object of a kind needs written, besides its backend work.
 #[derive(Debug, Clone)]
 pub struct Writes {
@@ -24,14 +27,21 @@ pub struct Writes {
     /// The credential Secrets the result carries (a tenant: root and S3 credentials; a bucket and
     /// a database: one).
     pub secrets: usize,
+    /// How many of them the object's cleanup reads, so that deleting the namespace must not take
+    /// them first (a tenant: both; a bucket, whose cleanup finds its keys by the bucket's name,
+    /// and a database deleted with its instance: none). A plain client as safe as keeper holds
+    /// them with a finalizer from their create and lets go of each after the cleanup, one write
+    /// per Secret (keeper's hold is `CLEANUP_HOLD`).
+    pub held: usize,
 }
 
 impl Writes {
     /// To Ready: the user's create, the finalizer, the Secrets (owned by the object, so that the
-    /// garbage collector deletes them), the status. To deletion: the finalizer's removal (the
-    /// user's DELETE of the whole collection is one request for all objects, as in keeper's run).
+    /// garbage collector deletes them; a held one carries its hold from the create), the status.
+    /// To deletion: each held Secret let go, the finalizer's removal (the user's DELETE of the
+    /// whole collection is one request for all objects, as in keeper's run).
     pub fn per_object(&self) -> (u64, u64) {
-        (3 + self.secrets as u64, 1)
+        (3 + self.secrets as u64, 1 + self.held as u64)
     }
 }
 
@@ -64,10 +74,12 @@ pub async fn floor(lab: &Lab, writes: &Writes, n: usize) -> anyhow::Result<Timin
         )
         .await?;
         for s in 0..writes.secrets {
+            let hold: &[&str] = if s < writes.held { &[FLOOR_HOLD] } else { &[] };
             lab.create(
                 &secrets,
                 &json!({"apiVersion": "v1", "kind": "Secret",
-                        "metadata": {"name": format!("{name}-{s}"), "ownerReferences": [{
+                        "metadata": {"name": format!("{name}-{s}"), "finalizers": hold,
+                            "ownerReferences": [{
                             "apiVersion": GROUP_VERSION, "kind": writes.kind, "name": name,
                             "uid": uid, "controller": true}]},
                         "stringData": {"access_key_id": "AKIAFLOOR", "secret_access_key": "floor"}}),
@@ -86,6 +98,13 @@ pub async fn floor(lab: &Lab, writes: &Writes, n: usize) -> anyhow::Result<Timin
     let started = Instant::now();
     lab.delete(&collection).await?;
     for name in &names {
+        for s in 0..writes.held {
+            lab.merge_patch(
+                &format!("{secrets}/{name}-{s}"),
+                &json!({"metadata": {"finalizers": null}}),
+            )
+            .await?;
+        }
         lab.merge_patch(
             &format!("{collection}/{name}"),
             &json!({"metadata": {"finalizers": null}}),
