@@ -423,6 +423,8 @@ async fn steady(
     let window = settings.interval * settings.intervals;
     tokio::time::sleep(window).await;
     let after = keeper.mark(&lab.http).await?;
+    let (idle_rss, _) = keeper.rss_mib()?;
+    let (anon, file) = keeper.rss_split_mib()?;
     let calls = before.backend_calls(&after);
     let requests = lab.keeper_requests().await?;
     let (cpu_per_reconcile, window_reconciles) = before.per_reconcile(&after);
@@ -465,9 +467,21 @@ async fn steady(
         "",
         Goal::Exactly(0.0),
     );
+    report.add(
+        section,
+        format!(
+            "keeper RSS idle, {}s after a start with {n} Ready buckets (release)",
+            window.as_secs()
+        ),
+        idle_rss,
+        None,
+        "MiB",
+        judged(settings, Goal::AtMost(64.0)),
+    );
     report.note(format!(
         "{section} idle {}s: backend calls {calls:?}; API requests: {}; {window_reconciles:.0} \
-         reconciles, {cpu_per_reconcile:.2} ms CPU each",
+         reconciles, {cpu_per_reconcile:.2} ms CPU each; resident {idle_rss:.1} MiB = \
+         anonymous {anon:.1} + file-backed {file:.1} (mostly the binary's code)",
         window.as_secs(),
         requests.breakdown(1.0)
     ));

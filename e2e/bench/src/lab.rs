@@ -468,18 +468,20 @@ impl Process {
     /// Resident memory now and at its peak, in MiB.
     pub fn rss_mib(&self) -> anyhow::Result<(f64, f64)> {
         let status = proc_file(self.keeper.pid(), "status")?;
-        let kib = |key: &str| -> anyhow::Result<f64> {
-            let line = status
-                .lines()
-                .find(|l| l.starts_with(key))
-                .with_context(|| format!("no {key} in /proc/PID/status"))?;
-            Ok(line
-                .split_whitespace()
-                .nth(1)
-                .context("malformed line")?
-                .parse::<f64>()?)
-        };
-        Ok((kib("VmRSS:")? / 1024.0, kib("VmHWM:")? / 1024.0))
+        Ok((
+            status_mib(&status, "VmRSS:")?,
+            status_mib(&status, "VmHWM:")?,
+        ))
+    }
+
+    /// Resident memory now as its two halves, in MiB: anonymous (the heap, the allocator's
+    /// arenas, stacks) and file-backed (mostly the binary's code).
+    pub fn rss_split_mib(&self) -> anyhow::Result<(f64, f64)> {
+        let status = proc_file(self.keeper.pid(), "status")?;
+        Ok((
+            status_mib(&status, "RssAnon:")?,
+            status_mib(&status, "RssFile:")?,
+        ))
     }
 
     /// keeper's metrics as `(series with labels, value)`.
@@ -612,6 +614,20 @@ fn label<'a>(labels: &'a str, key: &str) -> &'a str {
 fn proc_file(pid: u32, name: &str) -> anyhow::Result<String> {
     let path = Path::new("/proc").join(pid.to_string()).join(name);
     std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))
+}
+
+/// A `kB` line of `/proc/PID/status`, in MiB.
+fn status_mib(status: &str, key: &str) -> anyhow::Result<f64> {
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(key))
+        .with_context(|| format!("no {key} in /proc/PID/status"))?;
+    let kib: f64 = line
+        .split_whitespace()
+        .nth(1)
+        .context("malformed line")?
+        .parse()?;
+    Ok(kib / 1024.0)
 }
 
 /// CPU time (user + system) process `pid` used so far.
