@@ -29,6 +29,11 @@ enum Command {
     ReleaseFinalizers(release::Args),
 }
 
+/// jemalloc rather than glibc's malloc: less memory and CPU with a large fleet cached (see
+/// Cargo.toml for the figures).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     match run().await {
