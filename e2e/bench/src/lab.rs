@@ -27,6 +27,29 @@ pub struct Lab {
     audit: AuditLog,
     /// Where the current measurement began in the audit log.
     since: std::sync::Mutex<AuditMark>,
+    /// This run's hold on the stack, for as long as the run lasts ([`hold_stack`]).
+    _stack: std::fs::File,
+}
+
+/// Takes the stack in `dev` for this run, or says that another benchmark has it: two runs on
+/// one stack share its servers, its audit log and its CPU, and each counts the other's requests
+/// and objects as its own. The lock goes with the process, however it ends.
+fn hold_stack(dev: &Path) -> anyhow::Result<std::fs::File> {
+    let path = dev.join("bench.lock");
+    let file =
+        std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => bail!(
+            "another keeper-bench is running on the stack in {} (it holds {}): wait for it, or \
+             give this run a stack of its own (KEEPER_DEV_DIR)",
+            dev.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking {}", path.display()))
+        }
+    }
 }
 
 fn var(name: &str) -> anyhow::Result<String> {
@@ -38,6 +61,7 @@ impl Lab {
     pub fn from_env() -> anyhow::Result<Lab> {
         let env = Env::from_env()?;
         let dev = PathBuf::from(var("KEEPER_DEV_DIR")?);
+        let stack = hold_stack(&dev)?;
         let kubeconfig: Value = serde_yaml::from_str(&std::fs::read_to_string(&env.kubeconfig)?)?;
         let token = kubeconfig["users"][0]["user"]["token"]
             .as_str()
@@ -69,6 +93,7 @@ impl Lab {
                 .build()?,
             audit,
             since,
+            _stack: stack,
         })
     }
 
@@ -670,6 +695,22 @@ fn clock_ticks_per_second() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_second_run_is_refused_the_stack_until_the_first_lets_go() {
+        let dev = std::env::temp_dir().join(format!("keeper-bench-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dev).unwrap();
+        let first = hold_stack(&dev).unwrap();
+        let refused = hold_stack(&dev).unwrap_err().to_string();
+        assert!(
+            refused.contains("another keeper-bench is running"),
+            "{refused}"
+        );
+        drop(first);
+        let second = hold_stack(&dev).unwrap();
+        drop(second);
+        std::fs::remove_dir_all(&dev).unwrap();
+    }
 
     #[test]
     fn writes_count_changes_but_not_events_or_reads() {
