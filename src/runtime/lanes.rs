@@ -85,15 +85,20 @@ impl Lanes {
     /// Admits the reconcile of object `key` on `lane`: a main one once a place is free, a long one
     /// now if it is its turn; `None`: not its turn, ask again after [`TURN_RETRY`].
     pub async fn admit(&self, lane: Lane, key: &str) -> Option<Admission<'_>> {
-        if lane == Lane::Long && self.turns().turns > 0 {
-            let granted = self.turns().begin(key, Instant::now());
-            return granted.then(|| Admission {
-                _place: None,
-                _turn: Some(TurnTaken {
-                    lanes: self,
-                    key: key.to_string(),
-                }),
-            });
+        if lane == Lane::Long {
+            // One lock for the lane's size and the turn (a lane without turns runs on the main
+            // one); it is let go before any wait below.
+            let mut turns = self.turns();
+            if turns.turns > 0 {
+                let granted = turns.begin(key, Instant::now());
+                return granted.then(|| Admission {
+                    _place: None,
+                    _turn: Some(TurnTaken {
+                        lanes: self,
+                        key: key.to_string(),
+                    }),
+                });
+            }
         }
         let place = self
             .main
