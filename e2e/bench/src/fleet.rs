@@ -423,8 +423,7 @@ async fn steady(
     let window = settings.interval * settings.intervals;
     tokio::time::sleep(window).await;
     let after = keeper.mark(&lab.http).await?;
-    let (idle_rss, _) = keeper.rss_mib()?;
-    let (anon, file) = keeper.rss_split_mib()?;
+    let (idle_rss, anon, file) = keeper.rss_parts_mib()?;
     let calls = before.backend_calls(&after);
     let requests = lab.keeper_requests().await?;
     let (cpu_per_reconcile, window_reconciles) = before.per_reconcile(&after);

@@ -499,11 +499,12 @@ impl Process {
         ))
     }
 
-    /// Resident memory now as its two halves, in MiB: anonymous (the heap, the allocator's
-    /// arenas, stacks) and file-backed (mostly the binary's code).
-    pub fn rss_split_mib(&self) -> anyhow::Result<(f64, f64)> {
+    /// Resident memory now and two of its parts, in MiB, from one reading: anonymous (the heap,
+    /// the allocator's arenas, stacks) and file-backed (mostly the binary's code).
+    pub fn rss_parts_mib(&self) -> anyhow::Result<(f64, f64, f64)> {
         let status = proc_file(self.keeper.pid(), "status")?;
         Ok((
+            status_mib(&status, "VmRSS:")?,
             status_mib(&status, "RssAnon:")?,
             status_mib(&status, "RssFile:")?,
         ))
