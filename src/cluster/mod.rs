@@ -34,7 +34,9 @@ use serde_json::Value;
 use crate::api::{S3Bucket, S3Tenant};
 
 pub use api::KubeApi;
-pub use secrets::{Hold, SecretError, owned_by, owned_secret, owned_secret_object, secret_data};
+pub use secrets::{
+    Hold, SecretError, owned_by, owned_secret, owned_secret_object, secret_data, written_content,
+};
 
 /// One event to publish about the reconciled object.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -110,6 +110,35 @@ pub(super) fn holder(secret: &Secret) -> String {
     }
 }
 
+/// What keeper wrote of a Secret, hashed (a [`triggers::edited`] key): its data, type, labels,
+/// owners and finalizers, and whether it is being deleted. Not its annotations, where keeper
+/// records claims of its own.
+///
+/// [`triggers::edited`]: super::triggers::edited
+pub fn written_content(secret: &Secret) -> u64 {
+    let meta = &secret.metadata;
+    let owners: Vec<_> = secret
+        .owner_references()
+        .iter()
+        .map(|r| (&r.kind, &r.name, &r.uid, r.controller))
+        .collect();
+    let data: Vec<_> = secret
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k, &v.0))
+        .collect();
+    super::triggers::key_of((
+        data,
+        &secret.string_data,
+        &secret.type_,
+        &meta.labels,
+        owners,
+        &meta.finalizers,
+        meta.deletion_timestamp.is_some(),
+    ))
+}
+
 /// Whether `secret` is the one keeper created for `owner`: it carries `owner`'s uid as an
 /// owner reference.
 pub fn owned_by(secret: &Secret, owner: &Target) -> bool {

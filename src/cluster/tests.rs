@@ -288,3 +288,43 @@ fn the_release_patch_removes_only_the_owners_reference_and_tests_it() {
     assert_eq!(patch[1]["op"], "remove");
     assert!(release_patch(&Secret::default(), &owner()).is_none());
 }
+
+#[test]
+fn what_keeper_wrote_of_a_secret_changes_with_its_data_owners_and_deletion_not_its_annotations() {
+    let written = desired_secret(
+        &owner(),
+        "s",
+        BTreeMap::from([("k".to_string(), "v".to_string())]),
+        Hold::UntilReleased,
+        None,
+    )
+    .unwrap()
+    .unwrap();
+    let before = written_content(&written);
+    let mut claimed = written.clone();
+    claimed
+        .annotations_mut()
+        .insert("keeper.dev/key-sweep".into(), "now".into());
+    claimed.metadata.resource_version = Some("8".into());
+    assert_eq!(written_content(&claimed), before);
+
+    let mut edited = written.clone();
+    edited
+        .data
+        .as_mut()
+        .unwrap()
+        .insert("k".into(), k8s_openapi::ByteString(b"w".to_vec()));
+    let mut unlabelled = written.clone();
+    unlabelled.labels_mut().clear();
+    let mut disowned = written.clone();
+    disowned.metadata.owner_references = None;
+    let mut unheld = written.clone();
+    unheld.metadata.finalizers = None;
+    let mut deleted = written.clone();
+    deleted.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    for changed in [edited, unlabelled, disowned, unheld, deleted] {
+        assert_ne!(written_content(&changed), before, "{changed:?}");
+    }
+}

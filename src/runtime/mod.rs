@@ -11,6 +11,7 @@
 mod backoff;
 pub mod conditions;
 pub mod connect;
+mod drive;
 pub mod gauges;
 pub mod kinds;
 pub mod lanes;
@@ -23,22 +24,20 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use crate::cluster::Note;
 pub use backoff::Backoff;
 pub use connect::Connect;
+pub use drive::{controller, run};
 pub use kinds::Keeper;
 pub use lanes::Lane;
 pub use outcome::{KeeperStatus, Next, Outcome};
 
 use crate::cluster::informer;
-use crate::cluster::triggers;
 use crate::cluster::{Kube, Target};
 use crate::config::OperatorConfig;
 use crate::error::ErrorClass;
@@ -46,7 +45,6 @@ use crate::leader::Leadership;
 use crate::metrics::Metrics;
 use crate::providers::Providers;
 use crate::runtime::policy::{Policy, policy, report_now};
-use crate::server::Readiness;
 
 /// What one manager process shares between its controllers.
 #[derive(Clone)]
@@ -494,109 +492,6 @@ fn error_policy<R: Reconciler>(
     let delay = cx.backoff.next_delay(&object_key(obj.as_ref()));
     cx.shared.metrics.retry_scheduled(R::NAME, delay);
     Action::requeue(delay)
-}
-
-/// Registers the gauges every kind has, from the controller's cache: `keeper_<kinds>{phase}`
-/// and `keeper_deletion_blocked{kind}`.
-fn register_kind_gauges<K: Keeper>(metrics: &Metrics, store: kube::runtime::reflector::Store<K>) {
-    metrics.register(gauges::StoreGauge::new(
-        K::PHASE_GAUGE,
-        K::PHASE_HELP,
-        store.clone(),
-        &[],
-        "phase",
-        K::PHASES,
-        |obj: &K| Some(obj.phase()),
-    ));
-    metrics.register(gauges::deletion_blocked(&K::kind(&()), store, |obj: &K| {
-        obj.status()
-            .is_some_and(|s| conditions::is_true(s.conditions(), conditions::DELETION_BLOCKED))
-    }));
-}
-
-/// Registers `keeper_work_queue_depth{controller}` for `R`, from its cache and what its workers
-/// started on.
-fn register_queue_depth<R: Reconciler>(
-    cx: &Context<R>,
-    store: kube::runtime::reflector::Store<R::Resource>,
-) {
-    cx.shared.metrics.register(gauges::queue_depth(
-        R::NAME,
-        store,
-        cx.started.clone(),
-        cx.shared.leadership.clone(),
-    ));
-}
-
-/// A controller of `K` over its informer, reconciling an object when something asks for work
-/// on it ([`triggers::requested`]: not its own status writes), and when it is first seen.
-pub fn controller<K: Keeper + informer::Watched>(informer: &informer::Informer<K>) -> Controller<K>
-where
-    K::DynamicType: Default,
-{
-    Controller::for_stream(
-        triggers::changed(informer.changes(), triggers::requested::<K>),
-        informer.store(),
-    )
-}
-
-/// Runs a controller until `shutdown` is cancelled; in-flight reconciles finish first.
-pub async fn run<R: Reconciler>(
-    controller: Controller<R::Resource>,
-    cx: Arc<Context<R>>,
-    readiness: Arc<Readiness>,
-    shutdown: CancellationToken,
-) {
-    let store = controller.store();
-    register_kind_gauges(&cx.shared.metrics, store.clone());
-    register_queue_depth(&cx, store.clone());
-    tokio::spawn(async move {
-        // `Store::wait_until_ready` wakes only the last task that polled it, and the controller's
-        // own runner polls it too, so a single await here can sleep forever. Re-polling on a short
-        // timer sees the memoized readiness.
-        loop {
-            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
-                Ok(Ok(())) => {
-                    tracing::info!(controller = R::NAME, "cache synced");
-                    readiness.controller_synced();
-                    break;
-                }
-                Ok(Err(_)) => break,
-                Err(_elapsed) => continue,
-            }
-        }
-    });
-    let (kube, informers, leadership) = (
-        cx.shared.kube.clone(),
-        cx.shared.informers.clone(),
-        cx.shared.leadership.clone(),
-    );
-    let reporting = shutdown.clone();
-    tokio::spawn(async move {
-        let informer = R::Resource::informer(&informers);
-        tokio::select! {
-            () = quarantine::report_invalid(kube, informer, leadership) => {}
-            () = reporting.cancelled() => {}
-        }
-    });
-    tracing::info!(controller = R::NAME, "starting controller");
-    let acquired = cx.shared.leadership.acquired();
-    controller
-        .with_config(
-            kube::runtime::controller::Config::default()
-                .concurrency(cx.lanes.workers())
-                .debounce(R::DEBOUNCE),
-        )
-        .reconcile_all_on(acquired)
-        .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(observed::<R>, error_policy::<R>, cx)
-        .for_each(|result| async move {
-            if let Err(kube::runtime::controller::Error::QueueError(e)) = result {
-                tracing::warn!(controller = R::NAME, error = %e, "watch failed; retrying");
-            }
-        })
-        .await;
-    tracing::info!(controller = R::NAME, "controller stopped");
 }
 
 /// Default requeue of a healthy object, so that drift on the backend is noticed.

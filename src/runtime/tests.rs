@@ -7,6 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::ObjectMeta;
 use kube::runtime::controller::Action;
 
+use super::drive::secret_owner;
 use super::testing;
 use super::*;
 use crate::api::{S3Tenant, S3TenantSpec, S3TenantStatus, TenantPhase};
@@ -542,4 +543,47 @@ async fn a_long_reconcile_finding_no_turn_free_is_not_run_but_asked_again_shortl
         Action::requeue(RESYNC)
     );
     assert_eq!(*cx.reconciler.applied.lock().unwrap(), ["a", "b"]);
+}
+
+/// A Secret written for `owner` (a tenant named "t" with uid "uid"), as keeper writes it.
+fn secret_of(owner: &S3Tenant) -> k8s_openapi::api::core::v1::Secret {
+    let target = Target::of(owner);
+    let mut secret = k8s_openapi::api::core::v1::Secret::default();
+    secret.metadata.name = Some("t-s3-credentials".into());
+    secret.metadata.namespace = Some("ns".into());
+    secret.metadata.owner_references = Some(vec![target.owner_reference()]);
+    secret
+}
+
+#[test]
+fn an_edited_secret_wakes_its_live_owner_only() {
+    let (store, mut writer) = kube::runtime::reflector::store::<S3Tenant>();
+    let live = tenant(true, false);
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(live.clone()));
+    let secret = secret_of(&live);
+    assert_eq!(
+        secret_owner(&store, &secret),
+        Some(kube::runtime::reflector::ObjectRef::from_obj(&live))
+    );
+
+    // The owner is being deleted: its cleanup takes care of its Secrets.
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(tenant(true, true)));
+    assert_eq!(secret_owner(&store, &secret), None);
+
+    // A new object of the same name (another uid) is not the Secret's owner.
+    let mut successor = tenant(true, false);
+    successor.metadata.uid = Some("uid-2".into());
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(successor));
+    assert_eq!(secret_owner(&store, &secret), None);
+
+    // Not owned as a controller, owned by another kind, or gone from the cache: nobody.
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(live.clone()));
+    let mut not_controlled = secret.clone();
+    not_controlled.owner_references_mut()[0].controller = None;
+    assert_eq!(secret_owner(&store, &not_controlled), None);
+    let mut other_kind = secret.clone();
+    other_kind.owner_references_mut()[0].kind = "S3Bucket".into();
+    assert_eq!(secret_owner(&store, &other_kind), None);
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Delete(live));
+    assert_eq!(secret_owner(&store, &secret), None);
 }

@@ -203,26 +203,37 @@ async fn rotating_a_buckets_keys_replaces_them_and_the_old_key_stops_working() {
         },
     );
     let new = secret_data(&env, &ns.name, "data-credentials").unwrap();
+    // One user, one key: the rotation left nothing behind.
+    assert_keys_replaced(&env, &bucket, &old, &new).await;
+}
+
+/// `new` (the bucket's Secret now) works on `bucket`; `old` (what it carried before) is deleted,
+/// and `bucket`'s one IAM user has no key but `new`'s.
+async fn assert_keys_replaced(
+    env: &Env,
+    bucket: &str,
+    old: &BTreeMap<String, String>,
+    new: &BTreeMap<String, String>,
+) {
     assert_ne!(new["accessKeyId"], old["accessKeyId"]);
-    client_for(&new)
+    client_for(new)
         .list_objects_v2()
-        .bucket(&bucket)
+        .bucket(bucket)
         .send()
         .await
         .expect("the new keys work");
     let code = refused(
-        "ListObjects with the rotated-out key",
-        client_for(&old)
+        "ListObjects with the replaced key",
+        client_for(old)
             .list_objects_v2()
-            .bucket(&bucket)
+            .bucket(bucket)
             .send()
             .await,
     );
     assert_eq!(code, "InvalidAccessKeyId", "the old key is deleted");
-    // One user, one key: the rotation left nothing behind.
-    let iam = iam_client(&env).await;
-    let users = iam_users_of(&iam, &bucket).await;
-    assert_eq!(users.len(), 1);
+    let iam = iam_client(env).await;
+    let users = iam_users_of(&iam, bucket).await;
+    assert_eq!(users.len(), 1, "{users:?}");
     let keys = iam
         .list_access_keys()
         .user_name(&users[0])
@@ -235,6 +246,42 @@ async fn rotating_a_buckets_keys_replaces_them_and_the_old_key_stops_working() {
         .filter_map(|k| k.access_key_id())
         .collect();
     assert_eq!(ids, [new["accessKeyId"].as_str()]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deleted_bucket_secret_is_written_again_at_once_with_new_keys_and_the_old_key_goes() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-secret-deleted").unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    let old = ready_bucket(&env, &ns.name);
+    let bucket = old["bucket"].clone();
+    env.kubectl(&["delete", "secret", "-n", &ns.name, "data-credentials"])
+        .unwrap();
+    // Well within the resync (5 minutes): the deletion itself wakes the bucket.
+    wait_until(
+        Duration::from_secs(30),
+        "the bucket's Secret written again with new keys",
+        || {
+            Ok(
+                secret_data(&env, &ns.name, "data-credentials").is_ok_and(|s| {
+                    s.get("accessKeyId")
+                        .is_some_and(|k| *k != old["accessKeyId"])
+                }),
+            )
+        },
+    )
+    .unwrap();
+    wait_for(
+        &env,
+        &ns.name,
+        "s3bucket/data",
+        "Ready",
+        Duration::from_secs(30),
+        |b| condition_is(b, "Ready", "True"),
+    );
+    let new = secret_data(&env, &ns.name, "data-credentials").unwrap();
+    // The key only the deleted Secret carried is deleted: nobody can use or leak it any more.
+    assert_keys_replaced(&env, &bucket, &old, &new).await;
 }
 
 /// A Secret as an older keeper published it for `owner` (`kind`/`name`), with the provider's keys.

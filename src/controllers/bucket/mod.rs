@@ -278,12 +278,11 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let buckets = shared.informers.buckets();
-    let store = buckets.store();
+    let store = shared.informers.buckets().store();
     let mapper_store = store.clone();
     // A tenant turning Ready (or changing what its buckets read of it) is what a waiting bucket
     // waits for; its bucket count, which each bucket created or deleted in it changes, is not.
-    let controller = runtime::controller(buckets).watches_stream(
+    let controller = runtime::controller::<S3Bucket>(&shared.informers).watches_stream(
         triggers::changed(
             shared.informers.tenants().changes(),
             plan::lifecycle::tenant_trigger_key,

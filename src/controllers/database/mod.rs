@@ -122,10 +122,7 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let databases = shared.informers.databases();
-    // Owning the connection Secrets brings a deleted or edited Secret back at once.
-    let controller =
-        runtime::controller(databases).owns_stream(shared.informers.managed_secrets().triggers());
+    let controller = runtime::controller::<CloudDatabase>(&shared.informers);
     let cx = Arc::new(Context::new(
         shared,
         CloudDatabaseReconciler { connector: Live },

@@ -197,14 +197,14 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
-    let tenants = shared.informers.tenants();
     // Only bucket changes that can change a tenant's answer re-reconcile it (not every status
     // write of every bucket).
     let buckets = triggers::changed(
         shared.informers.buckets().changes(),
         plan::bucket_trigger_key,
     );
-    let mut controller = runtime::controller(tenants).watches_stream(buckets, bucket_to_tenant);
+    let mut controller = runtime::controller::<S3Tenant>(&shared.informers)
+        .watches_stream(buckets, bucket_to_tenant);
     if shared.config.uses_namespace_selector() {
         // Labelling or unlabelling a namespace allows or denies its tenants at once (and their
         // buckets follow the tenant's phase).
