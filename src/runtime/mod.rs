@@ -213,14 +213,8 @@ pub async fn write_outcome<K: Keeper>(
     outcome: &Outcome<K::Status>,
 ) -> Result<(), kube::Error> {
     write_status(kube, obj, &outcome.status).await?;
+    publish_notes(kube, obj, &outcome.notes).await;
     let target = Target::of(obj);
-    let mut published: Vec<&Note> = Vec::new();
-    for note in &outcome.notes {
-        if !published.contains(&note) {
-            kube.publish(&target, note).await;
-            published.push(note);
-        }
-    }
     let annotations = obj.meta().annotations.clone().unwrap_or_default();
     let mut ops = Vec::new();
     for key in &outcome.remove_annotations {
@@ -236,6 +230,18 @@ pub async fn write_outcome<K: Keeper>(
         kube.patch_json(&target, patch).await?;
     }
     Ok(())
+}
+
+/// Publishes each distinct note once, as an event on `obj`.
+async fn publish_notes<K: Keeper>(kube: &dyn Kube, obj: &K, notes: &[Note]) {
+    let target = Target::of(obj);
+    let mut published: Vec<&Note> = Vec::new();
+    for note in notes {
+        if !published.contains(&note) {
+            kube.publish(&target, note).await;
+            published.push(note);
+        }
+    }
 }
 
 fn annotation_path(key: &str) -> String {
@@ -386,9 +392,17 @@ async fn reconcile<R: Reconciler>(
             }
         },
     };
-    write_outcome(kube, obj.as_ref(), &outcome)
-        .await
-        .map_err(Error::Kube)?;
+    // With our finalizer the object's last, the release lets the API server remove it: a status
+    // or annotation written first would be read by nobody, and would double the API writes of a
+    // deletion. Its events outlive it, so they are published.
+    let last_finalizer = finalizers.len() == 1;
+    if deleting && last_finalizer && outcome.next == Next::Release {
+        publish_notes(kube, obj.as_ref(), &outcome.notes).await;
+    } else {
+        write_outcome(kube, obj.as_ref(), &outcome)
+            .await
+            .map_err(Error::Kube)?;
+    }
     Ok(match outcome.next {
         Next::Requeue(after) => Action::requeue(after),
         Next::AwaitChange => Action::await_change(),

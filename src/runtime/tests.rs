@@ -432,15 +432,46 @@ async fn a_success_is_synced_and_a_release_writes_no_status() {
     assert!(status_patches(&kube).is_empty(), "{:?}", kube.calls());
 }
 
+/// A release whose outcome has a status to write, an event and an annotation to remove.
+fn releasing() -> Outcome<S3TenantStatus> {
+    let mut out = Outcome::new(S3TenantStatus::default(), Next::Release);
+    out.status.phase = Some(TenantPhase::Deleting);
+    out.note(Note::normal("TenantDeleted", "deleted"));
+    out.remove_annotations.push("keeper.dev/drain");
+    out
+}
+
+#[tokio::test]
+async fn releasing_the_last_finalizer_publishes_the_events_and_writes_nothing_else_first() {
+    let (kube, cx) = context(Ok(releasing()));
+    testing::reconcile(&cx, tenant(true, true)).await.unwrap();
+    let calls = kube.calls();
+    assert!(status_patches(&kube).is_empty(), "{calls:?}");
+    assert_eq!(kube.notes().len(), 1, "{calls:?}");
+    let patches: Vec<_> = calls
+        .iter()
+        .filter_map(|c| match c {
+            Call::PatchJson { patch, .. } => Some(patch),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(patches.len(), 1, "only the finalizer's removal: {calls:?}");
+    assert_eq!(patches[0][1]["path"], "/metadata/finalizers/0");
+}
+
 #[tokio::test]
 async fn release_removes_only_our_finalizer_after_writing_the_outcome() {
-    let (kube, cx) = context(Ok(Outcome::new(S3TenantStatus::default(), Next::Release)));
+    let (kube, cx) = context(Ok(releasing()));
     let mut obj = tenant(true, true);
     obj.metadata.finalizers = Some(vec!["other.io/keep".into(), "keeper.dev/test".into()]);
     testing::reconcile(&cx, obj).await.unwrap();
+    // Another finalizer keeps the object: what its outcome says is written first.
+    assert_eq!(status_patches(&kube)[0]["status"]["phase"], "Deleting");
+    assert_eq!(kube.notes().len(), 1);
     let patch = kube
         .calls()
         .into_iter()
+        .rev()
         .find_map(|c| match c {
             Call::PatchJson { patch, .. } => Some(patch),
             _ => None,
