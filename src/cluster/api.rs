@@ -17,10 +17,12 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::Value;
 
 use super::informer::{Informer, Informers};
-use super::secrets::{desired_secret, release_patch, swapped_secret, unhold_patch, write_secret};
+use super::secrets::{
+    deleted_by_write, desired_secret, release_patch, swapped_secret, unhold_patch, write_secret,
+};
 use super::written::{Written, version};
 use super::{Hold, Kube, KubeResult, Note, SecretError, Target, owned_by};
-use crate::api::names::CLEANUP_HOLD;
+use crate::api::names::{CLEANUP_HOLD, MANAGED_BY};
 use crate::api::{S3Bucket, S3Tenant};
 
 /// The real seam: the process's informers for reads (tenants, buckets, keeper's Secrets, the
@@ -150,6 +152,12 @@ impl KubeApi {
             .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
         {
+            // A Secret being deleted goes with its last finalizer: nothing written is left to
+            // remember (kept, it would outlive the deletion its watch event already reported).
+            Ok(written) if deleted_by_write(&written) => {
+                self.written.forget(&owner.namespace, name);
+                Ok(true)
+            }
             Ok(written) => {
                 self.wrote(written);
                 Ok(true)
@@ -208,6 +216,34 @@ impl Kube for KubeApi {
         name: &'a str,
     ) -> BoxFuture<'a, KubeResult<bool>> {
         self.patch_secret(owner, name, unhold_patch).boxed()
+    }
+
+    fn accepts_new_content<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, KubeResult<bool>> {
+        async move {
+            // Labelled as keeper's Secrets are, so that a policy admitting those admits it.
+            let probe = Secret {
+                metadata: kube::api::ObjectMeta {
+                    generate_name: Some("keeper-probe-".to_string()),
+                    labels: Some(BTreeMap::from([(
+                        MANAGED_BY.0.to_string(),
+                        MANAGED_BY.1.to_string(),
+                    )])),
+                    ..Default::default()
+                },
+                ..Secret::default()
+            };
+            let params = PostParams {
+                dry_run: true,
+                field_manager: None,
+            };
+            let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+            match api.create(&params, &probe).await {
+                Ok(_) => Ok(true),
+                Err(e) if crate::error::namespace_terminating(&e) => Ok(false),
+                Err(e) => Err(e),
+            }
+        }
+        .boxed()
     }
 
     fn secret<'a>(

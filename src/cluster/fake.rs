@@ -247,6 +247,11 @@ impl Kube for FakeKube {
         async move { Ok(released) }.boxed()
     }
 
+    fn accepts_new_content<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, KubeResult<bool>> {
+        let accepts = !self.terminating.lock().expect("lock").contains(namespace);
+        async move { Ok(accepts) }.boxed()
+    }
+
     fn unhold_secret<'a>(
         &'a self,
         owner: &'a Target,

@@ -35,7 +35,8 @@ use crate::api::{S3Bucket, S3Tenant};
 
 pub use api::KubeApi;
 pub use secrets::{
-    Hold, SecretError, owned_by, owned_secret, owned_secret_object, secret_data, written_content,
+    Hold, SecretError, held, owned_by, owned_secret, owned_secret_object, secret_data,
+    written_content,
 };
 
 /// One event to publish about the reconciled object.
@@ -185,6 +186,13 @@ pub trait Kube: Send + Sync + 'static {
         owner: &'a Target,
         name: &'a str,
     ) -> BoxFuture<'a, KubeResult<bool>>;
+
+    /// Whether the API takes new content in `namespace` now, asked with a dry-run create of a
+    /// Secret (nothing is stored): `false` once the namespace is being deleted, when the API's
+    /// NamespaceLifecycle admission refuses every create there. A namespace's deletion is never
+    /// undone, so `true` also says that nothing keeper saw deleted before the question was
+    /// deleted by the namespace's deletion.
+    fn accepts_new_content<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, KubeResult<bool>>;
 
     /// A JSON merge patch of the status subresource.
     fn patch_status<'a>(

@@ -23,8 +23,15 @@ pub enum Hold {
     UntilReleased,
 }
 
-pub(super) fn held(secret: &Secret) -> bool {
+/// Whether `secret` carries keeper's [`CLEANUP_HOLD`].
+pub fn held(secret: &Secret) -> bool {
     secret.finalizers().iter().any(|f| f == CLEANUP_HOLD)
+}
+
+/// Whether `written`, as the API answered a write, is gone: being deleted, its last finalizer
+/// went with the write, and the API deleted it.
+pub(super) fn deleted_by_write(written: &Secret) -> bool {
+    written.metadata.deletion_timestamp.is_some() && written.finalizers().is_empty()
 }
 
 /// Why keeper will not use or write a Secret.

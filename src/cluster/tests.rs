@@ -328,3 +328,19 @@ fn what_keeper_wrote_of_a_secret_changes_with_its_data_owners_and_deletion_not_i
         assert_ne!(written_content(&changed), before, "{changed:?}");
     }
 }
+
+#[test]
+fn a_write_that_empties_the_finalizers_of_a_secret_being_deleted_leaves_nothing() {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    let mut secret = Secret::default();
+    assert!(!deleted_by_write(&secret), "live");
+    secret.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    assert!(
+        deleted_by_write(&secret),
+        "being deleted, no finalizer left"
+    );
+    secret.metadata.finalizers = Some(vec![CLEANUP_HOLD.to_string()]);
+    assert!(!deleted_by_write(&secret), "still held");
+    secret.metadata.finalizers = Some(Vec::new());
+    assert!(deleted_by_write(&secret), "an empty list holds nothing");
+}

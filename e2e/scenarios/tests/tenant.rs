@@ -128,6 +128,96 @@ async fn a_tenant_survives_ten_sigkills_during_creation_with_one_account_and_one
     drop(keeper);
 }
 
+/// Whether the grid signs in the root user of `account` with `password`.
+fn root_signs_in(env: &Env, account: &str, password: &str) -> bool {
+    let grid = env.storagegrid_url.as_deref().unwrap();
+    keeper_e2e_scenarios::debug_call(
+        "POST",
+        format!("{grid}/api/v4/authorize"),
+        Some(json!({"accountId": account, "username": "root", "password": password})),
+    )
+    .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleted_tenant_secrets_come_back_with_new_credentials_and_the_old_ones_stop_working() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-tenant-secrets").unwrap();
+    let keeper = Keeper::start(&env).unwrap();
+    env.apply(&ns.name, &tenant("keys", "")).unwrap();
+    let obj = wait_condition(
+        &env,
+        &ns.name,
+        "s3tenant/keys",
+        "Ready",
+        "True",
+        Duration::from_secs(60),
+    );
+    let account = obj["status"]["accountId"].as_str().unwrap().to_string();
+    let root = secret_data(&env, &ns.name, "keys-root-credentials").unwrap();
+    let creds = secret_data(&env, &ns.name, "keys-s3-credentials").unwrap();
+    assert!(root_signs_in(&env, &account, &root["password"]));
+
+    // kubectl waits until they are gone: a Secret keeper kept Terminating would time it out.
+    env.kubectl(&[
+        "delete",
+        "secret",
+        "-n",
+        &ns.name,
+        "keys-root-credentials",
+        "keys-s3-credentials",
+        "--timeout=60s",
+    ])
+    .unwrap();
+    let mut written = None;
+    wait_until(
+        Duration::from_secs(30),
+        "both Secrets written again",
+        || {
+            let new_root = secret_data(&env, &ns.name, "keys-root-credentials").ok();
+            let new_creds = secret_data(&env, &ns.name, "keys-s3-credentials").ok();
+            written = new_root.zip(new_creds);
+            Ok(written.is_some())
+        },
+    )
+    .unwrap();
+    let (new_root, new_creds) = written.unwrap();
+    assert_ne!(new_root["password"], root["password"]);
+    assert!(root_signs_in(&env, &account, &new_root["password"]));
+    assert!(
+        !root_signs_in(&env, &account, &root["password"]),
+        "the deleted password no longer signs in"
+    );
+    assert_ne!(new_creds["accessKeyId"], creds["accessKeyId"]);
+    wait_until(Duration::from_secs(30), "the old key revoked", || {
+        Ok(keys_of(&env, &account) == [new_creds["accessKeyId"].clone()])
+    })
+    .unwrap();
+    let events = env.events_of(&ns.name, "S3Tenant", "keys").unwrap();
+    assert!(
+        events.iter().any(|e| e["reason"] == "SecretDeleted"),
+        "{events:#?}"
+    );
+    wait_condition(
+        &env,
+        &ns.name,
+        "s3tenant/keys",
+        "Ready",
+        "True",
+        Duration::from_secs(30),
+    );
+
+    env.kubectl(&["delete", "-n", &ns.name, "s3tenant/keys", "--timeout=60s"])
+        .unwrap();
+    assert!(
+        !keeper_e2e_scenarios::accounts_of(&env, obj["metadata"]["uid"].as_str().unwrap())
+            .iter()
+            .any(|a| a["id"] == account.as_str()),
+        "the account went with the tenant"
+    );
+    drop(keeper);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tenant_with_buckets_refuses_deletion_until_they_are_gone() {
     let env = Env::from_env().unwrap();

@@ -39,6 +39,9 @@ use crate::server::Readiness;
 const BLOCKED_RECHECK: Duration = Duration::from_secs(60);
 /// How soon to confirm that a deleted account is gone (the grid may delete asynchronously).
 const DELETE_CONFIRM: Duration = Duration::from_secs(5);
+/// How soon a tenant looks again after letting go of Secrets someone deleted, should their
+/// removal not wake it.
+const LET_GO_RECHECK: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -1,13 +1,14 @@
 //! The tenant's decisions as pure functions of the object and what was observed on the backend:
 //! [`super::reconcile`] observes, asks here what to do next, and does it.
 
+use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
 use crate::api::names::BUCKET_FINALIZER;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
 use crate::backends::identity;
-use crate::cluster::triggers;
+use crate::cluster::{Target, held, owned_by, triggers};
 use crate::config::{BucketKeys, Provider};
 
 /// Most bucket names a message lists before "and N more".
@@ -398,6 +399,28 @@ pub fn deletion_protection_message(tenant: &str, namespace: &str) -> String {
     format!(
         "S3Tenant {tenant} has deletionProtection enabled. To allow its deletion, run \
          `kubectl patch s3tenant {tenant} -n {namespace} --type merge -p '{{\"spec\":{{\"deletionProtection\":false}}}}'`."
+    )
+}
+
+/// Whether `secret`, one of `owner`'s, is being deleted while keeper's hold keeps it: deleted
+/// by someone while the tenant lives, it would stay Terminating until the tenant goes.
+pub fn deleted_under_hold(secret: &Secret, owner: &Target) -> bool {
+    owned_by(secret, owner) && held(secret) && secret.metadata.deletion_timestamp.is_some()
+}
+
+/// The `SecretDeleted` event: which of the tenant's Secrets keeper lets go, and what it writes
+/// instead (on a StorageGRID provider new credentials, on an S3-compatible one the provider's
+/// keys again).
+pub fn secrets_let_go_message(secrets: &[String], grid: bool) -> String {
+    let instead = if grid {
+        "a deleted root password is replaced by a new one set on the grid, a deleted S3 key by a \
+         new key (the old key is revoked)"
+    } else {
+        "the provider's keys are written again"
+    };
+    format!(
+        "Secret {} was deleted while the tenant lives: keeper lets it go and writes it again; {instead}",
+        secrets.join(" and ")
     )
 }
 

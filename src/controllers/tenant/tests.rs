@@ -148,6 +148,17 @@ impl Harness {
         self.backends.grid.state.lock().unwrap().accounts.len()
     }
 
+    /// Both of the tenant's Secrets exist, held for cleanup.
+    fn assert_secrets_held(&self) {
+        for name in TENANT_SECRETS {
+            assert_eq!(
+                self.secret_finalizers(name),
+                Some(vec![CLEANUP_HOLD.to_string()]),
+                "{name} held"
+            );
+        }
+    }
+
     fn released(&self) -> bool {
         self.kube.calls().iter().any(|c| {
             matches!(c, Call::PatchJson { patch, .. }
@@ -720,13 +731,7 @@ const TENANT_SECRETS: [&str; 2] = ["t-s3-credentials", "t-root-credentials"];
 async fn the_tenant_secrets_are_held_for_cleanup_while_the_tenant_lives() {
     let h = harness();
     h.ready(grid_tenant()).await;
-    for name in TENANT_SECRETS {
-        assert_eq!(
-            h.secret_finalizers(name),
-            Some(vec![CLEANUP_HOLD.to_string()]),
-            "{name}"
-        );
-    }
+    h.assert_secrets_held();
     let h = harness();
     h.ready(tenant("store", Value::Null)).await;
     assert_eq!(
@@ -777,6 +782,69 @@ async fn a_root_secret_written_without_the_hold_gets_it_while_the_tenant_lives()
         h.secret_finalizers("t-root-credentials"),
         Some(vec![]),
         "not held again"
+    );
+}
+
+#[tokio::test]
+async fn secrets_deleted_while_the_tenant_lives_go_and_come_back_with_new_credentials() {
+    let h = harness();
+    let t = h.ready(grid_tenant()).await;
+    let root = h.kube.secret_data("ns", "t-root-credentials").unwrap();
+    let creds = h.kube.secret_data("ns", "t-s3-credentials").unwrap();
+    // `kubectl delete secret`: held, they stay Terminating until keeper lets go.
+    for name in TENANT_SECRETS {
+        h.kube.delete_secret("ns", name);
+        assert!(h.secret_finalizers(name).is_some(), "{name} held");
+    }
+    h.reconcile(&t).await.unwrap();
+    for name in TENANT_SECRETS {
+        assert_eq!(h.secret_finalizers(name), None, "{name} went once let go");
+    }
+    let notes = h.kube.notes();
+    let [note] = notes.as_slice() else {
+        panic!("one event: {notes:?}")
+    };
+    assert_eq!(note.reason, "SecretDeleted");
+    assert!(
+        note.message
+            .contains("t-root-credentials and t-s3-credentials"),
+        "{}",
+        note.message
+    );
+
+    // Their removal wakes the tenant, which writes them again, held.
+    h.reconcile(&t).await.unwrap();
+    let new_root = h.kube.secret_data("ns", "t-root-credentials").unwrap();
+    let new_creds = h.kube.secret_data("ns", "t-s3-credentials").unwrap();
+    assert_ne!(new_root["password"], root["password"]);
+    assert_ne!(new_creds["accessKeyId"], creds["accessKeyId"]);
+    let grid = h.backends.grid.state.lock().unwrap();
+    let account = grid.accounts.values().next().unwrap();
+    assert_eq!(account.password, new_root["password"], "set on the grid");
+    assert_eq!(
+        account.keys.values().collect::<Vec<_>>(),
+        [&new_creds["accessKeyId"]],
+        "the deleted Secret's key is revoked"
+    );
+    drop(grid);
+    h.assert_secrets_held();
+}
+
+#[tokio::test]
+async fn secrets_deleted_with_their_namespace_stay_held_while_the_tenant_lives() {
+    let h = harness();
+    let t = h.ready(grid_tenant()).await;
+    // The namespace controller may delete the Secrets before the tenant.
+    h.kube.terminating.lock().unwrap().insert("ns".to_string());
+    for name in TENANT_SECRETS {
+        h.kube.delete_secret("ns", name);
+    }
+    h.reconcile(&t).await.unwrap();
+    h.assert_secrets_held();
+    assert!(
+        !h.kube.notes().iter().any(|n| n.reason == "SecretDeleted"),
+        "{:?}",
+        h.kube.notes()
     );
 }
 
@@ -838,13 +906,7 @@ async fn the_hold_stays_while_the_account_delete_is_unconfirmed() {
     let t = deleting(h.ready(grid_tenant()).await);
     h.backends.grid.state.lock().unwrap().delete_answers = Some(409);
     h.reconcile(&t).await.unwrap();
-    for name in TENANT_SECRETS {
-        assert_eq!(
-            h.secret_finalizers(name),
-            Some(vec![CLEANUP_HOLD.to_string()]),
-            "{name}"
-        );
-    }
+    h.assert_secrets_held();
 }
 
 #[tokio::test]
