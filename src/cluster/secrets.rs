@@ -23,8 +23,7 @@ pub enum Hold {
     UntilReleased,
 }
 
-/// Whether `secret` carries keeper's [`CLEANUP_HOLD`].
-pub fn held(secret: &Secret) -> bool {
+pub(super) fn held(secret: &Secret) -> bool {
     secret.finalizers().iter().any(|f| f == CLEANUP_HOLD)
 }
 
@@ -32,6 +31,50 @@ pub fn held(secret: &Secret) -> bool {
 /// went with the write, and the API deleted it.
 pub(super) fn deleted_by_write(written: &Secret) -> bool {
     written.metadata.deletion_timestamp.is_some() && written.finalizers().is_empty()
+}
+
+/// Whether `secret`, one of `owner`'s, is being deleted while keeper's hold keeps it: deleted by
+/// someone while `owner` lives, it would stay Terminating until `owner` goes.
+pub fn deleted_under_hold(secret: &Secret, owner: &Target) -> bool {
+    owned_by(secret, owner) && held(secret) && secret.metadata.deletion_timestamp.is_some()
+}
+
+/// Lets go of those of `owner`'s Secrets `names` that someone deleted while `owner` lives, which
+/// keeper's cleanup hold would keep Terminating until `owner` goes; `owner`'s next reconcile,
+/// woken by their removal, writes them again as if they had never been written. Not while the
+/// namespace is being deleted: that deletion took them, and `owner`'s cleanup needs them. Returns
+/// the names let go. Call it last in a reconcile: until they go, the Secrets still hold what
+/// the reconcile signs in with.
+pub async fn let_go_of_deleted(
+    kube: &dyn Kube,
+    owner: &Target,
+    names: &[String],
+) -> KubeResult<Vec<String>> {
+    let mut deleted = Vec::new();
+    for name in names {
+        let read = kube.secret(&owner.namespace, name).await?;
+        if read.is_some_and(|s| deleted_under_hold(&s, owner)) {
+            deleted.push(name.clone());
+        }
+    }
+    if deleted.is_empty() {
+        return Ok(deleted);
+    }
+    // Asked after the deletion was seen: a namespace whose deletion had started by then refuses,
+    // and one that takes new content now was not being deleted when the Secrets were.
+    match kube.accepts_new_content(&owner.namespace).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(Vec::new()),
+        Err(e) => {
+            // Unknown: the hold stays, as it would have before keeper asked.
+            tracing::warn!(error = %e, secrets = ?deleted, "cannot tell whether the namespace is being deleted; deleted Secrets stay held");
+            return Ok(Vec::new());
+        }
+    }
+    for name in &deleted {
+        kube.unhold_secret(owner, name).await?;
+    }
+    Ok(deleted)
 }
 
 /// Why keeper will not use or write a Secret.

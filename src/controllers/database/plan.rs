@@ -318,6 +318,14 @@ pub fn connection_hold(spec: &CloudDatabaseSpec) -> Hold {
     }
 }
 
+/// The `SecretDeleted` event: the connection Secret someone deleted while the database lives
+/// goes, and comes back with a new master password.
+pub fn connection_let_go_message(secret: &str) -> String {
+    format!(
+        "Secret {secret} was deleted while the database lives: keeper lets it go and writes it again with a new master password, set on the instance"
+    )
+}
+
 /// The `Retained` event: the instance is left running, untagged; its connection details stay in
 /// the released Secret and, when there was one, in keeper's copy `copy`
 /// (`namespace/name`), which deleting the database's namespace does not take.

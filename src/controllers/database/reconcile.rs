@@ -21,7 +21,7 @@ use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
 use crate::backends::identity;
 use crate::backends::rds::{FinalSnapshot, Modification, NewInstance, Password};
 use crate::cluster::retained::{Retained, retain_secret};
-use crate::cluster::{Target, owned_secret_object, secret_data};
+use crate::cluster::{Target, let_go_of_deleted, owned_secret_object, secret_data};
 use crate::error::BackendError;
 use crate::runtime::conditions::DELETION_BLOCKED;
 use crate::runtime::{self, Context, Next, Note, Outcome};
@@ -73,6 +73,17 @@ pub async fn apply<C: Connector>(cx: &Cx<C>, db: &CloudDatabase) -> Result<DbOut
     let mut out = Outcome::new(db.status.clone().unwrap_or_default(), Next::AwaitChange);
     out.next = apply_steps(db, cx, &backend, &desired, &mut out).await?;
     out.status.observed_generation = db.metadata.generation;
+    // Last (see `let_go_of_deleted`): a Retain database holds its connection Secret.
+    let secret = connection_secret_name(db);
+    let let_go =
+        let_go_of_deleted(cx.kube(), &Target::of(db), std::slice::from_ref(&secret)).await?;
+    if !let_go.is_empty() {
+        out.note(Note::normal(
+            "SecretDeleted",
+            plan::connection_let_go_message(&secret),
+        ));
+        out.next = Next::Requeue(POLL);
+    }
     Ok(out)
 }
 

@@ -691,6 +691,50 @@ async fn a_retained_databases_connection_secret_is_held_until_its_cleanup_copied
 }
 
 #[tokio::test]
+async fn a_retained_databases_connection_secret_deleted_by_someone_comes_back_with_a_new_password()
+{
+    let cluster = Cluster::default();
+    let rds = cluster.rds();
+    let db = cluster
+        .ready_database(database(
+            json!({"engine": "postgres", "size": "small", "deletionPolicy": "Retain"}),
+        ))
+        .await;
+    let id = rds.only_instance().id;
+    let old = rds.password(&id);
+    let name = format!("{}-connection", db.metadata.name.as_deref().unwrap());
+    // `kubectl delete secret` while the database lives: held, it stays Terminating.
+    cluster.kube.delete_secret("shop", &name);
+    cluster.apply(&db).await.unwrap();
+    assert!(
+        !cluster
+            .kube
+            .secrets
+            .lock()
+            .unwrap()
+            .contains_key(&("shop".to_string(), name.clone())),
+        "let go, it is gone"
+    );
+    assert!(cluster.events().contains(&"SecretDeleted".to_string()));
+    // Its removal wakes the database: a new password, set on the instance.
+    cluster.apply(&db).await.unwrap();
+    let secret = cluster.secret(&name);
+    assert_ne!(secret["password"], old);
+    assert_eq!(secret["password"], rds.password(&id));
+
+    // Deleted with its namespace, it stays held for the cleanup, which copies it.
+    cluster
+        .kube
+        .terminating
+        .lock()
+        .unwrap()
+        .insert("shop".to_string());
+    cluster.kube.delete_secret("shop", &name);
+    cluster.apply(&db).await.unwrap();
+    assert!(cluster.secret(&name).contains_key("password"));
+}
+
+#[tokio::test]
 async fn deletion_protection_blocks_and_turning_it_off_on_the_terminating_resource_proceeds() {
     let cluster = Cluster::default();
     let rds = cluster.rds();

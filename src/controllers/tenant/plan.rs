@@ -1,14 +1,13 @@
 //! The tenant's decisions as pure functions of the object and what was observed on the backend:
 //! [`super::reconcile`] observes, asks here what to do next, and does it.
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
 use crate::api::names::BUCKET_FINALIZER;
 use crate::api::{DeletionPolicy, S3Bucket, S3TenantSpec};
 use crate::backends::identity;
-use crate::cluster::{Target, held, owned_by, triggers};
+use crate::cluster::triggers;
 use crate::config::{BucketKeys, Provider};
 
 /// Most bucket names a message lists before "and N more".
@@ -400,12 +399,6 @@ pub fn deletion_protection_message(tenant: &str, namespace: &str) -> String {
         "S3Tenant {tenant} has deletionProtection enabled. To allow its deletion, run \
          `kubectl patch s3tenant {tenant} -n {namespace} --type merge -p '{{\"spec\":{{\"deletionProtection\":false}}}}'`."
     )
-}
-
-/// Whether `secret`, one of `owner`'s, is being deleted while keeper's hold keeps it: deleted
-/// by someone while the tenant lives, it would stay Terminating until the tenant goes.
-pub fn deleted_under_hold(secret: &Secret, owner: &Target) -> bool {
-    owned_by(secret, owner) && held(secret) && secret.metadata.deletion_timestamp.is_some()
 }
 
 /// The `SecretDeleted` event: which of the tenant's Secrets keeper lets go, and what it writes

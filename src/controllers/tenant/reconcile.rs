@@ -19,7 +19,9 @@ use crate::backends::Keys;
 use crate::backends::identity;
 use crate::backends::storagegrid::Login;
 use crate::cluster::retained::{Retained, retain_secret};
-use crate::cluster::{Hold, Target, owned_secret, owned_secret_object, secret_data};
+use crate::cluster::{
+    Hold, Target, let_go_of_deleted, owned_secret, owned_secret_object, secret_data,
+};
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
 use crate::providers::ProviderClients;
@@ -88,9 +90,18 @@ pub async fn apply<C: Connector>(
     status.bucket_count = Some(bucket_resources(cx, tenant).await?.len() as i64);
     status.phase = Some(TenantPhase::Ready);
     let mut outcome = Outcome::new(status, Next::Requeue(runtime::RESYNC));
-    // Last: until they go, the deleted Secrets still hold what the steps above sign in with.
-    if let Some(let_go) = let_go_of_deleted_secrets(cx, tenant, &provider).await? {
-        outcome.note(let_go);
+    // Last (see `let_go_of_deleted`).
+    let secrets = [
+        tenant_root_secret_name(&name),
+        tenant_credentials_secret_name(&name),
+    ];
+    let let_go = let_go_of_deleted(cx.kube(), &Target::of(tenant), &secrets).await?;
+    if !let_go.is_empty() {
+        let grid = matches!(provider.config, Provider::StorageGrid(_));
+        outcome.note(Note::normal(
+            "SecretDeleted",
+            plan::secrets_let_go_message(&let_go, grid),
+        ));
         outcome.next = Next::Requeue(LET_GO_RECHECK);
     }
     let message = if tenant_wide_keys {
@@ -112,52 +123,6 @@ pub async fn apply<C: Connector>(
         outcome.note(Note::normal("Ready", message));
     }
     Ok(outcome)
-}
-
-/// Lets go of the tenant's Secrets that someone deleted while the tenant lives, which keeper's
-/// cleanup hold would keep Terminating until the tenant goes; the next reconcile (woken by their
-/// removal) writes them again with new credentials, as for Secrets that were never written. Not
-/// while the namespace is being deleted: its deletion took them, and the cleanup of the tenant
-/// and its buckets signs in with them. Returns the event to publish when it let go of any.
-async fn let_go_of_deleted_secrets<C: Connector>(
-    cx: &Cx<C>,
-    tenant: &S3Tenant,
-    provider: &ProviderClients,
-) -> Result<Option<Note>, Error> {
-    let owner = Target::of(tenant);
-    let name = tenant.name_any();
-    let mut deleted = Vec::new();
-    for secret in [
-        tenant_root_secret_name(&name),
-        tenant_credentials_secret_name(&name),
-    ] {
-        let read = cx.kube().secret(&owner.namespace, &secret).await?;
-        if read.is_some_and(|s| plan::deleted_under_hold(&s, &owner)) {
-            deleted.push(secret);
-        }
-    }
-    if deleted.is_empty() {
-        return Ok(None);
-    }
-    // Asked after the deletion was seen: a namespace whose deletion had started by then refuses,
-    // and one that takes new content now was not being deleted when the Secrets were.
-    match cx.kube().accepts_new_content(&owner.namespace).await {
-        Ok(true) => {}
-        Ok(false) => return Ok(None),
-        Err(e) => {
-            // Unknown: the hold stays, as it would have before keeper asked.
-            tracing::warn!(error = %e, secrets = ?deleted, "cannot tell whether the namespace is being deleted; the tenant's deleted Secrets stay held");
-            return Ok(None);
-        }
-    }
-    for secret in &deleted {
-        cx.kube().unhold_secret(&owner, secret).await?;
-    }
-    let grid = matches!(provider.config, Provider::StorageGrid(_));
-    Ok(Some(Note::normal(
-        "SecretDeleted",
-        plan::secrets_let_go_message(&deleted, grid),
-    )))
 }
 
 /// Whether the provider's `allowedNamespaces` admits the tenant's namespace (its labels are read
