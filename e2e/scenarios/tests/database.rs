@@ -185,6 +185,65 @@ async fn a_database_becomes_ready_with_secret_and_tags_and_each_policy_deletes_a
     drop(keeper);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_retained_databases_deleted_connection_secret_comes_back_with_a_new_password() {
+    let env = Env::from_env().unwrap();
+    let ns = env.namespace("e2e-db-secret").unwrap();
+    let keeper = Keeper::start(&env).unwrap();
+    env.apply(&ns.name, &database("held", "Retain")).unwrap();
+    let obj = wait_ready(&env, &ns.name, "held");
+    let id = obj["status"]["instanceId"].as_str().unwrap().to_string();
+    let before = keeper_e2e_scenarios::secret_data(&env, &ns.name, "held-connection").unwrap();
+
+    // kubectl waits until it is gone: a Secret keeper kept Terminating would time it out.
+    env.kubectl(&[
+        "delete",
+        "secret",
+        "-n",
+        &ns.name,
+        "held-connection",
+        "--timeout=60s",
+    ])
+    .unwrap();
+    let mut after = None;
+    wait_until(Duration::from_secs(30), "the Secret written again", || {
+        after = keeper_e2e_scenarios::secret_data(&env, &ns.name, "held-connection").ok();
+        Ok(after.is_some())
+    })
+    .unwrap();
+    let after = after.unwrap();
+    assert_ne!(after["password"], before["password"]);
+    assert_eq!(after["host"], before["host"]);
+    let reasons: Vec<String> = env
+        .events_of(&ns.name, "CloudDatabase", "held")
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["reason"].as_str().map(String::from))
+        .collect();
+    for reason in ["SecretDeleted", "PasswordReset"] {
+        assert!(reasons.iter().any(|r| r == reason), "{reason}: {reasons:?}");
+    }
+    wait_ready(&env, &ns.name, "held");
+
+    env.kubectl(&[
+        "delete",
+        "-n",
+        &ns.name,
+        "clouddatabase/held",
+        "--timeout=60s",
+    ])
+    .unwrap();
+    // Retained: the instance is ours to remove in this test.
+    let _ = rds_client(&env)
+        .await
+        .delete_db_instance()
+        .db_instance_identifier(&id)
+        .skip_final_snapshot(true)
+        .send()
+        .await;
+    drop(keeper);
+}
+
 /// Instances carrying keeper's owner tag for `uid`.
 async fn instances_owned_by(env: &Env, uid: &str) -> Vec<String> {
     let rds = rds_client(env).await;
