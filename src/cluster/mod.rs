@@ -35,8 +35,8 @@ use crate::api::{S3Bucket, S3Tenant};
 
 pub use api::KubeApi;
 pub use secrets::{
-    Hold, SecretError, deleted_under_hold, let_go_of_deleted, owned_by, owned_secret,
-    owned_secret_object, secret_data, written_content,
+    Hold, SecretError, let_go_of_deleted, owned_by, owned_secret, owned_secret_object, secret_data,
+    written_content,
 };
 
 /// One event to publish about the reconciled object.

@@ -35,7 +35,7 @@ pub(super) fn deleted_by_write(written: &Secret) -> bool {
 
 /// Whether `secret`, one of `owner`'s, is being deleted while keeper's hold keeps it: deleted by
 /// someone while `owner` lives, it would stay Terminating until `owner` goes.
-pub fn deleted_under_hold(secret: &Secret, owner: &Target) -> bool {
+fn deleted_under_hold(secret: &Secret, owner: &Target) -> bool {
     owned_by(secret, owner) && held(secret) && secret.metadata.deletion_timestamp.is_some()
 }
 

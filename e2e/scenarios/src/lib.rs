@@ -988,6 +988,20 @@ pub fn accounts_of(env: &Env, uid: &str) -> Vec<Value> {
         .collect()
 }
 
+/// Signs in to the StorageGRID emulator as the root user of `account` with `password`: the
+/// token the grid answers, or its refusal.
+pub fn grid_root_sign_in(env: &Env, account: &str, password: &str) -> anyhow::Result<Value> {
+    let grid = env
+        .storagegrid_url
+        .as_deref()
+        .context("no StorageGRID emulator")?;
+    debug_call(
+        "POST",
+        format!("{grid}/api/v4/authorize"),
+        Some(serde_json::json!({"accountId": account, "username": "root", "password": password})),
+    )
+}
+
 /// Sends a JSON body to the StorageGRID emulator's debug API (fault injection).
 pub fn storagegrid_debug(env: &Env, method: &str, path: &str, body: Value) -> anyhow::Result<()> {
     let grid = env

@@ -197,15 +197,8 @@ async fn retain_a_namespace_deletion_keeps_the_root_and_master_passwords_in_keep
         meta["annotations"]["keeper.dev/retained-backend-id"],
         account.as_str()
     );
-    let grid = env.storagegrid_url.as_deref().unwrap();
-    let token = keeper_e2e_scenarios::debug_call(
-        "POST",
-        format!("{grid}/api/v4/authorize"),
-        Some(serde_json::json!({
-            "accountId": account, "username": "root", "password": copy["password"]
-        })),
-    )
-    .expect("the grid accepts the retained root password");
+    let token = keeper_e2e_scenarios::grid_root_sign_in(&env, &account, &copy["password"])
+        .expect("the grid accepts the retained root password");
     assert!(!token.is_null(), "{token}");
     // Found by the labels docs/operations.md gives.
     let listed = env

@@ -130,13 +130,7 @@ async fn a_tenant_survives_ten_sigkills_during_creation_with_one_account_and_one
 
 /// Whether the grid signs in the root user of `account` with `password`.
 fn root_signs_in(env: &Env, account: &str, password: &str) -> bool {
-    let grid = env.storagegrid_url.as_deref().unwrap();
-    keeper_e2e_scenarios::debug_call(
-        "POST",
-        format!("{grid}/api/v4/authorize"),
-        Some(json!({"accountId": account, "username": "root", "password": password})),
-    )
-    .is_ok()
+    keeper_e2e_scenarios::grid_root_sign_in(env, account, password).is_ok()
 }
 
 #[tokio::test(flavor = "multi_thread")]
