@@ -17,16 +17,19 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+export KEEPER_DEV_DIR="$ROOT/.keeper-dev/bench"
+# shellcheck source=e2e/hold-stack.sh
+. "$ROOT/e2e/hold-stack.sh"
+hold_stack "$KEEPER_DEV_DIR" run-bench
 (cd "$ROOT" && cargo build --release --quiet -p keeper -p keeper-e2e-storagegrid -p keeper-e2e-awsproxy \
   -p keeper-e2e-bench)
 export KEEPER_BIN_DIR="$CARGO_TARGET_DIR/release"
-export KEEPER_DEV_DIR="$ROOT/.keeper-dev/bench"
 export KEEPER_RDS_PHASE=0s KEEPER_DRAIN_RATE=20000
 # The benchmark is not run by cargo: it finds the checkout (keeper's webhook files) here.
 export KEEPER_REPO_ROOT="$ROOT"
 trap '"$ROOT/e2e/stack.sh" down' EXIT
-"$ROOT/e2e/stack.sh" up
-"$ROOT/e2e/stack.sh" config
+"$ROOT/e2e/stack.sh" up 9>&-
+"$ROOT/e2e/stack.sh" config 9>&-
 # shellcheck source=/dev/null
 . "$KEEPER_DEV_DIR/env"
-cd "$ROOT" && "$KEEPER_BIN_DIR/keeper-bench" "$@"
+cd "$ROOT" && "$KEEPER_BIN_DIR/keeper-bench" "$@" 9>&-

@@ -50,13 +50,16 @@ if [ -n "${KEEPER_E2E_KUBECONFIG:-}" ]; then
 fi
 
 export KEEPER_DEV_DIR="$ROOT/.keeper-dev/e2e"
+# shellcheck source=e2e/hold-stack.sh
+. "$ROOT/e2e/hold-stack.sh"
+hold_stack "$KEEPER_DEV_DIR" run-e2e
 trap '"$ROOT/e2e/stack.sh" down' EXIT
-"$ROOT/e2e/stack.sh" up
-"$ROOT/e2e/stack.sh" config
+"$ROOT/e2e/stack.sh" up 9>&-
+"$ROOT/e2e/stack.sh" config 9>&-
 # shellcheck source=/dev/null
 . "$KEEPER_DEV_DIR/env"
 status=0
-cd "$ROOT" && run_scenarios "$@" || status=$?
+cd "$ROOT" && run_scenarios "$@" 9>&- || status=$?
 if [ $# -eq 0 ]; then
   # moto's venv has PyYAML, which the check reads the rendered chart with.
   "$(dirname "$("$ROOT/e2e/stack.sh" moto-path)")/python" "$ROOT/e2e/rbac-usage.py" \
