@@ -21,7 +21,7 @@ use super::secrets::{
     deleted_by_write, desired_secret, release_patch, swapped_secret, unhold_patch, write_secret,
 };
 use super::written::{Written, version};
-use super::{Hold, Kube, KubeResult, Note, SecretError, Target, owned_by};
+use super::{Hold, Kube, KubeResult, Note, PackedSecret, SecretError, Target, owned_by};
 use crate::api::names::{CLEANUP_HOLD, MANAGED_BY};
 use crate::api::{S3Bucket, S3Tenant};
 
@@ -115,9 +115,10 @@ impl KubeApi {
         // Secret not created yet). A Secret of that name that keeper did not create is not
         // cached; it is found when keeper writes (the create answers AlreadyExists) and is never
         // used or changed.
+        let key = ObjectRef::<PackedSecret>::new(name).within(namespace);
         managed
             .synced()
-            .then(|| managed.store().get(&key).map(|s| (*s).clone()))
+            .then(|| managed.store().get(&key).map(|s| s.unpack()))
     }
 
     /// keeper wrote `secret`: read back until the cache has it.

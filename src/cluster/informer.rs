@@ -11,7 +11,8 @@
 //! tenant controller needs.
 //!
 //! Stored objects carry only what keeper reads: `metadata.managedFields` and kubectl's
-//! last-applied annotation (often larger than the object itself) are dropped before caching.
+//! last-applied annotation (often larger than the object itself) are dropped before caching
+//! (`cached::trim`), and keeper's Secrets are kept packed (`cached::PackedSecret`).
 //!
 //! An object that does not decode as its kind (a field of the wrong type stored under a looser
 //! CRD, a bad edit) would fail the whole list of its kind and stall every object of it: the watch
@@ -31,11 +32,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Client, Resource};
 use tokio::sync::mpsc;
 
+use super::cached::{PackedSecret, trim};
 use crate::api::names::MANAGED_BY;
 use crate::api::{CloudDatabase, S3Bucket, S3Tenant};
-
-/// kubectl's client-side apply record: a copy of the whole object keeper never reads.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// A change a subscriber hears of, after the store has it.
 #[derive(Debug, Clone)]
@@ -203,15 +202,6 @@ impl<K> Watched for K where
         + Sync
         + 'static
 {
-}
-
-/// Drops what keeper never reads from an object before it is cached.
-pub fn trim<K: Resource>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
 }
 
 impl<K: Watched> Informer<K> {
@@ -461,7 +451,7 @@ pub struct Informers {
     tenants: OnceLock<Informer<S3Tenant>>,
     buckets: OnceLock<Informer<S3Bucket>>,
     databases: OnceLock<Informer<CloudDatabase>>,
-    managed_secrets: OnceLock<Informer<Secret>>,
+    managed_secrets: OnceLock<Informer<PackedSecret>>,
     namespaces: OnceLock<Informer<Namespace>>,
 }
 
@@ -510,10 +500,11 @@ impl Informers {
         self.scoped(&self.databases, watcher::Config::default())
     }
 
-    /// The Secrets keeper created, in the scope (label-filtered: other Secrets are never cached).
-    /// The retained-credential copies keeper keeps in its own namespace do not carry the label:
-    /// they are read from the API, and need no watch there.
-    pub fn managed_secrets(&self) -> &Informer<Secret> {
+    /// The Secrets keeper created, in the scope (label-filtered: other Secrets are never cached),
+    /// kept packed ([`PackedSecret`]: one per bucket in a fleet). The retained-credential copies
+    /// keeper keeps in its own namespace do not carry the label: they are read from the API, and
+    /// need no watch there.
+    pub fn managed_secrets(&self) -> &Informer<PackedSecret> {
         let managed = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
         self.scoped(
             &self.managed_secrets,

@@ -10,6 +10,7 @@
 //! `written` keeps what keeper wrote until the cache has caught up with it.
 
 mod api;
+mod cached;
 #[cfg(test)]
 pub mod fake;
 pub mod informer;
@@ -34,6 +35,7 @@ use serde_json::Value;
 use crate::api::{S3Bucket, S3Tenant};
 
 pub use api::KubeApi;
+pub use cached::PackedSecret;
 pub use secrets::{
     Hold, SecretError, let_go_of_deleted, owned_by, owned_secret, owned_secret_object, secret_data,
     written_content,

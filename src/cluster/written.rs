@@ -14,8 +14,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use k8s_openapi::api::core::v1::Secret;
+use kube::Resource;
+use kube::api::ObjectMeta;
 
-use super::informer::{Change, trim};
+use super::PackedSecret;
+use super::cached::trim;
+use super::informer::Change;
 
 /// (namespace, name) of a Secret.
 type Key = (String, String);
@@ -27,7 +31,11 @@ pub(super) struct Written(Mutex<HashMap<Key, Secret>>);
 /// A Secret's resourceVersion as a number: etcd's revision, which grows with every write (the
 /// API calls it opaque; kube-apiserver on etcd, the only one keeper supports, makes it this).
 pub(super) fn version(secret: &Secret) -> Option<u64> {
-    secret.metadata.resource_version.as_deref()?.parse().ok()
+    version_of(&secret.metadata)
+}
+
+fn version_of(meta: &ObjectMeta) -> Option<u64> {
+    meta.resource_version.as_deref()?.parse().ok()
 }
 
 /// Whether a cache that has seen version `seen` of a Secret holds keeper's write `ours` (or what
@@ -36,10 +44,10 @@ fn caught_up(seen: Option<u64>, ours: &Secret) -> bool {
     seen.is_some_and(|seen| version(ours).is_some_and(|ours| seen >= ours))
 }
 
-fn key_of(secret: &Secret) -> Key {
+fn key_of(meta: &ObjectMeta) -> Key {
     (
-        secret.metadata.namespace.clone().unwrap_or_default(),
-        secret.metadata.name.clone().unwrap_or_default(),
+        meta.namespace.clone().unwrap_or_default(),
+        meta.name.clone().unwrap_or_default(),
     )
 }
 
@@ -49,7 +57,7 @@ impl Written {
     /// the cache heard of just before is not missed: a write the cache already has is not kept.
     pub fn wrote(&self, mut secret: Secret, cached_version: impl FnOnce() -> Option<u64>) {
         let mut written = self.0.lock().expect("written lock");
-        let key = key_of(&secret);
+        let key = key_of(&secret.metadata);
         if caught_up(cached_version(), &secret) {
             written.remove(&key);
             return;
@@ -84,13 +92,13 @@ impl Written {
     }
 
     /// The cache changed: a write it now holds, or that was deleted after it, is forgotten.
-    pub fn cache_changed(&self, change: &Change<Secret>) {
-        let secret = change.object();
+    pub fn cache_changed(&self, change: &Change<PackedSecret>) {
+        let meta = change.object().meta();
         let mut written = self.0.lock().expect("written lock");
-        let key = key_of(secret);
+        let key = key_of(meta);
         if written
             .get(&key)
-            .is_some_and(|ours| caught_up(version(secret), ours))
+            .is_some_and(|ours| caught_up(version_of(meta), ours))
         {
             written.remove(&key);
         }
@@ -150,10 +158,16 @@ mod tests {
         let written = Written::default();
         written.wrote(secret("a", 10), || None);
         written.wrote(secret("b", 11), || None);
-        written.cache_changed(&Change::Applied(Arc::new(secret("a", 9))));
+        written.cache_changed(&Change::Applied(Arc::new(PackedSecret::pack(secret(
+            "a", 9,
+        )))));
         assert_eq!(written.len(), 2, "an older version is not a catch-up");
-        written.cache_changed(&Change::Applied(Arc::new(secret("a", 10))));
-        written.cache_changed(&Change::Applied(Arc::new(secret("b", 12))));
+        written.cache_changed(&Change::Applied(Arc::new(PackedSecret::pack(secret(
+            "a", 10,
+        )))));
+        written.cache_changed(&Change::Applied(Arc::new(PackedSecret::pack(secret(
+            "b", 12,
+        )))));
         assert_eq!(written.len(), 0);
         // Someone deletes it later: the cache's answer stands.
         assert_eq!(read(&written, "a", None), None);
@@ -163,7 +177,9 @@ mod tests {
     fn a_deletion_after_the_write_is_not_hidden() {
         let written = Written::default();
         written.wrote(secret("a", 10), || None);
-        written.cache_changed(&Change::Deleted(Arc::new(secret("a", 12))));
+        written.cache_changed(&Change::Deleted(Arc::new(PackedSecret::pack(secret(
+            "a", 12,
+        )))));
         assert_eq!(read(&written, "a", None), None);
     }
 

@@ -63,8 +63,10 @@ where
     );
     let store = controller.store();
     controller.watches_stream(
-        triggers::edited(informers.managed_secrets().changes(), written_content),
-        move |secret| secret_owner(&store, &secret),
+        triggers::edited(informers.managed_secrets().changes(), |packed| {
+            written_content(&packed.unpack())
+        }),
+        move |packed| secret_owner(&store, &packed.unpack()),
     )
 }
 

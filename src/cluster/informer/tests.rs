@@ -1,4 +1,5 @@
 use super::*;
+use crate::cluster::cached::LAST_APPLIED;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ObjectMeta;
 use kube::runtime::watcher::Event;
