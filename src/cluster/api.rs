@@ -13,14 +13,14 @@ use kube::api::{
 };
 use kube::runtime::events::{Event, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::Value;
 
 use super::informer::{Informer, Informers};
 use super::secrets::{
     deleted_by_write, desired_secret, release_patch, swapped_secret, unhold_patch, write_secret,
 };
-use super::written::{Written, version};
+use super::written::{Written, version, version_of};
 use super::{Hold, Kube, KubeResult, Note, PackedSecret, SecretError, Target, owned_by};
 use crate::api::names::{CLEANUP_HOLD, MANAGED_BY};
 use crate::api::{S3Bucket, S3Tenant};
@@ -95,15 +95,27 @@ impl KubeApi {
 
     /// The cached Secret, when some cache is responsible for it and has synced.
     fn cached_secret(&self, namespace: &str, name: &str) -> Option<Option<Secret>> {
-        let key = ObjectRef::<Secret>::new(name).within(namespace);
+        self.read_cached(namespace, name, Secret::clone, PackedSecret::unpack)
+    }
+
+    /// What `read` makes of the cached Secret (`read_packed` of keeper's own, kept packed), when
+    /// some cache is responsible for it and has synced.
+    fn read_cached<R>(
+        &self,
+        namespace: &str,
+        name: &str,
+        read: impl FnOnce(&Secret) -> R,
+        read_packed: impl FnOnce(&PackedSecret) -> R,
+    ) -> Option<Option<R>> {
         if let Some((_, cache)) = self
             .provider_secrets
             .iter()
             .find(|((ns, n), _)| ns == namespace && n == name)
         {
+            let key = ObjectRef::<Secret>::new(name).within(namespace);
             return cache
                 .synced()
-                .then(|| cache.store().get(&key).map(|s| (*s).clone()));
+                .then(|| cache.store().get(&key).map(|s| read(&s)));
         }
         if !self.informers.scope().covers(namespace) {
             // Outside the watched namespaces (keeper's own, for its retained copies): no cache.
@@ -118,17 +130,19 @@ impl KubeApi {
         let key = ObjectRef::<PackedSecret>::new(name).within(namespace);
         managed
             .synced()
-            .then(|| managed.store().get(&key).map(|s| s.unpack()))
+            .then(|| managed.store().get(&key).map(|s| read_packed(&s)))
     }
 
-    /// keeper wrote `secret`: read back until the cache has it.
+    /// keeper wrote `secret`: read back until the cache has it. The cached version is read
+    /// without decoding the cached Secret (it is asked under read-your-writes' lock).
     fn wrote(&self, secret: Secret) {
         let (namespace, name) = (secret.namespace().unwrap_or_default(), secret.name_any());
         self.written.wrote(secret, || {
-            self.cached_secret(&namespace, &name)
-                .flatten()
-                .as_ref()
-                .and_then(version)
+            self.read_cached(&namespace, &name, version, |packed| {
+                version_of(packed.meta())
+            })
+            .flatten()
+            .flatten()
         });
     }
 }

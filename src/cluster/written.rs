@@ -34,7 +34,8 @@ pub(super) fn version(secret: &Secret) -> Option<u64> {
     version_of(&secret.metadata)
 }
 
-fn version_of(meta: &ObjectMeta) -> Option<u64> {
+/// [`version`] of an object's metadata.
+pub(super) fn version_of(meta: &ObjectMeta) -> Option<u64> {
     meta.resource_version.as_deref()?.parse().ok()
 }
 
