@@ -34,8 +34,26 @@ impl Leadership {
         Leadership { leading }
     }
 
+    /// Follows `leading` as the election loop publishes it (tests).
+    #[cfg(test)]
+    pub fn following(leading: watch::Receiver<bool>) -> Self {
+        Leadership { leading }
+    }
+
     pub fn is_leader(&self) -> bool {
         *self.leading.borrow()
+    }
+
+    /// Completes when this process does not lead (at once if it does not now); never without
+    /// leader election.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        let mut leading = self.leading.clone();
+        async move {
+            if leading.wait_for(|leads| !*leads).await.is_err() {
+                // The election is over (off, or keeper is stopping): what it last said stands.
+                std::future::pending::<()>().await;
+            }
+        }
     }
 
     /// Yields once every time this process becomes leader (and once at start if it already is),
@@ -87,13 +105,13 @@ pub fn leader_gauge(metrics: &Metrics) -> anyhow::Result<IntGauge> {
     Ok(gauge)
 }
 
-/// Joins the election and keeps taking part until `shutdown`, then releases the lease so a
-/// standby takes over at once. `keeper_leader` shows the state.
+/// Joins the election and keeps taking part until `resign` (once the controllers stopped),
+/// then releases the lease so a standby takes over at once. `keeper_leader` shows the state.
 pub async fn elect(
     client: kube::Client,
     election: Election,
     metrics: &Metrics,
-    shutdown: CancellationToken,
+    resign: CancellationToken,
 ) -> anyhow::Result<(Leadership, tokio::task::JoinHandle<()>)> {
     let gauge = leader_gauge(metrics)?;
     let lease = format!("{}/{}", election.namespace, election.lease_name);
@@ -119,7 +137,7 @@ pub async fn elect(
         let mut leader = false;
         'elect: loop {
             let answer = tokio::select! {
-                () = shutdown.cancelled() => break,
+                () = resign.cancelled() => break,
                 changed = manager.changed() => changed,
             };
             match renewal.answered(answer.as_ref().ok().copied(), leader, Instant::now()) {
@@ -140,7 +158,7 @@ pub async fn elect(
                 }
                 Verdict::StepDown => {
                     tracing::warn!(
-                        "leader election: the lease could not be renewed and may expire any moment, after which another replica may lead: stepping down (no new reconciles) until this process holds it again"
+                        "leader election: the lease could not be renewed and may expire any moment, after which another replica may lead: stepping down (reconciles under way stop, no new ones start) until this process holds it again"
                     );
                     leader = false;
                     publish(false);
@@ -153,7 +171,7 @@ pub async fn elect(
                             Err(e) => {
                                 tracing::warn!(error = %e, "leader election: cannot use the Lease; retrying");
                                 tokio::select! {
-                                    () = shutdown.cancelled() => break 'elect,
+                                    () = resign.cancelled() => break 'elect,
                                     () = tokio::time::sleep(Duration::from_secs(1)) => {}
                                 }
                             }

@@ -282,6 +282,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     .await;
     let providers = Arc::new(Providers::build(&config, metrics.clone(), rds)?);
     let shutdown = CancellationToken::new();
+    // The lease is given up only after the controllers stopped: a reconcile under way at SIGTERM
+    // finishes as the leader, and one that is under way when leadership is lost stops at once
+    // (`runtime::observed`), never going on beside the next leader.
+    let resign = CancellationToken::new();
     let (leadership, election) = if args.leader_election {
         let identity = std::env::var("POD_NAME")
             .unwrap_or_else(|_| format!("{}-{}", hostname(), std::process::id()));
@@ -293,7 +297,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 identity,
             },
             &metrics,
-            shutdown.clone(),
+            resign.clone(),
         )
         .await?;
         (leadership, Some(task))
@@ -379,6 +383,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         Some(result) = tasks.join_next() => {
             // A controller only returns on its own when it cannot start.
             shutdown.cancel();
+            resign.cancel();
             result.context("controller task panicked")??;
             anyhow::bail!("a controller stopped unexpectedly");
         }
@@ -387,6 +392,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     while let Some(result) = tasks.join_next().await {
         result.context("controller task panicked")??;
     }
+    resign.cancel();
     if let Some(election) = election {
         election.await.context("leader election task panicked")?;
     }

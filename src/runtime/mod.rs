@@ -480,7 +480,17 @@ async fn observed<R: Reconciler>(
         name = %obj.name_any(),
     );
     cx.started.record(obj.as_ref());
-    let result = reconcile(obj, cx.clone()).instrument(span.clone()).await;
+    // A leader that steps down stops what it is doing at once, not only new reconciles: a drain
+    // round or a deletion under way would otherwise go on beside the next leader's. Dropping the
+    // reconcile stops it at its next await, as killing the process would, which every step
+    // already survives; the next leader reconciles every object.
+    let result = tokio::select! {
+        result = reconcile(obj, cx.clone()).instrument(span.clone()) => result,
+        () = cx.shared.leadership.lost() => {
+            span.in_scope(|| tracing::warn!("no longer the leader: reconcile stopped"));
+            return Ok(Action::await_change());
+        }
+    };
     match &result {
         Ok(_) => {
             cx.backoff.reset(&key);

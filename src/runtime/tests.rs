@@ -48,7 +48,7 @@ impl Reconciler for Scripted {
         _obj: Arc<S3Tenant>,
         _cx: &Context<Self>,
     ) -> Result<Outcome<S3TenantStatus>, TestError> {
-        self.answer()
+        self.answer().await
     }
 
     async fn cleanup(
@@ -56,18 +56,21 @@ impl Reconciler for Scripted {
         _obj: Arc<S3Tenant>,
         _cx: &Context<Self>,
     ) -> Result<Outcome<S3TenantStatus>, TestError> {
-        self.answer()
+        self.answer().await
     }
 }
 
 impl Scripted {
-    fn answer(&self) -> Result<Outcome<S3TenantStatus>, TestError> {
-        self.0
-            .lock()
-            .unwrap()
-            .clone()
-            .expect("scripted")
-            .map_err(|class| TestError(BackendError::new("s3", "op", class, "Code", "it failed")))
+    /// The scripted answer; without a script none ever comes (a reconcile under way: a drain
+    /// round, a slow backend call).
+    async fn answer(&self) -> Result<Outcome<S3TenantStatus>, TestError> {
+        let script = self.0.lock().unwrap().clone();
+        match script {
+            Some(script) => script.map_err(|class| {
+                TestError(BackendError::new("s3", "op", class, "Code", "it failed"))
+            }),
+            None => std::future::pending().await,
+        }
     }
 }
 
@@ -617,4 +620,34 @@ fn an_edited_secret_wakes_its_live_owner_only() {
     assert_eq!(secret_owner(&store, &other_kind), None);
     writer.apply_watcher_event(&kube::runtime::watcher::Event::Delete(live));
     assert_eq!(secret_owner(&store, &secret), None);
+}
+
+#[tokio::test]
+async fn a_reconcile_under_way_stops_when_this_process_steps_down() {
+    let (election, leading) = tokio::sync::watch::channel(true);
+    let kube = Arc::new(FakeKube::default());
+    let mut shared = testing::shared(kube.clone(), Default::default());
+    shared.leadership = crate::leader::Leadership::following(leading);
+    let cx = Arc::new(Context::new(shared, Scripted(Mutex::new(None))));
+    for deleting in [false, true] {
+        let mut reconcile = tokio::spawn(observed(Arc::new(tenant(true, deleting)), cx.clone()));
+        // While it leads, the reconcile goes on.
+        let waited =
+            tokio::time::timeout(std::time::Duration::from_millis(200), &mut reconcile).await;
+        assert!(waited.is_err(), "the stalled reconcile ended while leading");
+        election.send(false).unwrap();
+        let action = tokio::time::timeout(std::time::Duration::from_secs(5), reconcile)
+            .await
+            .expect("the reconcile stops once this process steps down")
+            .unwrap()
+            .unwrap_or_else(|e| panic!("stopping is not a failure: {e}"));
+        assert_eq!(action, Action::await_change());
+        election.send(true).unwrap();
+    }
+    // Stopped, not failed: nothing written for it.
+    assert!(
+        kube.calls().is_empty(),
+        "a stopped reconcile wrote {:?}",
+        kube.calls()
+    );
 }

@@ -200,8 +200,8 @@ async fn a_leader_cut_off_from_the_api_stops_acting_once_its_lease_may_have_expi
         "{}",
         keeper.log_text()
     );
-    // A drain round under way when it stepped down ends within its 5 s budget; after that no
-    // object may go.
+    // A drain round under way when it stepped down stops at once; a batch already sent may
+    // still complete on the store. After that no object may go.
     std::thread::sleep(Duration::from_secs(6));
     let after = count_objects(&s3, &bucket)
         .await
