@@ -50,7 +50,8 @@ impl Leadership {
         let mut leading = self.leading.clone();
         async move {
             if leading.wait_for(|leads| !*leads).await.is_err() {
-                // The election is over (off, or keeper is stopping): what it last said stands.
+                // No election (`Leadership::always`): the sender is gone and this process leads
+                // for good. A stopping election says "not leader" before it goes.
                 std::future::pending::<()>().await;
             }
         }
