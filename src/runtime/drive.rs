@@ -133,6 +133,7 @@ pub async fn run<R: Reconciler>(
                 .debounce(R::DEBOUNCE),
         )
         .reconcile_all_on(acquired)
+        .reconcile_on(cx.requeues.due())
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(observed::<R>, error_policy::<R>, cx)
         .for_each(|result| async move {

@@ -18,6 +18,7 @@ pub mod lanes;
 pub mod outcome;
 pub mod policy;
 pub mod quarantine;
+mod requeues;
 mod status;
 
 use std::future::Future;
@@ -126,6 +127,7 @@ pub struct Context<R: Reconciler> {
     backoff: Backoff,
     started: gauges::Started,
     lanes: lanes::Lanes,
+    requeues: Arc<requeues::Requeues>,
 }
 
 impl<R: Reconciler> Context<R> {
@@ -140,6 +142,7 @@ impl<R: Reconciler> Context<R> {
             backoff: Backoff::default(),
             started: gauges::Started::default(),
             lanes,
+            requeues: Arc::default(),
         }
     }
 
@@ -326,11 +329,12 @@ fn json_patch(ops: Value) -> json_patch::Patch {
 /// The finalizer flow: the finalizer is added before anything is created, never to an object
 /// being deleted, and removed only after cleanup releases it. JSON patches carry `test`
 /// operations so that a concurrent change of the finalizer list fails and retries instead of
-/// clobbering another controller's finalizer.
+/// clobbering another controller's finalizer. Returns when the object is to be reconciled again
+/// (`None`: when it changes).
 async fn reconcile<R: Reconciler>(
     obj: Arc<R::Resource>,
     cx: Arc<Context<R>>,
-) -> Result<Action, Error<R::Error>> {
+) -> Result<Option<Duration>, Error<R::Error>> {
     let kube = cx.kube();
     let target = Target::of(obj.as_ref());
     let finalizers = obj.finalizers().to_vec();
@@ -353,11 +357,11 @@ async fn reconcile<R: Reconciler>(
                 .await
                 .map_err(Error::Kube)?;
             // The patch triggers the next reconcile, which applies.
-            return Ok(Action::await_change());
+            return Ok(None);
         }
         Step::Ignore => {
             cx.started.forget(obj.as_ref());
-            return Ok(Action::await_change());
+            return Ok(None);
         }
         Step::Apply => cx.reconciler.apply(obj.clone(), &cx).await,
         Step::Cleanup => cx.reconciler.cleanup(obj.clone(), &cx).await,
@@ -404,8 +408,8 @@ async fn reconcile<R: Reconciler>(
             .map_err(Error::Kube)?;
     }
     Ok(match outcome.next {
-        Next::Requeue(after) => Action::requeue(after),
-        Next::AwaitChange => Action::await_change(),
+        Next::Requeue(after) => Some(after),
+        Next::AwaitChange => None,
         Next::Release if deleting => {
             let index = position.expect("cleanup runs only with our finalizer");
             let path = format!("/metadata/finalizers/{index}");
@@ -417,11 +421,11 @@ async fn reconcile<R: Reconciler>(
                 .await
                 .map_err(Error::Kube)?;
             cx.started.forget(obj.as_ref());
-            Action::await_change()
+            None
         }
         Next::Release => {
             tracing::error!("a live object's reconcile asked to release its finalizer; ignored");
-            Action::requeue(RESYNC)
+            Some(RESYNC)
         }
     })
 }
@@ -454,8 +458,9 @@ fn object_key<K: Resource>(obj: &K) -> String {
     )
 }
 
-/// Wraps [`reconcile`] with what every reconcile gets: a span naming the object, metrics, and
-/// a reset of the object's backoff on success.
+/// Wraps [`reconcile`] with what every reconcile gets: a span naming the object, metrics, a
+/// reset of the object's backoff on success, and its next reconcile kept in [`requeues`] (a
+/// failure's retry is the error policy's, in kube's queue).
 async fn observed<R: Reconciler>(
     obj: Arc<R::Resource>,
     cx: Arc<Context<R>>,
@@ -492,18 +497,20 @@ async fn observed<R: Reconciler>(
         }
     };
     match &result {
-        Ok(_) => {
+        Ok(after) => {
             cx.backoff.reset(&key);
+            cx.requeues.set(&key, *after);
             cx.shared.metrics.reconciled(R::NAME, started, None);
         }
         Err(e) => {
+            cx.requeues.set(&key, None);
             cx.shared
                 .metrics
                 .reconciled(R::NAME, started, Some(e.reason()));
             span.in_scope(|| tracing::warn!(error = %e, "reconcile failed"));
         }
     }
-    result
+    result.map(|_| Action::await_change())
 }
 
 /// Retries a failed object with its own exponential backoff, and says how long it waits

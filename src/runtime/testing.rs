@@ -63,12 +63,14 @@ pub fn shared(kube: Arc<FakeKube>, config: OperatorConfig) -> Shared {
     }
 }
 
-/// Runs one reconcile of `obj` through the shared flow.
+/// Runs one reconcile of `obj` through the shared flow; its requeue, if it asks for one, as
+/// kube's controller would have it.
 pub async fn reconcile<R: Reconciler>(
     cx: &Arc<Context<R>>,
     obj: R::Resource,
 ) -> Result<Action, Error<R::Error>> {
-    super::reconcile(Arc::new(obj), cx.clone()).await
+    let after = super::reconcile(Arc::new(obj), cx.clone()).await?;
+    Ok(after.map_or_else(Action::await_change, Action::requeue))
 }
 
 /// The condition of `type_` among `conditions`, which a test expects to be there.

@@ -568,15 +568,63 @@ async fn a_long_reconcile_finding_no_turn_free_is_not_run_but_asked_again_shortl
     assert_eq!(waited, Action::requeue(lanes::TURN_RETRY));
     assert_eq!(*cx.reconciler.applied.lock().unwrap(), ["a"]);
     cx.reconciler.release.add_permits(2);
-    assert_eq!(first.await.unwrap().unwrap(), Action::requeue(RESYNC));
+    assert_eq!(first.await.unwrap().unwrap(), Action::await_change());
+    assert!(cx.requeues.waits("ns/a").is_some(), "a's resync is kept");
     // `a` asks again at once after its turn: `b` asked first and goes first.
     let after = observed(named("a"), cx.clone()).await.unwrap();
     assert_eq!(after, Action::requeue(lanes::TURN_RETRY));
     assert_eq!(
         observed(named("b"), cx.clone()).await.unwrap(),
-        Action::requeue(RESYNC)
+        Action::await_change()
     );
+    assert!(cx.requeues.waits("ns/b").is_some(), "b's resync is kept");
     assert_eq!(*cx.reconciler.applied.lock().unwrap(), ["a", "b"]);
+}
+
+#[tokio::test]
+async fn the_next_reconcile_an_object_asks_for_waits_with_the_controller() {
+    let (_kube, cx) = context(Ok(ready()));
+    let live = || Arc::new(tenant(true, false));
+    let script = |script: Script| *cx.reconciler.0.lock().unwrap() = Some(script);
+    let waits = || cx.requeues.waits("ns/t");
+
+    // Ready asks for a resync: kept here, not in kube's queue.
+    assert_eq!(
+        observed(live(), cx.clone()).await.unwrap(),
+        Action::await_change()
+    );
+    let resync = waits().expect("the resync is kept");
+    // Counted from the reconcile's end, to the queue's millisecond.
+    assert!(
+        resync.abs_diff(RESYNC) < Duration::from_secs(5),
+        "{resync:?}"
+    );
+
+    // A failure's retry is the error policy's: the resync asked for before is dropped, as
+    // kube drops a requeue when the object is reconciled earlier.
+    script(Err(ErrorClass::Transient));
+    assert!(observed(live(), cx.clone()).await.is_err());
+    assert_eq!(waits(), None);
+
+    // Asked for again, and a later reconcile that asks for nothing takes it back.
+    script(Ok(ready()));
+    observed(live(), cx.clone()).await.unwrap();
+    assert!(waits().is_some());
+    script(Ok(Outcome::new(
+        S3TenantStatus::default(),
+        Next::AwaitChange,
+    )));
+    observed(live(), cx.clone()).await.unwrap();
+    assert_eq!(waits(), None);
+
+    // An object let go of waits for nothing.
+    script(Ok(ready()));
+    observed(live(), cx.clone()).await.unwrap();
+    script(Ok(Outcome::new(S3TenantStatus::default(), Next::Release)));
+    observed(Arc::new(tenant(true, true)), cx.clone())
+        .await
+        .unwrap();
+    assert_eq!(waits(), None);
 }
 
 /// A Secret written for `owner` (a tenant named "t" with uid "uid"), as keeper writes it.
