@@ -9,6 +9,8 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{IntGaugeVec, Opts};
 
+use super::Uid;
+
 type Classify<K> = Box<dyn Fn(&K) -> Option<String> + Send + Sync>;
 
 /// Counts the cached objects per label value; objects classified as `None` are not counted.
@@ -118,12 +120,12 @@ where
 ///
 /// [`triggers::requested`]: crate::cluster::triggers::requested
 #[derive(Clone, Default)]
-pub struct Started(Arc<Mutex<HashMap<String, u64>>>);
+pub struct Started(Arc<Mutex<HashMap<Uid, u64>>>);
 
 impl Started {
     /// A worker starts on `obj`.
     pub fn record<K: kube::Resource>(&self, obj: &K) {
-        if let Some(uid) = obj.meta().uid.clone() {
+        if let Some(uid) = obj.meta().uid.as_deref().map(Uid::from) {
             let key = crate::cluster::triggers::requested(obj);
             self.0
                 .lock()
@@ -134,18 +136,21 @@ impl Started {
 
     /// Whether `obj` has a change no worker has started on.
     fn waits<K: kube::Resource>(&self, obj: &K) -> bool {
-        let Some(uid) = obj.meta().uid.as_ref() else {
+        let Some(uid) = obj.meta().uid.as_deref().map(Uid::from) else {
             return false;
         };
         let started = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        started.get(uid) != Some(&crate::cluster::triggers::requested(obj))
+        started.get(&uid) != Some(&crate::cluster::triggers::requested(obj))
     }
 
     /// Forgets `obj`, which keeper let go of (its finalizer removed, or being deleted without
     /// it), so that the record holds only objects keeper still works on.
     pub fn forget<K: kube::Resource>(&self, obj: &K) {
-        if let Some(uid) = obj.meta().uid.as_ref() {
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
+        if let Some(uid) = obj.meta().uid.as_deref().map(Uid::from) {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&uid);
         }
     }
 }

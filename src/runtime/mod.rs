@@ -20,6 +20,7 @@ pub mod policy;
 pub mod quarantine;
 mod requeues;
 mod status;
+mod uid;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub use drive::{controller, run};
 pub use kinds::Keeper;
 pub use lanes::Lane;
 pub use outcome::{KeeperStatus, Next, Outcome};
+pub use uid::Uid;
 
 use crate::cluster::informer;
 use crate::cluster::{Kube, Target};

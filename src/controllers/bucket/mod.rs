@@ -27,7 +27,7 @@ use crate::config::{ControllerKind, OperatorConfig};
 use crate::error::{BackendError, ErrorClass, classify_kube};
 use crate::metrics::Metrics;
 use crate::runtime::gauges::StoreGauge;
-use crate::runtime::{self, Context, Lane, Outcome, ReconcileError, Reconciler, Shared};
+use crate::runtime::{self, Context, Lane, Outcome, ReconcileError, Reconciler, Shared, Uid};
 use crate::server::Readiness;
 
 use backend::{Connector, Live, Observed};
@@ -125,7 +125,7 @@ pub struct S3BucketReconciler<C: Connector = Live> {
     /// What this process last learnt of each bucket (by uid) on the backend, so that usage is
     /// listed and an idle bucket looked at on their timers, not every reconcile. One map under
     /// one lock: the two records change together.
-    looked: Mutex<HashMap<String, Looked>>,
+    looked: Mutex<HashMap<Uid, Looked>>,
     /// Buckets (by uid) whose user's access keys this process has listed since it started. A
     /// bucket whose last reconcile ended Ready is taken as settled, its user not listed again,
     /// only once this process has looked: a keeper that starts cannot know whether another
@@ -151,19 +151,19 @@ impl<C: Connector> S3BucketReconciler<C> {
         }
     }
 
-    fn cached(&self, uid: &str) -> Option<Observed> {
+    fn cached(&self, uid: Uid) -> Option<Observed> {
         let looked = self.looked.lock().expect("looked-at buckets lock");
         looked
-            .get(uid)
+            .get(&uid)
             .and_then(|l| l.usage)
             .filter(|(at, _)| at.elapsed() < RECHECK)
             .map(|(_, observed)| observed)
     }
 
     /// How long ago this process last observed the bucket's usage and last saw it.
-    fn since(&self, uid: &str) -> plan::usage::Since {
+    fn since(&self, uid: Uid) -> plan::usage::Since {
         let looked = self.looked.lock().expect("looked-at buckets lock");
-        let looked = looked.get(uid);
+        let looked = looked.get(&uid);
         plan::usage::Since {
             usage: looked.and_then(|l| l.usage).map(|(at, _)| at.elapsed()),
             seen: looked.and_then(|l| l.seen).map(|at| at.elapsed()),
@@ -174,11 +174,11 @@ impl<C: Connector> S3BucketReconciler<C> {
     /// seen, and the drain counter; a bucket let go is forgotten.
     fn settle(&self, obj: &S3Bucket, report: &Report) {
         self.objects_deleted.inc_by(report.deleted);
-        let uid = obj.uid().unwrap_or_default();
+        let uid = Uid::of(obj);
         let mut looked = self.looked.lock().expect("looked-at buckets lock");
         if report.next == runtime::Next::Release {
-            self.keys_listed.remove(&uid);
-            self.namespace_terminating.remove(&uid);
+            self.keys_listed.remove(uid);
+            self.namespace_terminating.remove(uid);
             looked.remove(&uid);
             return;
         }
@@ -196,22 +196,19 @@ impl<C: Connector> S3BucketReconciler<C> {
 
 /// Buckets, by uid, that this process learnt one thing of, kept until the bucket goes.
 #[derive(Default)]
-struct Uids(Mutex<HashSet<String>>);
+struct Uids(Mutex<HashSet<Uid>>);
 
 impl Uids {
-    fn contains(&self, uid: &str) -> bool {
-        self.0.lock().expect("bucket uids lock").contains(uid)
+    fn contains(&self, uid: Uid) -> bool {
+        self.0.lock().expect("bucket uids lock").contains(&uid)
     }
 
-    fn insert(&self, uid: &str) {
-        self.0
-            .lock()
-            .expect("bucket uids lock")
-            .insert(uid.to_string());
+    fn insert(&self, uid: Uid) {
+        self.0.lock().expect("bucket uids lock").insert(uid);
     }
 
-    fn remove(&self, uid: &str) {
-        self.0.lock().expect("bucket uids lock").remove(uid);
+    fn remove(&self, uid: Uid) {
+        self.0.lock().expect("bucket uids lock").remove(&uid);
     }
 }
 

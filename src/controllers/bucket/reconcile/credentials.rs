@@ -21,7 +21,7 @@ use crate::backends::Keys;
 use crate::cluster::{Hold, SecretError, Target, owned_secret_object, secret_data};
 use crate::config::Provider;
 use crate::providers::ProviderClients;
-use crate::runtime::{Context, Note, Outcome, conditions};
+use crate::runtime::{Context, Note, Outcome, Uid, conditions};
 
 /// The published endpoint of a provider (as configured, so existing Secrets stay unchanged).
 fn published_endpoint(provider: &Provider) -> String {
@@ -118,13 +118,13 @@ async fn settle_keys<B: BucketBackend, C: Connector>(
     // The last reconcile ended Ready: the published key was checked then, and nothing was left
     // on the user's keys by an interrupted issuance of this process. Another writer's may have
     // left one: this process lists the user's keys once before it trusts that.
-    let uid = view.obj.uid().unwrap_or_default();
+    let uid = Uid::of(view.obj);
     let settled = view
         .obj
         .status
         .as_ref()
         .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY))
-        && cx.reconciler.keys_listed.contains(&uid);
+        && cx.reconciler.keys_listed.contains(uid);
     let kept = |keys: Keys| Settled {
         keys,
         issued: false,
@@ -146,7 +146,7 @@ async fn settle_keys<B: BucketBackend, C: Connector>(
         FirstLook::Inventory { limit } => limit,
     };
     let listed = backend.user_keys(bucket, users_key.as_deref()).await?;
-    cx.reconciler.keys_listed.insert(&uid);
+    cx.reconciler.keys_listed.insert(uid);
     let steps = key_plan::key_steps(&listed, users_key.as_deref(), replace, limit);
     if !steps.sweep.is_empty() {
         secret.claim(cx, view.now).await?;

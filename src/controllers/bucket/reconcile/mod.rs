@@ -40,7 +40,7 @@ use crate::backends::identity;
 use crate::backends::s3::OwnerMark;
 use crate::config::AdoptionScope;
 use crate::providers::ProviderClients;
-use crate::runtime::{Context, Lane, Next, Outcome};
+use crate::runtime::{Context, Lane, Next, Outcome, Uid};
 
 /// Whether an annotation is set to `true`.
 pub fn annotated(obj: &S3Bucket, key: &str) -> bool {
@@ -387,13 +387,13 @@ async fn resolve<'a, C: Connector>(
         },
         drain,
         now: Timestamp::now(),
-        cached: cx.reconciler.cached(&uid),
+        cached: cx.reconciler.cached(Uid::of(obj)),
         idle: usage::idle_check(
             Looks {
                 usage_refresh: clients.config.usage_refresh(),
                 check: clients.config.bucket_check_interval(),
             },
-            cx.reconciler.since(&uid),
+            cx.reconciler.since(Uid::of(obj)),
         ),
         only_key: None,
         adoption_refused: match adoption {
@@ -452,11 +452,11 @@ pub async fn apply<C: Connector>(
     cx.reconciler.settle(obj, &report);
     let usable = report.usable;
     let mut out = report.outcome;
-    let uid = obj.uid().unwrap_or_default();
+    let uid = Uid::of(obj);
     let withheld = cx
         .reconciler
         .namespace_terminating
-        .contains(&uid)
+        .contains(uid)
         .then_some(lifecycle::WITHHELD_NAMESPACE_TERMINATING);
     let keys = match (usable.is_usable(), withheld) {
         (false, _) => None,
@@ -469,7 +469,7 @@ pub async fn apply<C: Connector>(
                 // Nothing to do rather than a failure: the namespace goes, and the bucket with
                 // it. Remembered, so that no key is issued for this bucket again.
                 Err(e) if e.namespace_terminating() => {
-                    cx.reconciler.namespace_terminating.insert(&uid);
+                    cx.reconciler.namespace_terminating.insert(uid);
                     Some(KeysVerdict::Withheld(
                         lifecycle::WITHHELD_NAMESPACE_TERMINATING,
                     ))
