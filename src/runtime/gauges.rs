@@ -125,7 +125,7 @@ pub struct Started(Arc<Mutex<HashMap<Uid, u64>>>);
 impl Started {
     /// A worker starts on `obj`.
     pub fn record<K: kube::Resource>(&self, obj: &K) {
-        if let Some(uid) = obj.meta().uid.as_deref().map(Uid::from) {
+        if let Some(uid) = Uid::stored(obj) {
             let key = crate::cluster::triggers::requested(obj);
             self.0
                 .lock()
@@ -136,7 +136,7 @@ impl Started {
 
     /// Whether `obj` has a change no worker has started on.
     fn waits<K: kube::Resource>(&self, obj: &K) -> bool {
-        let Some(uid) = obj.meta().uid.as_deref().map(Uid::from) else {
+        let Some(uid) = Uid::stored(obj) else {
             return false;
         };
         let started = self.0.lock().unwrap_or_else(|e| e.into_inner());
@@ -146,7 +146,7 @@ impl Started {
     /// Forgets `obj`, which keeper let go of (its finalizer removed, or being deleted without
     /// it), so that the record holds only objects keeper still works on.
     pub fn forget<K: kube::Resource>(&self, obj: &K) {
-        if let Some(uid) = obj.meta().uid.as_deref().map(Uid::from) {
+        if let Some(uid) = Uid::stored(obj) {
             self.0
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

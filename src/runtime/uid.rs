@@ -12,10 +12,14 @@ use kube::Resource;
 pub struct Uid(u128);
 
 impl Uid {
-    /// The uid of `obj`. Every object the API server stored has one; objects without (built in
-    /// tests) share the key of the empty uid.
+    /// The uid of `obj`, which every object the API server stored has.
+    pub fn stored<K: Resource>(obj: &K) -> Option<Uid> {
+        obj.meta().uid.as_deref().map(Uid::from)
+    }
+
+    /// The uid of `obj`; objects without one (built in tests) share the key of the empty uid.
     pub fn of<K: Resource>(obj: &K) -> Uid {
-        Uid::from(obj.meta().uid.as_deref().unwrap_or_default())
+        Uid::stored(obj).unwrap_or_else(|| Uid::from(""))
     }
 }
 

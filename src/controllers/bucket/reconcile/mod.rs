@@ -369,6 +369,7 @@ async fn resolve<'a, C: Connector>(
     };
     let adoption = adoption(cx, obj, &clients).await?;
     let uid = obj.uid().unwrap_or_default();
+    let looked_key = Uid::from(uid.as_str());
     let status = obj.status.as_ref();
     let recorded = status.and_then(|s| s.bucket_name.as_deref()) == Some(bucket.as_str());
     let view = View {
@@ -387,13 +388,13 @@ async fn resolve<'a, C: Connector>(
         },
         drain,
         now: Timestamp::now(),
-        cached: cx.reconciler.cached(Uid::of(obj)),
+        cached: cx.reconciler.cached(looked_key),
         idle: usage::idle_check(
             Looks {
                 usage_refresh: clients.config.usage_refresh(),
                 check: clients.config.bucket_check_interval(),
             },
-            cx.reconciler.since(Uid::of(obj)),
+            cx.reconciler.since(looked_key),
         ),
         only_key: None,
         adoption_refused: match adoption {
