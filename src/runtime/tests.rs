@@ -569,7 +569,7 @@ async fn a_long_reconcile_finding_no_turn_free_is_not_run_but_asked_again_shortl
     assert_eq!(*cx.reconciler.applied.lock().unwrap(), ["a"]);
     cx.reconciler.release.add_permits(2);
     assert_eq!(first.await.unwrap().unwrap(), Action::await_change());
-    assert!(cx.requeues.waits("ns/a").is_some(), "a's resync is kept");
+    assert_resync_kept(&cx, "ns/a");
     // `a` asks again at once after its turn: `b` asked first and goes first.
     let after = observed(named("a"), cx.clone()).await.unwrap();
     assert_eq!(after, Action::requeue(lanes::TURN_RETRY));
@@ -577,8 +577,21 @@ async fn a_long_reconcile_finding_no_turn_free_is_not_run_but_asked_again_shortl
         observed(named("b"), cx.clone()).await.unwrap(),
         Action::await_change()
     );
-    assert!(cx.requeues.waits("ns/b").is_some(), "b's resync is kept");
+    assert_resync_kept(&cx, "ns/b");
     assert_eq!(*cx.reconciler.applied.lock().unwrap(), ["a", "b"]);
+}
+
+/// `key` waits for its resync, due about [`RESYNC`] from now (counted from its reconcile's end, to
+/// the queue's millisecond).
+fn assert_resync_kept<R: Reconciler>(cx: &Context<R>, key: &str) {
+    let resync = cx
+        .requeues
+        .waits(key)
+        .unwrap_or_else(|| panic!("{key}'s resync is not kept"));
+    assert!(
+        resync.abs_diff(RESYNC) < Duration::from_secs(5),
+        "{key}: {resync:?}"
+    );
 }
 
 #[tokio::test]
@@ -593,12 +606,7 @@ async fn the_next_reconcile_an_object_asks_for_waits_with_the_controller() {
         observed(live(), cx.clone()).await.unwrap(),
         Action::await_change()
     );
-    let resync = waits().expect("the resync is kept");
-    // Counted from the reconcile's end, to the queue's millisecond.
-    assert!(
-        resync.abs_diff(RESYNC) < Duration::from_secs(5),
-        "{resync:?}"
-    );
+    assert_resync_kept(&cx, "ns/t");
 
     // A failure's retry is the error policy's: the resync asked for before is dropped, as
     // kube drops a requeue when the object is reconciled earlier.
