@@ -4,8 +4,8 @@ use reqwest::Method;
 use serde_json::json;
 
 use super::{
-    ACCOUNT_PAGE, Account, AccountSpec, Client, Error, Login, Usage, description_has_marker, model,
-    segment,
+    ACCOUNT_PAGE, Account, AccountSpec, Call, Client, Error, Login, Usage, description_has_marker,
+    model, segment,
 };
 
 impl Client {
@@ -21,20 +21,19 @@ impl Client {
             spec,
             password: root_password,
         };
-        self.call(
+        self.call(Call::new(
             admin,
             "create_account",
             Method::POST,
             "grid/accounts",
             Some(&body),
-        )
+        ))
         .await
     }
 
     pub async fn get_account(&self, admin: &Login, id: &str) -> Result<Account, Error> {
         let path = format!("grid/accounts/{}", segment(id));
-        self.call::<(), _>(admin, "get_account", Method::GET, &path, None)
-            .await
+        self.call(Call::get(admin, "get_account", &path)).await
     }
 
     /// Replaces the account's name, description, capabilities and policy (GET → modify → PUT;
@@ -46,15 +45,21 @@ impl Client {
         spec: &AccountSpec,
     ) -> Result<Account, Error> {
         let path = format!("grid/accounts/{}", segment(id));
-        self.call(admin, "update_account", Method::PUT, &path, Some(spec))
-            .await
+        self.call(Call::new(
+            admin,
+            "update_account",
+            Method::PUT,
+            &path,
+            Some(spec),
+        ))
+        .await
     }
 
     /// Deletes an account. 404 is returned as [`Error::NotFound`] (the caller decides it means
     /// "already gone"); an account that still holds buckets is refused (409 on the emulator).
     pub async fn delete_account(&self, admin: &Login, id: &str) -> Result<(), Error> {
         let path = format!("grid/accounts/{}", segment(id));
-        self.call_empty::<()>(admin, "delete_account", Method::DELETE, &path, None)
+        self.call_empty(Call::delete(admin, "delete_account", &path))
             .await
     }
 
@@ -68,8 +73,14 @@ impl Client {
     ) -> Result<(), Error> {
         let path = format!("grid/accounts/{}/change-password", segment(id));
         let body = json!({"password": password});
-        self.call_empty(admin, "set_root_password", Method::POST, &path, Some(&body))
-            .await
+        self.call_empty(Call::new(
+            admin,
+            "set_root_password",
+            Method::POST,
+            &path,
+            Some(&body),
+        ))
+        .await
     }
 
     /// Every account on the grid, page by page (the API has no server-side filter).
@@ -80,9 +91,7 @@ impl Client {
             if let Some(last) = all.last() {
                 path.push_str(&format!("&marker={}", segment(&last.id)));
             }
-            let page: Vec<Account> = self
-                .call::<(), _>(admin, "list_accounts", Method::GET, &path, None)
-                .await?;
+            let page: Vec<Account> = self.call(Call::get(admin, "list_accounts", &path)).await?;
             let done = page.len() < ACCOUNT_PAGE;
             // A server that ignores the marker would answer the same page forever: a page must
             // move past the previous one.
@@ -120,13 +129,11 @@ impl Client {
     /// another grid is never read as "deleted" (see [`crate::backends::identity`]).
     pub async fn grid_id(&self, admin: &Login) -> Result<String, Error> {
         let grid: model::TopologyNode = self
-            .call::<(), _>(
+            .call(Call::get(
                 admin,
                 "grid_topology",
-                Method::GET,
                 "grid/health/topology?depth=grid",
-                None,
-            )
+            ))
             .await?;
         if grid.id.is_empty() {
             return Err(Error::InvalidResponse {
@@ -140,7 +147,6 @@ impl Client {
     /// Usage of one account, with one entry per bucket (also empty ones).
     pub async fn account_usage(&self, admin: &Login, id: &str) -> Result<Usage, Error> {
         let path = format!("grid/accounts/{}/usage", segment(id));
-        self.call::<(), _>(admin, "account_usage", Method::GET, &path, None)
-            .await
+        self.call(Call::get(admin, "account_usage", &path)).await
     }
 }

@@ -98,6 +98,45 @@ fn session_key(login: &Login) -> SessionKey {
     )
 }
 
+/// One request to the management API: the login that signs it, its name (in metrics, errors and
+/// logs), and what it sends to `path` below `/api/v4/`.
+struct Call<'a, B> {
+    login: &'a Login,
+    operation: &'static str,
+    method: Method,
+    path: &'a str,
+    /// Sent as JSON.
+    body: Option<&'a B>,
+}
+
+impl<'a> Call<'a, ()> {
+    fn get(login: &'a Login, operation: &'static str, path: &'a str) -> Self {
+        Call::new(login, operation, Method::GET, path, None)
+    }
+
+    fn delete(login: &'a Login, operation: &'static str, path: &'a str) -> Self {
+        Call::new(login, operation, Method::DELETE, path, None)
+    }
+}
+
+impl<'a, B: Serialize> Call<'a, B> {
+    fn new(
+        login: &'a Login,
+        operation: &'static str,
+        method: Method,
+        path: &'a str,
+        body: Option<&'a B>,
+    ) -> Self {
+        Call {
+            login,
+            operation,
+            method,
+            path,
+            body,
+        }
+    }
+}
+
 /// A StorageGRID management API client (cheap to clone; clones share the token cache).
 #[derive(Clone)]
 pub struct Client {
@@ -176,37 +215,29 @@ impl Client {
     }
 
     /// A call whose answer carries `data`.
-    async fn call<B: Serialize, T: DeserializeOwned>(
-        &self,
-        login: &Login,
-        operation: &'static str,
-        method: Method,
-        path: &str,
-        body: Option<&B>,
-    ) -> Result<T, Error> {
-        measured(&self.metrics, &self.rate_limit, BACKEND, operation, async {
-            let text = self
-                .authorized(login, operation, method, path, body)
-                .await?;
-            data(operation, &text)
-        })
+    async fn call<B: Serialize, T: DeserializeOwned>(&self, call: Call<'_, B>) -> Result<T, Error> {
+        measured(
+            &self.metrics,
+            &self.rate_limit,
+            BACKEND,
+            call.operation,
+            async {
+                let text = self.authorized(&call).await?;
+                data(call.operation, &text)
+            },
+        )
         .await
     }
 
     /// A call whose answer body does not matter (204 deletes, PUTs keeper does not read).
-    async fn call_empty<B: Serialize>(
-        &self,
-        login: &Login,
-        operation: &'static str,
-        method: Method,
-        path: &str,
-        body: Option<&B>,
-    ) -> Result<(), Error> {
-        measured(&self.metrics, &self.rate_limit, BACKEND, operation, async {
-            self.authorized(login, operation, method, path, body)
-                .await
-                .map(|_| ())
-        })
+    async fn call_empty<B: Serialize>(&self, call: Call<'_, B>) -> Result<(), Error> {
+        measured(
+            &self.metrics,
+            &self.rate_limit,
+            BACKEND,
+            call.operation,
+            async { self.authorized(&call).await.map(|_| ()) },
+        )
         .await
     }
 
@@ -215,20 +246,10 @@ impl Client {
     /// on the request, so resending even a create is safe, as the AWS SDKs do. A reconcile makes
     /// a dozen grid calls, and one that fails redoes them all after backing off: without this, a
     /// grid refusing a fifth of its requests let a reconcile through one time in fourteen.
-    async fn authorized<B: Serialize>(
-        &self,
-        login: &Login,
-        operation: &'static str,
-        method: Method,
-        path: &str,
-        body: Option<&B>,
-    ) -> Result<String, Error> {
+    async fn authorized<B: Serialize>(&self, call: &Call<'_, B>) -> Result<String, Error> {
         let mut pause = FIRST_RESEND_AFTER;
         for _ in 1..ATTEMPTS {
-            match self
-                .authorized_once(login, operation, method.clone(), path, body)
-                .await
-            {
+            match self.authorized_once(call).await {
                 Err(e) if e.not_acted_on() => {
                     tracing::debug!(error = %e, "sending again");
                     tokio::time::sleep(pause).await;
@@ -237,19 +258,18 @@ impl Client {
                 answer => return answer,
             }
         }
-        self.authorized_once(login, operation, method, path, body)
-            .await
+        self.authorized_once(call).await
     }
 
     /// Sends the request with a (cached or fresh) token; on 401 signs in again once and resends.
-    async fn authorized_once<B: Serialize>(
-        &self,
-        login: &Login,
-        operation: &'static str,
-        method: Method,
-        path: &str,
-        body: Option<&B>,
-    ) -> Result<String, Error> {
+    async fn authorized_once<B: Serialize>(&self, call: &Call<'_, B>) -> Result<String, Error> {
+        let Call {
+            login,
+            operation,
+            ref method,
+            path,
+            body,
+        } = *call;
         let url = self.url(operation, path)?;
         let mut fresh = false;
         loop {

@@ -5,20 +5,18 @@ use reqwest::Method;
 use serde_json::json;
 
 use super::{
-    AccessKey, Client, Container, DrainState, Error, Group, KeyOwner, Login, NewContainer,
+    AccessKey, Call, Client, Container, DrainState, Error, Group, KeyOwner, Login, NewContainer,
     NewGroup, NewUser, Usage, User, segment,
 };
 
 impl Client {
     /// The tenant's buckets with their region, object-lock and drain state.
     pub async fn list_containers(&self, tenant: &Login) -> Result<Vec<Container>, Error> {
-        self.call::<(), _>(
+        self.call(Call::get(
             tenant,
             "list_containers",
-            Method::GET,
             "org/containers?include=region,s3ObjectLock,deleteObjects",
-            None,
-        )
+        ))
         .await
     }
 
@@ -37,13 +35,13 @@ impl Client {
         if let Some(region) = &bucket.region {
             body["region"] = json!(region);
         }
-        self.call_empty(
+        self.call_empty(Call::new(
             tenant,
             "create_container",
             Method::POST,
             "org/containers",
             Some(&body),
-        )
+        ))
         .await?;
         if bucket.versioning {
             self.set_versioning(tenant, &bucket.name, true).await?;
@@ -60,14 +58,20 @@ impl Client {
     ) -> Result<(), Error> {
         let path = format!("org/containers/{}/versioning", segment(bucket));
         let body = json!({"versioningEnabled": enabled, "versioningSuspended": !enabled});
-        self.call_empty(tenant, "set_versioning", Method::PUT, &path, Some(&body))
-            .await
+        self.call_empty(Call::new(
+            tenant,
+            "set_versioning",
+            Method::PUT,
+            &path,
+            Some(&body),
+        ))
+        .await
     }
 
     /// Deletes an empty bucket (409 while it holds objects, 404 when missing).
     pub async fn delete_container(&self, tenant: &Login, bucket: &str) -> Result<(), Error> {
         let path = format!("org/containers/{}", segment(bucket));
-        self.call_empty::<()>(tenant, "delete_container", Method::DELETE, &path, None)
+        self.call_empty(Call::delete(tenant, "delete_container", &path))
             .await
     }
 
@@ -80,42 +84,53 @@ impl Client {
     ) -> Result<DrainState, Error> {
         let path = format!("org/containers/{}/delete-objects", segment(bucket));
         let body = json!({"deleteObjects": delete_objects});
-        self.call(tenant, "set_drain", Method::POST, &path, Some(&body))
-            .await
+        self.call(Call::new(
+            tenant,
+            "set_drain",
+            Method::POST,
+            &path,
+            Some(&body),
+        ))
+        .await
     }
 
     /// The tenant's usage with object count and bytes per bucket (can lag by minutes).
     pub async fn tenant_usage(&self, tenant: &Login) -> Result<Usage, Error> {
-        self.call::<(), _>(tenant, "tenant_usage", Method::GET, "org/usage", None)
+        self.call(Call::get(tenant, "tenant_usage", "org/usage"))
             .await
     }
 
     pub async fn create_user(&self, tenant: &Login, user: &NewUser) -> Result<User, Error> {
-        self.call(tenant, "create_user", Method::POST, "org/users", Some(user))
-            .await
+        self.call(Call::new(
+            tenant,
+            "create_user",
+            Method::POST,
+            "org/users",
+            Some(user),
+        ))
+        .await
     }
 
     /// A local user by short name (`app-a` for `user/app-a`).
     pub async fn get_user_by_name(&self, tenant: &Login, short_name: &str) -> Result<User, Error> {
         let path = format!("org/users/user/{}", segment(short_name));
-        self.call::<(), _>(tenant, "get_user", Method::GET, &path, None)
-            .await
+        self.call(Call::get(tenant, "get_user", &path)).await
     }
 
     pub async fn delete_user(&self, tenant: &Login, id: &str) -> Result<(), Error> {
         let path = format!("org/users/{}", segment(id));
-        self.call_empty::<()>(tenant, "delete_user", Method::DELETE, &path, None)
+        self.call_empty(Call::delete(tenant, "delete_user", &path))
             .await
     }
 
     pub async fn create_group(&self, tenant: &Login, group: &NewGroup) -> Result<Group, Error> {
-        self.call(
+        self.call(Call::new(
             tenant,
             "create_group",
             Method::POST,
             "org/groups",
             Some(group),
-        )
+        ))
         .await
     }
 
@@ -126,8 +141,7 @@ impl Client {
         short_name: &str,
     ) -> Result<Group, Error> {
         let path = format!("org/groups/group/{}", segment(short_name));
-        self.call::<(), _>(tenant, "get_group", Method::GET, &path, None)
-            .await
+        self.call(Call::get(tenant, "get_group", &path)).await
     }
 
     /// Replaces a group (its S3 policy included).
@@ -138,13 +152,19 @@ impl Client {
         group: &NewGroup,
     ) -> Result<Group, Error> {
         let path = format!("org/groups/{}", segment(id));
-        self.call(tenant, "update_group", Method::PUT, &path, Some(group))
-            .await
+        self.call(Call::new(
+            tenant,
+            "update_group",
+            Method::PUT,
+            &path,
+            Some(group),
+        ))
+        .await
     }
 
     pub async fn delete_group(&self, tenant: &Login, id: &str) -> Result<(), Error> {
         let path = format!("org/groups/{}", segment(id));
-        self.call_empty::<()>(tenant, "delete_group", Method::DELETE, &path, None)
+        self.call_empty(Call::delete(tenant, "delete_group", &path))
             .await
     }
 
@@ -158,13 +178,13 @@ impl Client {
         let path = format!("org/users/{}/s3-access-keys", segment(owner.path_segment()));
         let body = json!({"expires": null});
         let key: AccessKey = self
-            .call(
+            .call(Call::new(
                 tenant,
                 "create_access_key",
                 Method::POST,
                 &path,
                 Some(&body),
-            )
+            ))
             .await?;
         if key.access_key.is_none() || key.secret_access_key.is_none() {
             return Err(Error::InvalidResponse {
@@ -181,7 +201,7 @@ impl Client {
         owner: KeyOwner<'_>,
     ) -> Result<Vec<AccessKey>, Error> {
         let path = format!("org/users/{}/s3-access-keys", segment(owner.path_segment()));
-        self.call::<(), _>(tenant, "list_access_keys", Method::GET, &path, None)
+        self.call(Call::get(tenant, "list_access_keys", &path))
             .await
     }
 
@@ -197,8 +217,7 @@ impl Client {
             segment(owner.path_segment()),
             segment(key)
         );
-        self.call::<(), _>(tenant, "get_access_key", Method::GET, &path, None)
-            .await
+        self.call(Call::get(tenant, "get_access_key", &path)).await
     }
 
     /// Deletes a key by credential id or access key id.
@@ -213,7 +232,7 @@ impl Client {
             segment(owner.path_segment()),
             segment(key)
         );
-        self.call_empty::<()>(tenant, "delete_access_key", Method::DELETE, &path, None)
+        self.call_empty(Call::delete(tenant, "delete_access_key", &path))
             .await
     }
 }
