@@ -166,19 +166,22 @@ impl<S: KeeperStatus> Outcome<S> {
     /// message alone, so a failure that repeats costs no write per attempt.
     pub fn retrying(&mut self, reason: &'static str, message: &str, generation: Option<i64>) {
         let conditions = self.status.conditions_mut();
-        if conditions::set_on_reason_change(
-            conditions,
-            conditions::SYNCED,
-            false,
-            reason,
-            message,
-            generation,
-        ) {
+        if !conditions::says(conditions, conditions::SYNCED, false, reason) {
+            conditions::set(
+                conditions,
+                conditions::SYNCED,
+                false,
+                reason,
+                message,
+                generation,
+            );
             self.notes.push(Note::warning(reason, message));
         }
         let conditions = self.status.conditions_mut();
-        if !conditions::is_true(conditions, conditions::READY) {
-            conditions::set_on_reason_change(
+        if !conditions::is_true(conditions, conditions::READY)
+            && !conditions::says(conditions, conditions::READY, false, reason)
+        {
+            conditions::set(
                 conditions,
                 conditions::READY,
                 false,
