@@ -18,7 +18,8 @@ use serde_json::Value;
 
 use super::informer::{Informer, Informers};
 use super::secrets::{
-    deleted_by_write, desired_secret, release_patch, swapped_secret, unhold_patch, write_secret,
+    Swap, deleted_by_write, desired_secret, release_patch, swapped_secret, unhold_patch,
+    write_secret,
 };
 use super::written::{Written, version, version_of};
 use super::{Hold, Kube, KubeResult, Note, PackedSecret, SecretError, Target, owned_by};
@@ -333,15 +334,12 @@ impl Kube for KubeApi {
     fn swap_secret<'a>(
         &'a self,
         owner: &'a Target,
-        name: &'a str,
-        read: Option<&'a Secret>,
-        data: BTreeMap<String, String>,
-        hold: Hold,
-        annotation: Option<(&'a str, String)>,
+        swap: Swap<'a>,
     ) -> BoxFuture<'a, Result<Secret, SecretError>> {
         async move {
+            let (name, read) = (swap.name, swap.read);
             let namespace = owner.namespace.as_str();
-            let Some(secret) = swapped_secret(owner, name, read, data, hold, annotation)? else {
+            let Some(secret) = swapped_secret(owner, swap)? else {
                 return Ok(read
                     .cloned()
                     .expect("only an existing Secret needs no write"));

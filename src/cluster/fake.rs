@@ -347,13 +347,10 @@ impl Kube for FakeKube {
     fn swap_secret<'a>(
         &'a self,
         owner: &'a Target,
-        name: &'a str,
-        read: Option<&'a Secret>,
-        data: BTreeMap<String, String>,
-        hold: Hold,
-        annotation: Option<(&'a str, String)>,
+        swap: Swap<'a>,
     ) -> BoxFuture<'a, Result<Secret, SecretError>> {
         async move {
+            let (name, read) = (swap.name, swap.read);
             let key = (owner.namespace.clone(), name.to_string());
             let mut secrets = self.secrets.lock().expect("lock");
             let version = |s: Option<&Secret>| {
@@ -365,8 +362,7 @@ impl Kube for FakeKube {
             if read.is_none() && self.terminating.lock().expect("lock").contains(&key.0) {
                 return Err(SecretError::Kube(refused_as_terminating(&key.0)));
             }
-            let Some(mut secret) = swapped_secret(owner, name, read, data, hold, annotation)?
-            else {
+            let Some(mut secret) = swapped_secret(owner, swap)? else {
                 return Ok(read
                     .cloned()
                     .expect("only an existing Secret needs no write"));

@@ -37,8 +37,8 @@ use crate::api::{S3Bucket, S3Tenant};
 pub use api::KubeApi;
 pub use cached::PackedSecret;
 pub use secrets::{
-    Hold, SecretError, let_go_of_deleted, owned_by, owned_secret, owned_secret_object, secret_data,
-    written_content,
+    Hold, SecretError, Swap, let_go_of_deleted, owned_by, owned_secret, owned_secret_object,
+    secret_data, written_content,
 };
 
 /// One event to publish about the reconciled object.
@@ -142,20 +142,14 @@ pub trait Kube: Send + Sync + 'static {
         hold: Hold,
     ) -> BoxFuture<'a, Result<bool, SecretError>>;
 
-    /// Writes Secret `name` as [`Kube::apply_secret`] does, but only if it is still what `read`
-    /// is: absent when `read` is `None`, else unchanged since `read` (its
+    /// Writes Secret `swap.name` as [`Kube::apply_secret`] does, but only if it is still what
+    /// `swap.read` is: absent when `read` is `None`, else unchanged since `read` (its
     /// resourceVersion). The API refuses the write with 409 when another writer changed the
-    /// Secret in between, or created it. `annotation` is set too: a new value changes the Secret
-    /// even when `data` does not, so that nobody who read it before can write it any more.
-    /// Returns the Secret as it is now.
+    /// Secret in between, or created it. Returns the Secret as it is now.
     fn swap_secret<'a>(
         &'a self,
         owner: &'a Target,
-        name: &'a str,
-        read: Option<&'a Secret>,
-        data: BTreeMap<String, String>,
-        hold: Hold,
-        annotation: Option<(&'a str, String)>,
+        swap: Swap<'a>,
     ) -> BoxFuture<'a, Result<Secret, SecretError>>;
 
     /// Lets go of Secret `name` that keeper created for `owner` (deletion policy Retain): removes

@@ -346,16 +346,32 @@ pub(super) fn desired_secret(
     }
 }
 
-/// What [`Kube::swap_secret`] writes over `read`: [`desired_secret`] with `annotation` set, or
-/// `None` when nothing would change.
+/// A conditional write of one Secret of an owner ([`Kube::swap_secret`]).
+pub struct Swap<'a> {
+    pub name: &'a str,
+    /// The Secret as read, `None` when it did not exist: the write happens only while it is
+    /// still so.
+    pub read: Option<&'a Secret>,
+    pub data: BTreeMap<String, String>,
+    pub hold: Hold,
+    /// Set too: a new value changes the Secret even when `data` does not, so that nobody who
+    /// read it before can write it any more.
+    pub annotation: Option<(&'a str, String)>,
+}
+
+/// What [`Kube::swap_secret`] writes over `swap.read`: [`desired_secret`] with the annotation
+/// set, or `None` when nothing would change.
 pub(super) fn swapped_secret(
     owner: &Target,
-    name: &str,
-    read: Option<&Secret>,
-    data: BTreeMap<String, String>,
-    hold: Hold,
-    annotation: Option<(&str, String)>,
+    swap: Swap<'_>,
 ) -> Result<Option<Secret>, SecretError> {
+    let Swap {
+        name,
+        read,
+        data,
+        hold,
+        annotation,
+    } = swap;
     let desired = desired_secret(owner, name, data, hold, read.cloned())?;
     let Some((key, value)) = annotation else {
         return Ok(desired);

@@ -21,7 +21,7 @@ use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
 use crate::backends::identity;
 use crate::backends::rds::{FinalSnapshot, Modification, NewInstance, Password};
 use crate::cluster::retained::{Retained, retain_secret};
-use crate::cluster::{Target, let_go_of_deleted, owned_secret_object, secret_data};
+use crate::cluster::{Swap, Target, let_go_of_deleted, owned_secret_object, secret_data};
 use crate::error::BackendError;
 use crate::runtime::conditions::DELETION_BLOCKED;
 use crate::runtime::{self, Context, Next, Note, Outcome};
@@ -168,11 +168,13 @@ async fn apply_steps<C: Connector>(
                 cx.kube()
                     .swap_secret(
                         &target,
-                        &secret_name,
-                        read.as_ref(),
-                        secret.clone(),
-                        plan::connection_hold(&db.spec),
-                        None,
+                        Swap {
+                            name: &secret_name,
+                            read: read.as_ref(),
+                            data: secret.clone(),
+                            hold: plan::connection_hold(&db.spec),
+                            annotation: None,
+                        },
                     )
                     .await?;
             }

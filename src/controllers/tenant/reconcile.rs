@@ -20,7 +20,7 @@ use crate::backends::identity;
 use crate::backends::storagegrid::Login;
 use crate::cluster::retained::{Retained, retain_secret};
 use crate::cluster::{
-    Hold, Target, let_go_of_deleted, owned_secret, owned_secret_object, secret_data,
+    Hold, Swap, Target, let_go_of_deleted, owned_secret, owned_secret_object, secret_data,
 };
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
@@ -410,11 +410,13 @@ impl<'a, C: Connector> KubeStore<'a, C> {
             .kube()
             .swap_secret(
                 &Target::of(self.tenant),
-                &tenant_root_secret_name(&self.tenant.name_any()),
-                read,
-                data,
-                Hold::UntilReleased,
-                None,
+                Swap {
+                    name: &tenant_root_secret_name(&self.tenant.name_any()),
+                    read,
+                    data,
+                    hold: Hold::UntilReleased,
+                    annotation: None,
+                },
             )
             .await?)
     }

@@ -18,7 +18,7 @@ use super::{View, record_handled, request};
 use crate::api::names::bucket_credentials_secret_name;
 use crate::api::{S3Bucket, S3BucketStatus};
 use crate::backends::Keys;
-use crate::cluster::{Hold, SecretError, Target, owned_secret_object, secret_data};
+use crate::cluster::{Hold, SecretError, Swap, Target, owned_secret_object, secret_data};
 use crate::config::Provider;
 use crate::providers::ProviderClients;
 use crate::runtime::{Context, Note, Outcome, Uid, conditions};
@@ -65,13 +65,15 @@ impl CredentialsSecret<'_> {
             .kube()
             .swap_secret(
                 &self.owner,
-                self.name,
-                self.read.as_ref(),
-                data,
-                // Not held for cleanup: the bucket's cleanup removes its keys on the backend by
-                // the bucket's name, without reading them back.
-                Hold::No,
-                annotation,
+                Swap {
+                    name: self.name,
+                    read: self.read.as_ref(),
+                    data,
+                    // Not held for cleanup: the bucket's cleanup removes its keys on the backend
+                    // by the bucket's name, without reading them back.
+                    hold: Hold::No,
+                    annotation,
+                },
             )
             .await?;
         self.read = Some(written);
