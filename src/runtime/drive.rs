@@ -52,7 +52,7 @@ fn register_queue_depth<R: Reconciler>(cx: &Context<R>, store: Store<R::Resource
 /// on it ([`triggers::requested`]: not its own status writes), when it is first seen, and when
 /// someone else edits or deletes a Secret keeper wrote for it ([`secret_owner`]): the Secret is
 /// written again at once instead of at the next resync.
-pub fn controller<K: Keeper + informer::Watched>(informers: &informer::Informers) -> Controller<K>
+pub fn controller<K: Keeper>(informers: &informer::Informers) -> Controller<K>
 where
     K::DynamicType: Default,
 {

@@ -1,32 +1,20 @@
 //! What the shared flow needs to know about each keeper kind: its status type, its phases (for
 //! `keeper_<kinds>{phase}`) and how a failure and a blocked deletion show in its phase.
 
-use std::fmt::Debug;
-
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Resource;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use super::outcome::KeeperStatus;
 use crate::api::{
     BucketPhase, CloudDatabase, CloudDatabaseStatus, DatabasePhase, S3Bucket, S3BucketStatus,
     S3Tenant, S3TenantStatus, TenantPhase,
 };
-use crate::cluster::informer::{Informer, Informers};
+use crate::cluster::informer::{Informer, Informers, Watched};
 
-/// A keeper custom resource.
-pub trait Keeper:
-    Resource<DynamicType = (), Scope = NamespaceResourceScope>
-    + Clone
-    + Debug
-    + Serialize
-    + DeserializeOwned
-    + Send
-    + Sync
-    + 'static
-{
+/// A keeper custom resource: watched and cached as every kind is, namespaced, and written back.
+pub trait Keeper: Watched + Resource<Scope = NamespaceResourceScope> + Serialize {
     type Status: KeeperStatus;
     /// `keeper_tenants`, `keeper_buckets`, `keeper_databases`.
     const PHASE_GAUGE: &'static str;

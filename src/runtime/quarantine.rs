@@ -61,7 +61,7 @@ fn report<K: Keeper>(invalid: &InvalidObject, detail: Option<String>) -> (Value,
 
 /// Reports the objects of `K` that `informer` holds apart, while this process leads; on taking
 /// over it reports those held then.
-pub async fn report_invalid<K: Keeper + crate::cluster::informer::Watched>(
+pub async fn report_invalid<K: Keeper>(
     kube: Arc<dyn Kube>,
     informer: &Informer<K>,
     leadership: Leadership,
