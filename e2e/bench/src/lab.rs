@@ -681,6 +681,17 @@ impl CpuUse {
             .collect::<Vec<_>>()
             .join(", ")
     }
+
+    /// The CPU seconds process `name` used between `self` and `later` (0 for a process the
+    /// stack does not know, such as the API server of a cluster of your own).
+    pub fn used(&self, later: &CpuUse, name: &str) -> f64 {
+        let at = |u: &CpuUse| {
+            u.0.iter()
+                .find(|(n, _)| n == name)
+                .map_or(0.0, |(_, seconds)| *seconds)
+        };
+        at(later) - at(self)
+    }
 }
 
 fn clock_ticks_per_second() -> f64 {
@@ -734,6 +745,20 @@ mod tests {
         assert_eq!(requests.verb("get"), 4);
         assert_eq!(requests.total(), 17);
         assert!(requests.breakdown(1.0).starts_with("create events 5.00"));
+    }
+
+    #[test]
+    fn cpu_used_is_read_by_process() {
+        let use_at = |keeper, apiserver| {
+            CpuUse(vec![
+                ("keeper".to_string(), keeper),
+                ("kube-apiserver".to_string(), apiserver),
+            ])
+        };
+        let (before, after) = (use_at(1.0, 10.0), use_at(4.5, 24.0));
+        assert_eq!(before.used(&after, "keeper"), 3.5);
+        assert_eq!(before.used(&after, "kube-apiserver"), 14.0);
+        assert_eq!(before.used(&after, "etcd"), 0.0);
     }
 
     #[test]
