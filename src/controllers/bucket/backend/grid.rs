@@ -190,11 +190,16 @@ impl StorageGrid {
     }
 
     /// Creates the bucket's group, or brings an existing one of this owner (or an unmarked one
-    /// being adopted) to the current mark and policy. Callers check first that no other
-    /// S3Bucket's mark is on it ([`Self::taken`]).
-    async fn mark(&self, desired: &DesiredBucket) -> Result<storagegrid::Group, BackendError> {
+    /// being adopted) to the current mark and policy. `looked` is the group as the caller just
+    /// read it to check that no other S3Bucket's mark is on it ([`Self::taken`]): the check and
+    /// the write act on the same look, and the group is not read twice.
+    async fn mark(
+        &self,
+        desired: &DesiredBucket,
+        looked: Option<storagegrid::Group>,
+    ) -> Result<storagegrid::Group, BackendError> {
         let wanted = bucket_group(&desired.name, &desired.owner);
-        Ok(match self.group(&desired.name).await? {
+        Ok(match looked {
             Some(group)
                 if group.display_name.as_deref() == Some(wanted.display_name.as_str())
                     && group.policies.as_ref() == Some(&wanted.policies) =>
@@ -222,6 +227,33 @@ impl StorageGrid {
                 Err(e) => return Err(e.into()),
             },
         })
+    }
+
+    /// Who owns the bucket (see [`Owner`]), with its group as looked at for that (`None` when
+    /// the bucket is missing: its group is then not looked at).
+    async fn looked_owner(
+        &self,
+        desired: &DesiredBucket,
+    ) -> Result<(Owner, Option<storagegrid::Group>), BackendError> {
+        if self.container(&desired.name).await?.is_none() {
+            return Ok((Owner::Missing, None));
+        }
+        let group = self.group(&desired.name).await?;
+        if let Some(taken) = Self::taken(desired, group.as_ref()) {
+            return Ok((taken, group));
+        }
+        // Not another's: ours if the mark is ours, or if status records that we created it (a
+        // bucket whose group is gone or predates the mark).
+        let marked = group.as_ref().and_then(mark_of).is_some();
+        let owner = if marked || desired.recorded {
+            Owner::Us
+        } else {
+            Owner::Unmarked(format!(
+                "bucket {:?} exists in the tenant and was not created by keeper",
+                desired.name
+            ))
+        };
+        Ok((owner, group))
     }
 
     /// Why the bucket's group belongs to another S3Bucket, if it does: its mark names another
@@ -288,36 +320,20 @@ impl BucketBackend for StorageGrid {
     }
 
     async fn owner(&self, desired: &DesiredBucket) -> Result<Owner, BackendError> {
-        if self.container(&desired.name).await?.is_none() {
-            return Ok(Owner::Missing);
-        }
-        let group = self.group(&desired.name).await?;
-        if let Some(taken) = Self::taken(desired, group.as_ref()) {
-            return Ok(taken);
-        }
-        // Not another's: ours if the mark is ours, or if status records that we created it (a
-        // bucket whose group is gone or predates the mark).
-        let marked = group.as_ref().and_then(mark_of).is_some();
-        Ok(if marked || desired.recorded {
-            Owner::Us
-        } else {
-            Owner::Unmarked(format!(
-                "bucket {:?} exists in the tenant and was not created by keeper",
-                desired.name
-            ))
-        })
+        Ok(self.looked_owner(desired).await?.0)
     }
 
     async fn ensure(&self, desired: &DesiredBucket) -> Result<Ensured, BackendError> {
-        let mut owner = self.owner(desired).await?;
+        let (mut owner, mut group) = self.looked_owner(desired).await?;
         if owner == Owner::Missing {
             // A group another S3Bucket left behind (its bucket is gone) keeps its user and that
             // user's keys: it is not taken over for a new bucket of the same name.
-            if let Some(taken) = Self::taken(desired, self.group(&desired.name).await?.as_ref()) {
+            let left = self.group(&desired.name).await?;
+            if let Some(taken) = Self::taken(desired, left.as_ref()) {
                 return Ok(Ensured::found(taken));
             }
             // The mark goes first, so a crash right after the create still finds the bucket ours.
-            self.mark(desired).await?;
+            self.mark(desired, left).await?;
             let created = self
                 .client
                 .create_container(
@@ -345,7 +361,7 @@ impl BucketBackend for StorageGrid {
                             desired.name
                         ))));
                     }
-                    owner = self.owner(desired).await?;
+                    (owner, group) = self.looked_owner(desired).await?;
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -355,7 +371,7 @@ impl BucketBackend for StorageGrid {
             return Ok(Ensured::found(owner));
         }
         // Ours (or adopted on request): keep the mark and the policy current.
-        self.mark(desired).await?;
+        self.mark(desired, group).await?;
         // Versioning is turned on when asked, and never suspended on adoption (F18).
         let versioning = desired.versioning || desired.object_lock;
         if versioning || !adopted {

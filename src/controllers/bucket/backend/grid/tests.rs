@@ -130,6 +130,14 @@ async fn calls(server: &MockServer) -> Vec<(String, String, Value)> {
         .collect()
 }
 
+/// How often the bucket's group was read.
+fn group_reads(calls: &[(String, String, Value)]) -> usize {
+    calls
+        .iter()
+        .filter(|c| c.0 == "GET" && c.1 == "org/groups/group/keeper-ns-b")
+        .count()
+}
+
 #[tokio::test]
 async fn a_new_bucket_gets_its_marked_group_before_the_bucket_is_created() {
     let (server, grid) = mock_grid().await;
@@ -164,6 +172,11 @@ async fn a_new_bucket_gets_its_marked_group_before_the_bucket_is_created() {
         .position(|c| c.0 == "POST" && c.1 == "org/containers")
         .unwrap();
     assert!(group < bucket, "the mark comes first: {calls:?}");
+    assert_eq!(
+        group_reads(&calls),
+        1,
+        "checked and marked on one look: {calls:?}"
+    );
     let body = &calls[group].2;
     assert_eq!(
         body["displayName"],
@@ -205,7 +218,6 @@ async fn a_group_another_writer_created_meanwhile_is_looked_at_again_not_taken()
     // the group found then may belong to anyone: nothing is done with it before the next look.
     let (server, grid) = mock_grid().await;
     on(&server, "GET", "org/containers", ok(200, json!([]))).await;
-    once(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
     once(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
     on(
         &server,
@@ -312,8 +324,13 @@ async fn a_mark_from_an_older_keeper_is_ours_and_upgraded() {
         grid.ensure(&desired(false, false)).await.unwrap().owner,
         Owner::Us
     );
-    let update = calls(&server)
-        .await
+    let calls = calls(&server).await;
+    assert_eq!(
+        group_reads(&calls),
+        1,
+        "owned and marked on one look: {calls:?}"
+    );
+    let update = calls
         .into_iter()
         .find(|c| c.0 == "PUT" && c.1 == "org/groups/g-1")
         .unwrap();
