@@ -369,7 +369,7 @@ async fn resolve<'a, C: Connector>(
     };
     let adoption = adoption(cx, obj, &clients).await?;
     let uid = obj.uid().unwrap_or_default();
-    let looked_key = Uid::from(uid.as_str());
+    let looked_key = Uid::of(obj);
     let status = obj.status.as_ref();
     let recorded = status.and_then(|s| s.bucket_name.as_deref()) == Some(bucket.as_str());
     let view = View {
