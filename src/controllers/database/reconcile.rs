@@ -346,10 +346,9 @@ async fn apply_steps<C: Connector>(
 /// Cleans up after a CloudDatabase being deleted; releases the finalizer only once RDS reports
 /// the instance gone (or retained by policy).
 pub async fn cleanup<C: Connector>(cx: &Cx<C>, db: &CloudDatabase) -> Result<DbOutcome, Error> {
-    let current = db.status.clone().unwrap_or_default();
-    let mut out = Outcome::new(current.clone(), Next::Release);
+    let mut out = Outcome::new(db.status.clone().unwrap_or_default(), Next::Release);
     // The identity is recorded before any create call: without it nothing was ever created.
-    if let Some(id) = current.instance_id.clone() {
+    if let Some(id) = out.status.instance_id.clone() {
         let backend = cx.reconciler.connector.connect(&cx.shared, db).await?;
         out.next = cleanup_steps(db, cx, &backend, &id, &mut out).await?;
     }
@@ -359,11 +358,11 @@ pub async fn cleanup<C: Connector>(cx: &Cx<C>, db: &CloudDatabase) -> Result<DbO
         cx.kube()
             .unhold_secret(&Target::of(db), &connection_secret_name(db))
             .await?;
-        // The object is about to go: its status is not worth a write.
-        out.status = current;
-    } else {
-        out.status.observed_generation = db.metadata.generation;
+        // The shared flow writes no status when keeper's finalizer is the object's last; with
+        // another one left the object stays a while, and its status says it is going.
+        out.status.phase = Some(DatabasePhase::Deleting);
     }
+    out.status.observed_generation = db.metadata.generation;
     Ok(out)
 }
 

@@ -794,6 +794,48 @@ async fn deletion_protection_blocks_and_turning_it_off_on_the_terminating_resour
     assert_eq!(rds.state.lock().unwrap().snapshots.len(), 1);
 }
 
+/// keeper's finalizer released with another one left: the object stays until that one goes,
+/// and its status must not keep saying what was true before (DeletionBlocked, Ready).
+#[tokio::test]
+async fn a_database_released_before_another_finalizer_says_it_is_going() {
+    let cluster = Cluster::default();
+    let mut db = deleting(
+        cluster
+            .ready_database(database(
+                json!({"engine": "postgres", "size": "small", "deletionProtection": true,
+                       "deletionPolicy": "Delete"}),
+            ))
+            .await,
+    );
+    db.metadata
+        .finalizers
+        .get_or_insert_default()
+        .push("backup.example.com/last-dump".into());
+    assert!(matches!(
+        cluster.cleanup(&db).await.unwrap(),
+        Cleanup::Wait(_)
+    ));
+    assert!(conditions::is_true(
+        &cluster.status().conditions,
+        DELETION_BLOCKED
+    ));
+
+    let mut unprotected = cluster.observe(db);
+    unprotected.spec.deletion_protection = false;
+    assert_eq!(cluster.cleanup(&unprotected).await.unwrap(), Cleanup::Done);
+    let status = cluster.status();
+    assert_eq!(status.phase, Some(DatabasePhase::Deleting));
+    assert!(
+        !status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == DELETION_BLOCKED),
+        "{:?}",
+        status.conditions
+    );
+    assert!(cluster.events().contains(&"DeletionUnblocked".to_string()));
+}
+
 #[tokio::test]
 async fn a_database_never_created_is_released_at_once() {
     let cluster = Cluster::default();
