@@ -1,6 +1,6 @@
 //! A tenant on StorageGRID, through the grid's management API.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::shared::Shared;
@@ -28,6 +28,73 @@ pub struct StorageGrid {
     /// What the tenant's idle buckets share.
     pub looks: Arc<TenantLooks>,
     pub ttl: LookTtl,
+    /// The bucket's group and user as this backend last read or wrote them.
+    group: LastLook<storagegrid::Group>,
+    user: LastLook<storagegrid::User>,
+}
+
+/// One of a bucket's principals (its group or its user) as a backend last read or wrote it. A
+/// backend serves one reconcile, which converges the bucket ([`BucketBackend::ensure`]) and then
+/// lists the user's keys ([`BucketBackend::user_keys`]) before it deletes or creates one: each
+/// step after the first acts on the principal as the step before left it instead of reading it
+/// again. What decides ownership ([`StorageGrid::looked_owner`]) and cleanup always reads afresh.
+struct LastLook<T>(Mutex<Option<Box<T>>>);
+
+impl<T: Principal> LastLook<T> {
+    fn keep(&self, look: Option<T>) {
+        *self.0.lock().expect("not poisoned") = look.map(Box::new);
+    }
+
+    /// What `read` finds of the principal (`None`: not found), kept as the last look.
+    async fn read(
+        &self,
+        read: impl Future<Output = Result<T, storagegrid::Error>>,
+    ) -> Result<Option<T>, BackendError> {
+        let look = found(read.await)?;
+        self.keep(look.clone());
+        Ok(look)
+    }
+
+    /// Bucket `bucket`'s principal as last looked at, if it was found then; else what `read`
+    /// finds of it now.
+    async fn known(
+        &self,
+        bucket: &str,
+        read: impl Future<Output = Result<T, storagegrid::Error>>,
+    ) -> Result<Option<T>, BackendError> {
+        let unique_name = format!("{}{}", T::KIND, principal_name(bucket));
+        let last = self.0.lock().expect("not poisoned").clone();
+        match last {
+            Some(look) if look.unique_name() == unique_name => Ok(Some(*look)),
+            _ => self.read(read).await,
+        }
+    }
+}
+
+impl<T> Default for LastLook<T> {
+    fn default() -> Self {
+        LastLook(Mutex::new(None))
+    }
+}
+
+trait Principal: Clone {
+    /// What its unique name starts with.
+    const KIND: &str;
+    fn unique_name(&self) -> &str;
+}
+
+impl Principal for storagegrid::Group {
+    const KIND: &str = "group/";
+    fn unique_name(&self) -> &str {
+        &self.unique_name
+    }
+}
+
+impl Principal for storagegrid::User {
+    const KIND: &str = "user/";
+    fn unique_name(&self) -> &str {
+        &self.unique_name
+    }
 }
 
 /// The tenant-wide answers the idle looks of a tenant's buckets share: its container listing
@@ -150,6 +217,22 @@ fn is_deleting_objects(container: &storagegrid::Container) -> bool {
 }
 
 impl StorageGrid {
+    pub fn new(
+        client: storagegrid::Client,
+        tenant: storagegrid::Login,
+        looks: Arc<TenantLooks>,
+        ttl: LookTtl,
+    ) -> Self {
+        StorageGrid {
+            client,
+            tenant,
+            looks,
+            ttl,
+            group: LastLook::default(),
+            user: LastLook::default(),
+        }
+    }
+
     /// The bucket's container from the tenant's shared listing (at most `ttl` old, fetched anew
     /// when it does not hold the bucket).
     async fn shared_container(
@@ -182,11 +265,12 @@ impl StorageGrid {
     }
 
     async fn group(&self, bucket: &str) -> Result<Option<storagegrid::Group>, BackendError> {
-        Ok(found(
-            self.client
-                .get_group_by_name(&self.tenant, &principal_name(bucket))
-                .await,
-        )?)
+        self.group.read(self.read_group(bucket)).await
+    }
+
+    async fn read_group(&self, bucket: &str) -> Result<storagegrid::Group, storagegrid::Error> {
+        let name = principal_name(bucket);
+        self.client.get_group_by_name(&self.tenant, &name).await
     }
 
     /// Creates the bucket's group, or brings an existing one of this owner (or an unmarked one
@@ -197,9 +281,9 @@ impl StorageGrid {
         &self,
         desired: &DesiredBucket,
         looked: Option<storagegrid::Group>,
-    ) -> Result<storagegrid::Group, BackendError> {
+    ) -> Result<(), BackendError> {
         let wanted = bucket_group(&desired.name, &desired.owner);
-        Ok(match looked {
+        let marked = match looked {
             Some(group)
                 if group.display_name.as_deref() == Some(wanted.display_name.as_str())
                     && group.policies.as_ref() == Some(&wanted.policies) =>
@@ -226,7 +310,9 @@ impl StorageGrid {
                 }
                 Err(e) => return Err(e.into()),
             },
-        })
+        };
+        self.group.keep(Some(marked));
+        Ok(())
     }
 
     /// Who owns the bucket (see [`Owner`]), with its group as looked at for that (`None` when
@@ -272,11 +358,12 @@ impl StorageGrid {
 
     /// The bucket's user, if it exists.
     async fn find_user(&self, bucket: &str) -> Result<Option<storagegrid::User>, BackendError> {
-        Ok(found(
-            self.client
-                .get_user_by_name(&self.tenant, &principal_name(bucket))
-                .await,
-        )?)
+        self.user.read(self.read_user(bucket)).await
+    }
+
+    async fn read_user(&self, bucket: &str) -> Result<storagegrid::User, storagegrid::Error> {
+        let name = principal_name(bucket);
+        self.client.get_user_by_name(&self.tenant, &name).await
     }
 
     /// The bucket's user, created in its group when missing.
@@ -302,7 +389,10 @@ impl StorageGrid {
             )
             .await;
         match created {
-            Ok(user) => Ok(user),
+            Ok(user) => {
+                self.user.keep(Some(user.clone()));
+                Ok(user)
+            }
             // Another writer (a second keeper) created it since the look, for this bucket's group.
             Err(e) => self.find_user(bucket).await?.ok_or_else(|| e.into()),
         }
@@ -481,7 +571,7 @@ impl BucketBackend for StorageGrid {
         bucket: &str,
         published: Option<&str>,
     ) -> Result<Vec<String>, BackendError> {
-        let Some(group) = self.group(bucket).await? else {
+        let Some(group) = self.group.known(bucket, self.read_group(bucket)).await? else {
             return Err(BackendError::new(
                 "storagegrid",
                 "get_group",
@@ -515,22 +605,36 @@ impl BucketBackend for StorageGrid {
     }
 
     async fn create_key(&self, bucket: &str) -> Result<Keys, BackendError> {
-        // Listed (and so created) by the same reconcile a moment ago.
-        let user = self.find_user(bucket).await?.ok_or_else(|| {
+        let user_missing = |operation| {
             BackendError::new(
                 "storagegrid",
-                "get_user",
+                operation,
                 ErrorClass::Transient,
                 "UserMissing",
                 format!(
                     "the user of bucket {bucket:?} is gone; it is created again on the next look"
                 ),
             )
-        })?;
-        let key = self
+        };
+        // Listed (and so created) by the same reconcile a moment ago.
+        let user = self
+            .user
+            .known(bucket, self.read_user(bucket))
+            .await?
+            .ok_or_else(|| user_missing("get_user"))?;
+        let created = self
             .client
             .create_access_key(&self.tenant, storagegrid::KeyOwner::User(&user.id))
-            .await?;
+            .await;
+        let key = match created {
+            Ok(key) => key,
+            // Deleted since the listing (by hand, or by another writer's cleanup).
+            Err(e) if e.is_not_found() => {
+                self.user.keep(None);
+                return Err(user_missing("create_access_key"));
+            }
+            Err(e) => return Err(e.into()),
+        };
         Ok(Keys {
             access_key_id: key.access_key.unwrap_or_default(),
             secret_access_key: key.secret_access_key.map(|s| s.0).unwrap_or_default(),
@@ -538,7 +642,7 @@ impl BucketBackend for StorageGrid {
     }
 
     async fn delete_key(&self, bucket: &str, id: &str) -> Result<(), BackendError> {
-        let Some(user) = self.find_user(bucket).await? else {
+        let Some(user) = self.user.known(bucket, self.read_user(bucket)).await? else {
             return Ok(());
         };
         found(

@@ -385,15 +385,15 @@ impl Connect<TenantStorage> for Live {
                 let looks = self
                     .grid_looks
                     .of(&format!("{}/{account_id}", clients.name));
-                Ok(AnyBackend::Grid(StorageGrid {
+                Ok(AnyBackend::Grid(StorageGrid::new(
                     client,
-                    tenant: storagegrid::Login::tenant_root(account_id, password),
+                    storagegrid::Login::tenant_root(account_id, password),
                     looks,
-                    ttl: grid::LookTtl {
+                    grid::LookTtl {
                         usage: clients.config.usage_refresh(),
                         check: clients.config.bucket_check_interval(),
                     },
-                }))
+                )))
             }
         }
     }

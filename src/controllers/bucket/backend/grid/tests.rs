@@ -36,15 +36,15 @@ async fn mock_grid() -> (MockServer, StorageGrid) {
     let url = reqwest::Url::parse(&server.uri()).unwrap();
     let client =
         storagegrid::Client::new(&url, &TlsConfig::default(), Arc::new(Metrics::new())).unwrap();
-    let backend = StorageGrid {
+    let backend = StorageGrid::new(
         client,
-        tenant: storagegrid::Login::tenant_root(ACCOUNT, "root-pass"),
-        looks: Arc::default(),
-        ttl: LookTtl {
+        storagegrid::Login::tenant_root(ACCOUNT, "root-pass"),
+        Arc::default(),
+        LookTtl {
             usage: Some(Duration::from_secs(3600)),
             check: Duration::from_secs(3600),
         },
-    };
+    );
     (server, backend)
 }
 
@@ -73,6 +73,43 @@ fn group_json(owner: &str) -> Value {
     let who = if owner == UID { "ns/b" } else { "other/x" };
     json!({"id": "g-1", "uniqueName": "group/keeper-ns-b",
            "displayName": format!("keeper bucket ns-b owner={who} owner-uid={owner}")})
+}
+
+/// A grid with user `u-1` for bucket `ns-b`.
+async fn the_user_is(server: &MockServer) {
+    on(
+        server,
+        "GET",
+        "org/users/user/keeper-ns-b",
+        ok(200, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
+    )
+    .await;
+}
+
+/// A grid where user `u-1` takes a new key, `NEW`.
+async fn a_key_can_be_issued(server: &MockServer) {
+    on(
+        server,
+        "POST",
+        "org/users/u-1/s3-access-keys",
+        ok(
+            201,
+            json!({"id": "k-2", "accessKey": "NEW", "secretAccessKey": "new-secret"}),
+        ),
+    )
+    .await;
+}
+
+/// A grid that has no user for bucket `ns-b` and makes it, as `u-1`.
+async fn a_user_can_be_made(server: &MockServer) {
+    on(server, "GET", "org/users/user/keeper-ns-b", error(404)).await;
+    on(
+        server,
+        "POST",
+        "org/users",
+        ok(201, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
+    )
+    .await;
 }
 
 /// The access keys of user `u-1`.
@@ -138,26 +175,31 @@ fn group_reads(calls: &[(String, String, Value)]) -> usize {
         .count()
 }
 
-#[tokio::test]
-async fn a_new_bucket_gets_its_marked_group_before_the_bucket_is_created() {
-    let (server, grid) = mock_grid().await;
-    on(&server, "GET", "org/containers", ok(200, json!([]))).await;
-    on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
-    on(&server, "POST", "org/groups", ok(201, group_json(UID))).await;
+/// A grid whose tenant has neither bucket `ns-b` nor its group, and takes both.
+async fn a_new_bucket_can_be_made(server: &MockServer) {
+    on(server, "GET", "org/containers", ok(200, json!([]))).await;
+    on(server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    on(server, "POST", "org/groups", ok(201, group_json(UID))).await;
     on(
-        &server,
+        server,
         "POST",
         "org/containers",
         ok(201, json!({"name": "ns-b"})),
     )
     .await;
     on(
-        &server,
+        server,
         "PUT",
         "org/containers/ns-b/versioning",
         ok(200, json!({})),
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_new_bucket_gets_its_marked_group_before_the_bucket_is_created() {
+    let (server, grid) = mock_grid().await;
+    a_new_bucket_can_be_made(&server).await;
     assert_eq!(
         grid.ensure(&desired(false, false)).await.unwrap().owner,
         Owner::Us
@@ -249,13 +291,7 @@ async fn a_user_another_writer_created_meanwhile_for_the_bucket_is_used() {
     )
     .await;
     once(&server, "GET", "org/users/user/keeper-ns-b", error(404)).await;
-    on(
-        &server,
-        "GET",
-        "org/users/user/keeper-ns-b",
-        ok(200, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
-    )
-    .await;
+    the_user_is(&server).await;
     on(&server, "POST", "org/users", error(422)).await;
     user_keys(&server, json!([])).await;
     assert!(grid.user_keys("ns-b", None).await.unwrap().is_empty());
@@ -407,12 +443,12 @@ async fn idle_buckets_of_a_tenant_share_one_listing_and_one_usage_call_per_inter
     )
     .await;
     // Another reconcile's backend of the same tenant: the shared answers are the tenant's.
-    let sibling = StorageGrid {
-        client: grid.client.clone(),
-        tenant: grid.tenant.clone(),
-        looks: grid.looks.clone(),
-        ttl: grid.ttl,
-    };
+    let sibling = StorageGrid::new(
+        grid.client.clone(),
+        grid.tenant.clone(),
+        grid.looks.clone(),
+        grid.ttl,
+    );
     for (i, name) in names.iter().enumerate() {
         let backend = if i % 2 == 0 { &grid } else { &sibling };
         assert_eq!(backend.existence(name).await.unwrap(), Some(false));
@@ -488,14 +524,7 @@ async fn the_bucket_user_is_made_in_its_group_and_the_published_key_is_listed_by
         ok(200, group_json(UID)),
     )
     .await;
-    on(&server, "GET", "org/users/user/keeper-ns-b", error(404)).await;
-    on(
-        &server,
-        "POST",
-        "org/users",
-        ok(201, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
-    )
-    .await;
+    a_user_can_be_made(&server).await;
     // A listing names keys by credential id; OLD is the published access key.
     user_keys(&server, json!([{"id": "cred-old"}, {"id": "cred-left"}])).await;
     on(
@@ -533,23 +562,8 @@ async fn the_bucket_user_is_made_in_its_group_and_the_published_key_is_listed_by
 #[tokio::test]
 async fn keys_are_created_for_the_bucket_user_and_deleted_by_id() {
     let (server, grid) = mock_grid().await;
-    on(
-        &server,
-        "GET",
-        "org/users/user/keeper-ns-b",
-        ok(200, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
-    )
-    .await;
-    on(
-        &server,
-        "POST",
-        "org/users/u-1/s3-access-keys",
-        ok(
-            201,
-            json!({"id": "k-2", "accessKey": "NEW", "secretAccessKey": "new-secret"}),
-        ),
-    )
-    .await;
+    the_user_is(&server).await;
+    a_key_can_be_issued(&server).await;
     key_delete(&server, "cred-left", ResponseTemplate::new(204)).await;
     key_delete(&server, "OLD", error(404)).await;
     let keys = grid.create_key("ns-b").await.unwrap();
@@ -582,16 +596,60 @@ async fn keys_are_created_for_the_bucket_user_and_deleted_by_id() {
     );
 }
 
+/// How often the bucket's user was read by name.
+fn user_reads(calls: &[(String, String, Value)]) -> usize {
+    calls
+        .iter()
+        .filter(|c| c.0 == "GET" && c.1 == "org/users/user/keeper-ns-b")
+        .count()
+}
+
+#[tokio::test]
+async fn a_new_bucket_reads_its_group_and_its_user_once_up_to_its_first_key() {
+    let (server, grid) = mock_grid().await;
+    a_new_bucket_can_be_made(&server).await;
+    a_user_can_be_made(&server).await;
+    user_keys(&server, json!([{"id": "cred-left"}])).await;
+    key_delete(&server, "cred-left", ResponseTemplate::new(204)).await;
+    a_key_can_be_issued(&server).await;
+    // One reconcile: the bucket made, its keys listed (the user made for it in the group just
+    // made), one left over swept, one issued.
+    assert!(grid.ensure(&desired(false, false)).await.unwrap().created);
+    assert_eq!(grid.user_keys("ns-b", None).await.unwrap(), ["cred-left"]);
+    grid.delete_key("ns-b", "cred-left").await.unwrap();
+    assert_eq!(grid.create_key("ns-b").await.unwrap().access_key_id, "NEW");
+    let calls = calls(&server).await;
+    assert_eq!(group_reads(&calls), 1, "{calls:?}");
+    assert_eq!(user_reads(&calls), 1, "{calls:?}");
+    let user = calls.iter().find(|c| c.1 == "org/users").unwrap();
+    assert_eq!(user.2["memberOf"], json!(["g-1"]));
+    assert_eq!(calls.len(), 10, "{calls:?}");
+    // Another bucket's user is never taken for this one's.
+    on(&server, "GET", "org/users/user/keeper-ns-c", error(404)).await;
+    let err = grid.create_key("ns-c").await.unwrap_err();
+    assert_eq!(err.code, "UserMissing", "{err:?}");
+}
+
+#[tokio::test]
+async fn a_user_deleted_after_its_keys_were_listed_is_missing_and_read_again_next_time() {
+    let (server, grid) = mock_grid().await;
+    the_user_is(&server).await;
+    on(&server, "POST", "org/users/u-1/s3-access-keys", error(404)).await;
+    let err = grid.create_key("ns-b").await.unwrap_err();
+    assert_eq!(err.code, "UserMissing", "{err:?}");
+    assert_eq!(err.class, ErrorClass::Transient);
+    let _ = grid.create_key("ns-b").await.unwrap_err();
+    assert_eq!(
+        user_reads(&calls(&server).await),
+        2,
+        "read again after the 404"
+    );
+}
+
 #[tokio::test]
 async fn bucket_credentials_go_with_the_bucket() {
     let (server, grid) = mock_grid().await;
-    on(
-        &server,
-        "GET",
-        "org/users/user/keeper-ns-b",
-        ok(200, json!({"id": "u-1", "uniqueName": "user/keeper-ns-b"})),
-    )
-    .await;
+    the_user_is(&server).await;
     user_keys(&server, json!([{"id": "k-1"}, {"id": "k-2"}])).await;
     key_delete(&server, "k-1", ResponseTemplate::new(204)).await;
     key_delete(&server, "k-2", error(404)).await;
