@@ -35,9 +35,10 @@ pub struct StorageGrid {
 
 /// One of a bucket's principals (its group or its user) as a backend last read or wrote it. A
 /// backend serves one reconcile, which converges the bucket ([`BucketBackend::ensure`]) and then
-/// lists the user's keys ([`BucketBackend::user_keys`]) before it deletes or creates one: each
-/// step after the first acts on the principal as the step before left it instead of reading it
-/// again. What decides ownership ([`StorageGrid::looked_owner`]) and cleanup always reads afresh.
+/// lists the user's keys ([`BucketBackend::user_keys`]) before it deletes or creates one, or
+/// checks whose the bucket is before it deletes the bucket and its credentials: each step after
+/// the first acts on the principal as the step before left it instead of reading it again. What
+/// decides ownership ([`StorageGrid::looked_owner`]) always reads afresh.
 struct LastLook<T>(Mutex<Option<Box<T>>>);
 
 impl<T: Principal> LastLook<T> {
@@ -670,7 +671,9 @@ impl BucketBackend for StorageGrid {
             }
             found(self.client.delete_user(&self.tenant, &user.id).await)?;
         }
-        if let Some(group) = self.group(bucket).await? {
+        // The group the deletion's ownership check found ours, when it found one: a group made
+        // since under the same name is not this bucket's to delete.
+        if let Some(group) = self.group.known(bucket, self.read_group(bucket)).await? {
             found(self.client.delete_group(&self.tenant, &group.id).await)?;
         }
         Ok(())

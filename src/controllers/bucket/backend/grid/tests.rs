@@ -123,16 +123,39 @@ async fn key_delete(server: &MockServer, id: &str, response: ResponseTemplate) {
     on(server, "DELETE", &at, response).await;
 }
 
-/// A grid whose tenant holds bucket `ns-b` with `group` as its group.
-async fn existing_bucket_with_group(group: Value) -> (MockServer, StorageGrid) {
-    let (server, grid) = mock_grid().await;
+/// A grid whose tenant holds bucket `ns-b`.
+async fn the_bucket_exists(server: &MockServer) {
     on(
-        &server,
+        server,
         "GET",
         "org/containers",
         ok(200, json!([{"name": "ns-b"}])),
     )
     .await;
+}
+
+/// A grid that deletes user `u-1` and group `g-1`.
+async fn the_user_and_group_can_be_deleted(server: &MockServer) {
+    on(
+        server,
+        "DELETE",
+        "org/users/u-1",
+        ResponseTemplate::new(204),
+    )
+    .await;
+    on(
+        server,
+        "DELETE",
+        "org/groups/g-1",
+        ResponseTemplate::new(204),
+    )
+    .await;
+}
+
+/// A grid whose tenant holds bucket `ns-b` with `group` as its group.
+async fn existing_bucket_with_group(group: Value) -> (MockServer, StorageGrid) {
+    let (server, grid) = mock_grid().await;
+    the_bucket_exists(&server).await;
     on(
         &server,
         "GET",
@@ -300,13 +323,7 @@ async fn a_user_another_writer_created_meanwhile_for_the_bucket_is_used() {
 #[tokio::test]
 async fn an_unmarked_existing_bucket_is_someone_elses_unless_recorded_or_adopted() {
     let (server, grid) = mock_grid().await;
-    on(
-        &server,
-        "GET",
-        "org/containers",
-        ok(200, json!([{"name": "ns-b"}])),
-    )
-    .await;
+    the_bucket_exists(&server).await;
     on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
     assert!(matches!(
         grid.ensure(&desired(false, false)).await.unwrap().owner,
@@ -647,20 +664,10 @@ async fn a_user_deleted_after_its_keys_were_listed_is_missing_and_read_again_nex
 }
 
 #[tokio::test]
-async fn bucket_credentials_go_with_the_bucket() {
+async fn a_deletion_deletes_the_group_its_ownership_check_found_ours() {
     let (server, grid) = mock_grid().await;
-    the_user_is(&server).await;
-    user_keys(&server, json!([{"id": "k-1"}, {"id": "k-2"}])).await;
-    key_delete(&server, "k-1", ResponseTemplate::new(204)).await;
-    key_delete(&server, "k-2", error(404)).await;
-    on(
-        &server,
-        "DELETE",
-        "org/users/u-1",
-        ResponseTemplate::new(204),
-    )
-    .await;
-    on(
+    the_bucket_exists(&server).await;
+    once(
         &server,
         "GET",
         "org/groups/group/keeper-ns-b",
@@ -670,8 +677,47 @@ async fn bucket_credentials_go_with_the_bucket() {
     on(
         &server,
         "DELETE",
-        "org/groups/g-1",
+        "org/containers/ns-b",
         ResponseTemplate::new(204),
+    )
+    .await;
+    the_user_is(&server).await;
+    user_keys(&server, json!([])).await;
+    the_user_and_group_can_be_deleted(&server).await;
+    // Made anew under the same name after the check (by another S3Bucket): not deleted.
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, json!({"id": "g-2", "uniqueName": "group/keeper-ns-b"})),
+    )
+    .await;
+    assert_eq!(grid.owner(&desired(true, false)).await.unwrap(), Owner::Us);
+    assert_eq!(grid.delete("ns-b").await.unwrap(), DeleteOutcome::Deleted);
+    grid.delete_credentials("ns-b", None).await.unwrap();
+    let calls = calls(&server).await;
+    assert_eq!(group_reads(&calls), 1, "{calls:?}");
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.0 == "DELETE" && c.1 == "org/groups/g-1"),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn bucket_credentials_go_with_the_bucket() {
+    let (server, grid) = mock_grid().await;
+    the_user_is(&server).await;
+    user_keys(&server, json!([{"id": "k-1"}, {"id": "k-2"}])).await;
+    key_delete(&server, "k-1", ResponseTemplate::new(204)).await;
+    key_delete(&server, "k-2", error(404)).await;
+    the_user_and_group_can_be_deleted(&server).await;
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group_json(UID)),
     )
     .await;
     grid.delete_credentials("ns-b", None).await.unwrap();
