@@ -212,6 +212,24 @@ pub(super) async fn publish_credentials<B: BucketBackend, C: Connector>(
     let name = bucket_credentials_secret_name(&obj.name_any());
     let owner = Target::of(obj);
     let read = owned_secret_object(cx.kube(), &owner, &name).await?;
+    // A Ready bucket's Secret is gone: deleted by hand, or by the deletion of its namespace,
+    // which would refuse the new Secret once a key was made for it. Asked first (a dry run), so
+    // that a namespace being deleted costs no key; unknown, the key is made as before.
+    let was_ready = obj
+        .status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY));
+    if read.is_none()
+        && was_ready
+        && matches!(
+            cx.kube().accepts_new_content(&owner.namespace).await,
+            Ok(false)
+        )
+    {
+        return Ok(KeysVerdict::Withheld(
+            lifecycle::WITHHELD_NAMESPACE_TERMINATING,
+        ));
+    }
     let rotation = request(obj, Kind::RotateCredentials);
     if let Request::Handled(value) = &rotation {
         record_handled(out, Kind::RotateCredentials, value);

@@ -463,23 +463,25 @@ pub async fn apply<C: Connector>(
         (false, _) => None,
         (true, Some(why)) => Some(KeysVerdict::Withheld(why)),
         (true, None) => {
-            match credentials::publish_credentials(cx, &backend, obj, &view, &clients, &mut out)
-                .await
+            let terminating = KeysVerdict::Withheld(lifecycle::WITHHELD_NAMESPACE_TERMINATING);
+            let verdict = match credentials::publish_credentials(
+                cx, &backend, obj, &view, &clients, &mut out,
+            )
+            .await
             {
-                Ok(verdict) => Some(verdict),
-                // Nothing to do rather than a failure: the namespace goes, and the bucket with
-                // it. Remembered, so that no key is issued for this bucket again.
-                Err(e) if e.namespace_terminating() => {
-                    cx.reconciler.namespace_terminating.insert(uid);
-                    Some(KeysVerdict::Withheld(
-                        lifecycle::WITHHELD_NAMESPACE_TERMINATING,
-                    ))
-                }
+                Ok(verdict) => verdict,
+                // Nothing to do rather than a failure: the namespace goes, and the bucket with it.
+                Err(e) if e.namespace_terminating() => terminating.clone(),
                 Err(e) => {
                     record_storage(cx, obj, &out.status).await;
                     return Err(e);
                 }
+            };
+            // Remembered, so that no key is issued for this bucket again.
+            if verdict == terminating {
+                cx.reconciler.namespace_terminating.insert(uid);
             }
+            Some(verdict)
         }
     };
     decide_ready(&mut out, &view, usable, keys.as_ref());

@@ -330,7 +330,15 @@ async fn a_bucket_whose_namespace_is_being_deleted_writes_no_credentials_secret(
     testing::reconcile(&cx, finalized()).await.unwrap();
     kube.terminating.lock().unwrap().insert("ns".into());
     kube.secrets.lock().unwrap().clear();
+    let keys = fake.keys_of_user();
+    fake.take_calls();
     testing::reconcile(&cx, stored(&kube)).await.unwrap();
+    // The namespace was asked before a key was made for a Secret it would refuse.
+    assert_eq!(fake.keys_of_user(), keys);
+    assert!(
+        !fake.take_calls().iter().any(|c| c.contains("key")),
+        "no call on the user's keys"
+    );
     let bucket = stored(&kube);
     let status = bucket.status.as_ref().unwrap();
     let ready = status
@@ -345,8 +353,6 @@ async fn a_bucket_whose_namespace_is_being_deleted_writes_no_credentials_secret(
     );
     assert!(kube.secret_data("ns", "b-credentials").is_none());
     // Known now: the next reconciles issue no key and try no Secret write.
-    let keys = fake.keys_of_user();
-    fake.take_calls();
     let writes = |kube: &FakeKube| {
         kube.calls()
             .iter()
