@@ -288,6 +288,7 @@ pub struct Wait {
 #[derive(Default)]
 pub struct Live {
     grid_looks: shared::PerTenant<grid::TenantLooks>,
+    creations: Arc<s3::Creations>,
 }
 
 impl Connect<TenantStorage> for Live {
@@ -353,6 +354,7 @@ impl Connect<TenantStorage> for Live {
                     credentials,
                     pace: s3::drain_pace(&p.drain),
                     identity: (clients.identity_cache(), clients.s3_endpoint()),
+                    creations: self.creations.clone(),
                 }))
             }
             Provider::StorageGrid(_) => {

@@ -1,5 +1,6 @@
 //! A tenant on an S3-compatible store (AWS S3, MinIO, Ceph RGW, moto).
 
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -48,6 +49,35 @@ pub struct S3Compatible {
     pub pace: DrainPace,
     /// Where the provider's identity is kept, and the endpoint it names.
     pub identity: (IdentityCache, String),
+    pub creations: Arc<Creations>,
+}
+
+/// How many locks the bucket names of [`Creations`] share.
+const CREATION_LOCKS: usize = 64;
+
+/// One convergence of a bucket at a time per bucket name in this process, from the look that
+/// finds it missing to its mark. Two S3Buckets may name the same bucket on one store
+/// (`spec.bucketName`): both would find it missing and both creates succeed where the store
+/// answers the create of a bucket its account already owns with success (AWS S3 in us-east-1),
+/// each then marking the bucket its own, and both would be handed keys to it. One after the
+/// other, the second finds the first's mark. Names share [`CREATION_LOCKS`] locks by hash: no
+/// lock per name to keep or forget, and two names rarely wait for each other.
+pub struct Creations([tokio::sync::Mutex<()>; CREATION_LOCKS]);
+
+impl Default for Creations {
+    fn default() -> Self {
+        Creations(std::array::from_fn(|_| tokio::sync::Mutex::new(())))
+    }
+}
+
+impl Creations {
+    /// Waits until no other convergence of `bucket` on the store at `endpoint` runs.
+    async fn one_at_a_time(&self, endpoint: &str, bucket: &str) -> tokio::sync::MutexGuard<'_, ()> {
+        let mut hasher = DefaultHasher::new();
+        (endpoint, bucket).hash(&mut hasher);
+        let lock = hasher.finish() % CREATION_LOCKS as u64;
+        self.0[lock as usize].lock().await
+    }
 }
 
 /// The keys a bucket's Secret carries on an S3-compatible provider.
@@ -128,6 +158,7 @@ impl BucketBackend for S3Compatible {
     async fn ensure(&self, desired: &DesiredBucket) -> Result<Ensured, BackendError> {
         let metrics = &self.metrics;
         let name = &desired.name;
+        let _alone = self.creations.one_at_a_time(&self.identity.1, name).await;
         let mut owner = self.owner(desired).await?;
         // Whether keeper created the bucket in this call (a new bucket needs no versioning call
         // unless versioning is wanted).
@@ -307,3 +338,6 @@ impl BucketBackend for S3Compatible {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
