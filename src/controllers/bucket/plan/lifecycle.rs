@@ -12,6 +12,7 @@ use crate::cluster::triggers;
 use crate::config::AdoptionScope;
 use crate::controllers::bucket::DRAIN_ANNOTATION;
 use crate::namespaces::Restriction;
+use crate::runtime::conditions;
 
 /// Whether the bucket's tenant can be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -165,6 +166,15 @@ pub fn never_created(bucket: &S3Bucket) -> bool {
         .is_none_or(|s| s.bucket_name.is_none())
 }
 
+/// Whether the bucket's last reconcile ended Ready (its status says so): its Secret was
+/// published and its keys checked then.
+pub fn was_ready(bucket: &S3Bucket) -> bool {
+    bucket
+        .status
+        .as_ref()
+        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY))
+}
+
 /// The event of a resource released with `deletionPolicy: Retain`.
 pub const RETAINED_MESSAGE: &str =
     "deletionPolicy is Retain: the bucket and its objects stay on the backend";
@@ -314,6 +324,33 @@ mod tests {
             ..Default::default()
         });
         assert!(!never_created(&b));
+    }
+
+    #[test]
+    fn was_ready_reads_the_ready_condition_of_the_last_status() {
+        let mut b = bucket("b");
+        assert!(!was_ready(&b), "no status");
+        let mut status = S3BucketStatus::default();
+        conditions::set(
+            &mut status.conditions,
+            conditions::READY,
+            false,
+            "Creating",
+            "",
+            None,
+        );
+        b.status = Some(status.clone());
+        assert!(!was_ready(&b));
+        conditions::set(
+            &mut status.conditions,
+            conditions::READY,
+            true,
+            "BucketReady",
+            "",
+            None,
+        );
+        b.status = Some(status);
+        assert!(was_ready(&b));
     }
 
     #[test]

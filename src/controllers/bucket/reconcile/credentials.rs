@@ -21,7 +21,7 @@ use crate::backends::Keys;
 use crate::cluster::{Hold, SecretError, Swap, Target, owned_secret_object, secret_data};
 use crate::config::Provider;
 use crate::providers::ProviderClients;
-use crate::runtime::{Context, Note, Outcome, Uid, conditions};
+use crate::runtime::{Context, Note, Outcome, Uid};
 
 /// The published endpoint of a provider (as configured, so existing Secrets stay unchanged).
 fn published_endpoint(provider: &Provider) -> String {
@@ -121,12 +121,7 @@ async fn settle_keys<B: BucketBackend, C: Connector>(
     // on the user's keys by an interrupted issuance of this process. Another writer's may have
     // left one: this process lists the user's keys once before it trusts that.
     let uid = Uid::of(view.obj);
-    let settled = view
-        .obj
-        .status
-        .as_ref()
-        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY))
-        && cx.reconciler.keys_listed.contains(uid);
+    let settled = lifecycle::was_ready(view.obj) && cx.reconciler.keys_listed.contains(uid);
     let kept = |keys: Keys| Settled {
         keys,
         issued: false,
@@ -215,12 +210,8 @@ pub(super) async fn publish_credentials<B: BucketBackend, C: Connector>(
     // A Ready bucket's Secret is gone: deleted by hand, or by the deletion of its namespace,
     // which would refuse the new Secret once a key was made for it. Asked first (a dry run), so
     // that a namespace being deleted costs no key; unknown, the key is made as before.
-    let was_ready = obj
-        .status
-        .as_ref()
-        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY));
     if read.is_none()
-        && was_ready
+        && lifecycle::was_ready(obj)
         && matches!(
             cx.kube().accepts_new_content(&owner.namespace).await,
             Ok(false)

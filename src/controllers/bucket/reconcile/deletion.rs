@@ -287,11 +287,7 @@ async fn only_published_key<C: Connector>(
     cx: &Context<S3BucketReconciler<C>>,
     obj: &S3Bucket,
 ) -> Option<String> {
-    let settled = obj
-        .status
-        .as_ref()
-        .is_some_and(|s| conditions::is_true(&s.conditions, conditions::READY));
-    if !settled {
+    if !lifecycle::was_ready(obj) {
         return None;
     }
     let name = bucket_credentials_secret_name(&obj.name_any());
