@@ -657,10 +657,36 @@ impl BucketBackend for StorageGrid {
     // The user is looked up by name first anyway, and its keys listed with it.
     async fn delete_credentials(
         &self,
-        bucket: &str,
+        desired: &DesiredBucket,
         _only_key: Option<&str>,
-    ) -> Result<(), BackendError> {
-        if let Some(user) = self.find_user(bucket).await? {
+    ) -> Result<Option<String>, BackendError> {
+        let bucket = &desired.name;
+        // A group and user another S3Bucket made under this name (for its bucket, made after this
+        // one's went) are that S3Bucket's, and so are their keys.
+        let whose = |group: Option<&storagegrid::Group>| match Self::taken(desired, group) {
+            Some(Owner::Taken(why)) => Some(why),
+            _ => None,
+        };
+        // The group the deletion's ownership check found, when it found one; a bucket found
+        // missing was not checked, and its group is read now.
+        let group = self.group.known(bucket, self.read_group(bucket)).await?;
+        if let Some(why) = whose(group.as_ref()) {
+            return Ok(Some(why));
+        }
+        let user = self.find_user(bucket).await?;
+        let group = match group {
+            // A user in a group that was not there a moment ago: its group may have been made
+            // since, by another S3Bucket.
+            None if user.as_ref().is_some_and(|u| !u.member_of.is_empty()) => {
+                let group = self.group(bucket).await?;
+                if let Some(why) = whose(group.as_ref()) {
+                    return Ok(Some(why));
+                }
+                group
+            }
+            group => group,
+        };
+        if let Some(user) = user {
             let owner = storagegrid::KeyOwner::User(&user.id);
             for key in self.client.list_access_keys(&self.tenant, owner).await? {
                 found(
@@ -671,12 +697,10 @@ impl BucketBackend for StorageGrid {
             }
             found(self.client.delete_user(&self.tenant, &user.id).await)?;
         }
-        // The group the deletion's ownership check found ours, when it found one: a group made
-        // since under the same name is not this bucket's to delete.
-        if let Some(group) = self.group.known(bucket, self.read_group(bucket)).await? {
+        if let Some(group) = group {
             found(self.client.delete_group(&self.tenant, &group.id).await)?;
         }
-        Ok(())
+        Ok(None)
     }
 
     // The grid's key is in force once the create call returns (one system, no propagation).

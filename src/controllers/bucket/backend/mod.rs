@@ -220,12 +220,14 @@ pub trait BucketBackend: Send + Sync {
 
     /// Deletes the bucket's own credentials (user, group, keys) when the bucket goes.
     /// `only_key`: the one key the bucket's user is known to have (it may have others all the
-    /// same: a backend that skips listing them must find out and delete them too).
+    /// same: a backend that skips listing them must find out and delete them too). `Some(why)`:
+    /// they were left alone, being another S3Bucket's (whose bucket of the same name was made
+    /// after this one's went).
     fn delete_credentials(
         &self,
-        bucket: &str,
+        desired: &DesiredBucket,
         only_key: Option<&str>,
-    ) -> impl Future<Output = Result<(), BackendError>> + Send;
+    ) -> impl Future<Output = Result<Option<String>, BackendError>> + Send;
 
     /// Whether keys just issued for `bucket` are accepted yet: the bucket is Ready only once they
     /// are.
@@ -487,10 +489,10 @@ impl BucketBackend for AnyBackend {
 
     async fn delete_credentials(
         &self,
-        bucket: &str,
+        desired: &DesiredBucket,
         only_key: Option<&str>,
-    ) -> Result<(), BackendError> {
-        either!(self, b => b.delete_credentials(bucket, only_key).await)
+    ) -> Result<Option<String>, BackendError> {
+        either!(self, b => b.delete_credentials(desired, only_key).await)
     }
 
     async fn check_keys(&self, bucket: &str, keys: &Keys) -> Result<KeyCheck, BackendError> {

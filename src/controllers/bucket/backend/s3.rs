@@ -321,13 +321,14 @@ impl BucketBackend for S3Compatible {
 
     async fn delete_credentials(
         &self,
-        bucket: &str,
+        desired: &DesiredBucket,
         only_key: Option<&str>,
-    ) -> Result<(), BackendError> {
+    ) -> Result<Option<String>, BackendError> {
         match &self.credentials {
-            Credentials::PerBucketUser(users) => users.delete(bucket, only_key).await,
-            Credentials::Shared(_) => Ok(()),
+            Credentials::PerBucketUser(users) => users.delete(&desired.name, only_key).await?,
+            Credentials::Shared(_) => {}
         }
+        Ok(None)
     }
 
     async fn check_keys(&self, bucket: &str, keys: &Keys) -> Result<KeyCheck, BackendError> {

@@ -47,10 +47,8 @@ pub async fn cleanup_bucket<B: BucketBackend>(
         Err(Error::Backend(e)) if e.is_gone() => {
             gone_gate(backend, view).await?;
             tracing::info!(error = %e, "the bucket is gone from the backend");
-            backend
-                .delete_credentials(&view.desired.name, view.only_key.as_deref())
-                .await?;
             let mut out = Report::new(deleting_status(view.obj), RECHECK);
+            delete_credentials(backend, view, &mut out).await?;
             out.next = Next::Release;
             Ok(out)
         }
@@ -139,9 +137,7 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
     match backend.owner(&view.desired).await? {
         Owner::Missing => {
             gone_gate(backend, view).await?;
-            backend
-                .delete_credentials(bucket, view.only_key.as_deref())
-                .await?;
+            delete_credentials(backend, view, &mut out).await?;
             out.next = Next::Release;
             return Ok(out);
         }
@@ -163,9 +159,7 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
     let drain_idle = !drain::is_ours(out.status.drain_status.as_ref())
         && !requests::wants_drain(&request(obj, Kind::Drain), false);
     if drain_idle && backend.delete(bucket).await? == DeleteOutcome::Deleted {
-        backend
-            .delete_credentials(bucket, view.only_key.as_deref())
-            .await?;
+        delete_credentials(backend, view, &mut out).await?;
         out.next = Next::Release;
         out.observed = Cache::Forget;
         return Ok(out);
@@ -179,9 +173,7 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
     let remaining = run_drain(backend, view, &mut out).await?;
     if out.status.phase == Some(BucketPhase::Pending) {
         // The bucket disappeared from the backend: nothing left to delete.
-        backend
-            .delete_credentials(bucket, view.only_key.as_deref())
-            .await?;
+        delete_credentials(backend, view, &mut out).await?;
         out.next = Next::Release;
         return Ok(out);
     }
@@ -211,9 +203,7 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
     }
     match backend.delete(bucket).await? {
         DeleteOutcome::Deleted => {
-            backend
-                .delete_credentials(bucket, view.only_key.as_deref())
-                .await?;
+            delete_credentials(backend, view, &mut out).await?;
             out.next = Next::Release;
             out.observed = Cache::Forget;
         }
@@ -229,6 +219,24 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
         }
     }
     Ok(out)
+}
+
+/// Deletes the bucket's own credentials once the bucket is gone, unless they are another
+/// S3Bucket's (made for its bucket of the same name since this one's went): those stay, and an
+/// event says whose they are.
+async fn delete_credentials<B: BucketBackend>(
+    backend: &B,
+    view: &View<'_>,
+    out: &mut Report,
+) -> Result<(), Error> {
+    let only_key = view.only_key.as_deref();
+    if let Some(whose) = backend.delete_credentials(&view.desired, only_key).await? {
+        out.note(Note::normal(
+            "CredentialsLeft",
+            format!("{whose}: its user, group and keys were left alone"),
+        ));
+    }
+    Ok(())
 }
 
 /// The message of condition `type_`, or an empty string.

@@ -61,6 +61,8 @@ pub struct Fake {
     pub pauses: Pauses,
     /// The `only_key` of each `delete_credentials` call.
     pub only_keys: Mutex<Vec<Option<String>>>,
+    /// `delete_credentials` finds the credentials another S3Bucket's, for this reason.
+    pub credentials_taken: Mutex<Option<String>>,
     /// The store's identity; `None`: pinned by the tenant, as on StorageGRID. Not counted in
     /// `calls` (it is looked up once per process).
     pub identity: Mutex<Option<String>>,
@@ -87,6 +89,7 @@ impl Fake {
             key_limit: Some(2),
             pauses: Pauses::default(),
             only_keys: Mutex::default(),
+            credentials_taken: Mutex::default(),
             identity: Mutex::default(),
         }
     }
@@ -373,14 +376,15 @@ macro_rules! fake_backend {
 
             async fn delete_credentials(
                 &self,
-                _bucket: &str,
+                _desired: &DesiredBucket,
                 only_key: Option<&str>,
-            ) -> Result<(), BackendError> {
+            ) -> Result<Option<String>, BackendError> {
                 self.only_keys
                     .lock()
                     .unwrap()
                     .push(only_key.map(str::to_string));
-                self.call("delete_credentials")
+                self.call("delete_credentials")?;
+                Ok(self.credentials_taken.lock().unwrap().clone())
             }
 
             async fn check_keys(

@@ -255,6 +255,23 @@ async fn a_not_found_during_cleanup_counts_as_gone() {
 }
 
 #[tokio::test]
+async fn a_missing_bucket_whose_credentials_are_another_s3buckets_is_released_without_them() {
+    let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
+    *fake.credentials_taken.lock().unwrap() = Some("bucket \"b\" belongs to other/x".into());
+    testing::reconcile(&cx, deleting()).await.unwrap();
+    assert!(released(&kube), "{:?}", kube.calls());
+    assert_eq!(fake.take_calls(), ["owner", "delete_credentials"]);
+    let notes = kube.notes();
+    let left: Vec<_> = notes
+        .iter()
+        .filter(|n| n.reason == "CredentialsLeft")
+        .collect();
+    assert_eq!(left.len(), 1, "{notes:?}");
+    assert_eq!(left[0].type_, EventType::Normal);
+    assert!(left[0].message.contains("other/x"), "{notes:?}");
+}
+
+#[tokio::test]
 async fn deleting_a_ready_bucket_names_the_key_its_secret_carries_and_a_pending_one_does_not() {
     let (kube, fake, cx) = context(Fake::new(DrainMode::ClientSide), TenantPhase::Ready);
     testing::reconcile(&cx, finalized()).await.unwrap();

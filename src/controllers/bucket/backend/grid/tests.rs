@@ -191,6 +191,15 @@ async fn calls(server: &MockServer) -> Vec<(String, String, Value)> {
 }
 
 /// How often the bucket's group was read.
+/// The paths of the DELETE calls among `calls`, in order.
+fn deletes(calls: &[(String, String, Value)]) -> Vec<&str> {
+    calls
+        .iter()
+        .filter(|c| c.0 == "DELETE")
+        .map(|c| c.1.as_str())
+        .collect()
+}
+
 fn group_reads(calls: &[(String, String, Value)]) -> usize {
     calls
         .iter()
@@ -277,20 +286,26 @@ async fn once(server: &MockServer, verb: &str, at: &str, response: ResponseTempl
         .await;
 }
 
+/// A grid whose tenant has no bucket `ns-b`, and whose group `keeper-ns-b` is missing at the first
+/// look and carries `owner`'s mark from then on (another writer made it meanwhile).
+async fn a_group_appears_without_its_bucket(server: &MockServer, owner: &str) {
+    on(server, "GET", "org/containers", ok(200, json!([]))).await;
+    once(server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    on(
+        server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group_json(owner)),
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn a_group_another_writer_created_meanwhile_is_looked_at_again_not_taken() {
     // Two keepers create the bucket at once: the second create of the group is refused, and
     // the group found then may belong to anyone: nothing is done with it before the next look.
     let (server, grid) = mock_grid().await;
-    on(&server, "GET", "org/containers", ok(200, json!([]))).await;
-    once(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
-    on(
-        &server,
-        "GET",
-        "org/groups/group/keeper-ns-b",
-        ok(200, group_json(UID)),
-    )
-    .await;
+    a_group_appears_without_its_bucket(&server, UID).await;
     on(&server, "POST", "org/groups", error(422)).await;
     let err = grid.ensure(&desired(false, false)).await.unwrap_err();
     assert!(err.is_conflict(), "{err:?}");
@@ -598,14 +613,9 @@ async fn keys_are_created_for_the_bucket_user_and_deleted_by_id() {
     grid.delete_key("ns-b", "cred-left").await.unwrap();
     // Already gone: deleted all the same.
     grid.delete_key("ns-b", "OLD").await.unwrap();
-    let deleted: Vec<String> = calls(&server)
-        .await
-        .into_iter()
-        .filter(|c| c.0 == "DELETE")
-        .map(|c| c.1)
-        .collect();
+    let calls = calls(&server).await;
     assert_eq!(
-        deleted,
+        deletes(&calls),
         [
             "org/users/u-1/s3-access-keys/cred-left",
             "org/users/u-1/s3-access-keys/OLD"
@@ -694,15 +704,94 @@ async fn a_deletion_deletes_the_group_its_ownership_check_found_ours() {
     .await;
     assert_eq!(grid.owner(&desired(true, false)).await.unwrap(), Owner::Us);
     assert_eq!(grid.delete("ns-b").await.unwrap(), DeleteOutcome::Deleted);
-    grid.delete_credentials("ns-b", None).await.unwrap();
+    assert_eq!(
+        grid.delete_credentials(&desired(true, false), None)
+            .await
+            .unwrap(),
+        None
+    );
     let calls = calls(&server).await;
     assert_eq!(group_reads(&calls), 1, "{calls:?}");
-    assert!(
-        calls
-            .iter()
-            .any(|c| c.0 == "DELETE" && c.1 == "org/groups/g-1"),
-        "{calls:?}"
+    assert!(deletes(&calls).contains(&"org/groups/g-1"), "{calls:?}");
+}
+
+/// A bucket found missing at its deletion: its group was not read by the ownership check.
+#[tokio::test]
+async fn a_missing_bucket_leaves_the_group_and_user_another_s3bucket_made_since() {
+    let (server, grid) = mock_grid().await;
+    on(&server, "GET", "org/containers", ok(200, json!([]))).await;
+    on(
+        &server,
+        "GET",
+        "org/groups/group/keeper-ns-b",
+        ok(200, group_json("uid-other")),
+    )
+    .await;
+    the_user_is(&server).await;
+    user_keys(&server, json!([{"id": "k-1"}])).await;
+    the_user_and_group_can_be_deleted(&server).await;
+    let calls = deleting_a_missing_bucket_leaves_its_credentials(&server, &grid).await;
+    assert_eq!(group_reads(&calls), 1, "{calls:?}");
+}
+
+/// The group was not there when the deletion looked, and a user in a group is: the group is read
+/// again before the user goes, and found another S3Bucket's.
+#[tokio::test]
+async fn a_user_in_a_group_made_after_the_look_is_left_with_it() {
+    let (server, grid) = mock_grid().await;
+    a_group_appears_without_its_bucket(&server, "uid-other").await;
+    on(
+        &server,
+        "GET",
+        "org/users/user/keeper-ns-b",
+        ok(
+            200,
+            json!({"id": "u-1", "uniqueName": "user/keeper-ns-b", "memberOf": ["g-1"]}),
+        ),
+    )
+    .await;
+    the_user_and_group_can_be_deleted(&server).await;
+    let calls = deleting_a_missing_bucket_leaves_its_credentials(&server, &grid).await;
+    assert_eq!(group_reads(&calls), 2, "{calls:?}");
+}
+
+/// Deletes bucket `ns-b`, found missing, and its credentials: they are another S3Bucket's
+/// (`other/x`), and nothing is deleted. The calls made.
+async fn deleting_a_missing_bucket_leaves_its_credentials(
+    server: &MockServer,
+    grid: &StorageGrid,
+) -> Vec<(String, String, Value)> {
+    assert_eq!(
+        grid.owner(&desired(true, false)).await.unwrap(),
+        Owner::Missing
     );
+    let left = grid
+        .delete_credentials(&desired(true, false), None)
+        .await
+        .unwrap();
+    assert!(left.is_some_and(|why| why.contains("other/x")));
+    let calls = calls(server).await;
+    assert!(deletes(&calls).is_empty(), "{calls:?}");
+    calls
+}
+
+/// A user of this bucket's whose group is gone (a cleanup cut short) still goes, with one read of
+/// the group only when the user belongs to no group.
+#[tokio::test]
+async fn a_user_left_without_its_group_goes() {
+    let (server, grid) = mock_grid().await;
+    on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
+    the_user_is(&server).await;
+    user_keys(&server, json!([])).await;
+    the_user_and_group_can_be_deleted(&server).await;
+    let left = grid
+        .delete_credentials(&desired(true, false), None)
+        .await
+        .unwrap();
+    assert_eq!(left, None);
+    let calls = calls(&server).await;
+    assert_eq!(group_reads(&calls), 1, "{calls:?}");
+    assert!(deletes(&calls).contains(&"org/users/u-1"), "{calls:?}");
 }
 
 #[tokio::test]
@@ -720,15 +809,15 @@ async fn bucket_credentials_go_with_the_bucket() {
         ok(200, group_json(UID)),
     )
     .await;
-    grid.delete_credentials("ns-b", None).await.unwrap();
-    let deleted: Vec<String> = calls(&server)
-        .await
-        .into_iter()
-        .filter(|c| c.0 == "DELETE")
-        .map(|c| c.1)
-        .collect();
     assert_eq!(
-        deleted,
+        grid.delete_credentials(&desired(true, false), None)
+            .await
+            .unwrap(),
+        None
+    );
+    let calls = calls(&server).await;
+    assert_eq!(
+        deletes(&calls),
         [
             "org/users/u-1/s3-access-keys/k-1",
             "org/users/u-1/s3-access-keys/k-2",
@@ -740,5 +829,10 @@ async fn bucket_credentials_go_with_the_bucket() {
     let (server, grid) = mock_grid().await;
     on(&server, "GET", "org/users/user/keeper-ns-b", error(404)).await;
     on(&server, "GET", "org/groups/group/keeper-ns-b", error(404)).await;
-    grid.delete_credentials("ns-b", None).await.unwrap();
+    assert_eq!(
+        grid.delete_credentials(&desired(true, false), None)
+            .await
+            .unwrap(),
+        None
+    );
 }
