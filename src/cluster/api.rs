@@ -17,12 +17,9 @@ use kube::{Api, Client, Resource, ResourceExt};
 use serde_json::Value;
 
 use super::informer::{Informer, Informers};
-use super::secrets::{
-    Swap, deleted_by_write, desired_secret, release_patch, swapped_secret, unhold_patch,
-    write_secret,
-};
+use super::secrets::{Swap, deleted_by_write, desired_secret, swapped_secret, write_secret};
 use super::written::{Written, version, version_of};
-use super::{Hold, Kube, KubeResult, Note, PackedSecret, SecretError, Target, owned_by};
+use super::{Hold, Kube, KubeResult, LetGo, Note, PackedSecret, SecretError, Target, owned_by};
 use crate::api::names::{CLEANUP_HOLD, MANAGED_BY};
 use crate::api::{S3Bucket, S3Tenant};
 
@@ -149,18 +146,14 @@ impl KubeApi {
 }
 
 impl KubeApi {
-    /// Applies the JSON patch `make` builds for `owner`'s Secret `name`, if it builds one.
-    /// Returns whether it patched; a Secret gone meanwhile is not an error.
-    async fn patch_secret(
-        &self,
-        owner: &Target,
-        name: &str,
-        make: fn(&Secret, &Target) -> Option<json_patch::Patch>,
-    ) -> KubeResult<bool> {
+    /// Lets go of `owner`'s Secret `name` as `what` says, with the JSON patch it makes, if there
+    /// is anything to let go of. Returns whether it patched; a Secret gone meanwhile is not an
+    /// error.
+    async fn patch_secret(&self, owner: &Target, name: &str, what: LetGo) -> KubeResult<bool> {
         let Some(secret) = self.secret(&owner.namespace, name).await? else {
             return Ok(false);
         };
-        let Some(patch) = make(&secret, owner) else {
+        let Some(patch) = what.patch(&secret, owner) else {
             return Ok(false);
         };
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &owner.namespace);
@@ -197,7 +190,7 @@ impl Kube for KubeApi {
             };
             // A Secret keeper held for cleanup would otherwise stay Terminating for good.
             if secret.finalizers().iter().any(|f| f == CLEANUP_HOLD) {
-                self.unhold_secret(owner, name).await?;
+                self.patch_secret(owner, name, LetGo::Hold).await?;
             }
             // Only the Secret that was looked at: one replaced meanwhile is left alone.
             let params = DeleteParams {
@@ -218,20 +211,13 @@ impl Kube for KubeApi {
         .boxed()
     }
 
-    fn release_secret<'a>(
+    fn let_go_secret<'a>(
         &'a self,
         owner: &'a Target,
         name: &'a str,
+        what: LetGo,
     ) -> BoxFuture<'a, KubeResult<bool>> {
-        self.patch_secret(owner, name, release_patch).boxed()
-    }
-
-    fn unhold_secret<'a>(
-        &'a self,
-        owner: &'a Target,
-        name: &'a str,
-    ) -> BoxFuture<'a, KubeResult<bool>> {
-        self.patch_secret(owner, name, unhold_patch).boxed()
+        self.patch_secret(owner, name, what).boxed()
     }
 
     fn accepts_new_content<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, KubeResult<bool>> {

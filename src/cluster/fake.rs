@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::api::ObjectMeta;
 use serde_json::Value;
 
-use crate::api::names::{CLEANUP_HOLD, MANAGED_BY};
+use crate::api::names::MANAGED_BY;
 use crate::api::{S3Bucket, S3Tenant};
 
 use super::secrets::*;
@@ -177,27 +177,27 @@ impl FakeKube {
         }
     }
 
-    /// Applies `change` to `owner`'s Secret `name` when `applies` says it would change it.
-    fn change_owned_secret(
-        &self,
-        owner: &Target,
-        name: &str,
-        applies: fn(&Secret, &Target) -> Option<json_patch::Patch>,
-        change: impl FnOnce(&mut Secret),
-        call: Call,
-    ) -> bool {
+    /// Lets go of `owner`'s Secret `name` as `what` says, with the JSON patch the API would get.
+    fn let_go(&self, owner: &Target, name: &str, what: LetGo) -> bool {
         let key = (owner.namespace.clone(), name.to_string());
         let mut secrets = self.secrets.lock().expect("lock");
         let Some(secret) = secrets.get_mut(&key) else {
             return false;
         };
-        if applies(secret, owner).is_none() {
+        let Some(patch) = what.patch(secret, owner) else {
             return false;
-        }
-        change(secret);
+        };
+        let mut patched = serde_json::to_value(&*secret).expect("a Secret serializes");
+        json_patch::patch(&mut patched, &patch)
+            .expect("the patch applies to what it was made from");
+        *secret = serde_json::from_value(patched).expect("a patched Secret deserializes");
         Self::settle(&mut secrets, &key);
         drop(secrets);
-        self.record(call);
+        let (namespace, name) = key;
+        self.record(match what {
+            LetGo::Hold => Call::UnholdSecret { namespace, name },
+            LetGo::Ownership => Call::ReleaseSecret { namespace, name },
+        });
         true
     }
 }
@@ -226,48 +226,19 @@ impl Kube for FakeKube {
         .boxed()
     }
 
-    fn release_secret<'a>(
+    fn let_go_secret<'a>(
         &'a self,
         owner: &'a Target,
         name: &'a str,
+        what: LetGo,
     ) -> BoxFuture<'a, KubeResult<bool>> {
-        let released = self.change_owned_secret(
-            owner,
-            name,
-            release_patch,
-            |secret| {
-                secret.owner_references_mut().retain(|r| r.uid != owner.uid);
-                secret.finalizers_mut().retain(|f| f != CLEANUP_HOLD);
-            },
-            Call::ReleaseSecret {
-                namespace: owner.namespace.clone(),
-                name: name.to_string(),
-            },
-        );
-        async move { Ok(released) }.boxed()
+        let done = self.let_go(owner, name, what);
+        async move { Ok(done) }.boxed()
     }
 
     fn accepts_new_content<'a>(&'a self, namespace: &'a str) -> BoxFuture<'a, KubeResult<bool>> {
         let accepts = !self.terminating.lock().expect("lock").contains(namespace);
         async move { Ok(accepts) }.boxed()
-    }
-
-    fn unhold_secret<'a>(
-        &'a self,
-        owner: &'a Target,
-        name: &'a str,
-    ) -> BoxFuture<'a, KubeResult<bool>> {
-        let unheld = self.change_owned_secret(
-            owner,
-            name,
-            unhold_patch,
-            |secret| secret.finalizers_mut().retain(|f| f != CLEANUP_HOLD),
-            Call::UnholdSecret {
-                namespace: owner.namespace.clone(),
-                name: name.to_string(),
-            },
-        );
-        async move { Ok(unheld) }.boxed()
     }
 
     fn secret<'a>(

@@ -37,7 +37,7 @@ use crate::api::{S3Bucket, S3Tenant};
 pub use api::KubeApi;
 pub use cached::PackedSecret;
 pub use secrets::{
-    Hold, SecretError, Swap, let_go_of_deleted, owned_by, owned_secret, owned_secret_object,
+    Hold, LetGo, SecretError, Swap, let_go_of_deleted, owned_by, owned_secret, owned_secret_object,
     secret_data, written_content,
 };
 
@@ -152,14 +152,13 @@ pub trait Kube: Send + Sync + 'static {
         swap: Swap<'a>,
     ) -> BoxFuture<'a, Result<Secret, SecretError>>;
 
-    /// Lets go of Secret `name` that keeper created for `owner` (deletion policy Retain): removes
-    /// `owner`'s owner reference so the garbage collector keeps it when `owner` goes, and the
-    /// credentials in it stay usable; its [`CLEANUP_HOLD`] goes too, since nobody would ever
-    /// remove it afterwards. Returns whether there was one to release.
-    fn release_secret<'a>(
+    /// Lets go of Secret `name` that keeper created for `owner` as `what` says (its hold, or its
+    /// ownership and the hold). Returns whether there was anything of it to let go of.
+    fn let_go_secret<'a>(
         &'a self,
         owner: &'a Target,
         name: &'a str,
+        what: LetGo,
     ) -> BoxFuture<'a, KubeResult<bool>>;
 
     /// Writes `copy`, a [`retained::retained_copy`] in keeper's namespace, as
@@ -170,14 +169,6 @@ pub trait Kube: Send + Sync + 'static {
     /// Deletes Secret `name` if keeper created it for `owner` (a Secret of that name keeper did
     /// not create is never touched). Returns whether there was one to delete.
     fn delete_secret<'a>(
-        &'a self,
-        owner: &'a Target,
-        name: &'a str,
-    ) -> BoxFuture<'a, KubeResult<bool>>;
-
-    /// Removes [`CLEANUP_HOLD`] from Secret `name` that keeper created for `owner`, once nothing
-    /// needs it for cleanup any more: a Secret being deleted goes then. Returns whether it held.
-    fn unhold_secret<'a>(
         &'a self,
         owner: &'a Target,
         name: &'a str,

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::ObjectMeta;
 
-use super::{Kube, Note, SecretError, Target, owned_by};
+use super::{Kube, LetGo, Note, SecretError, Target, owned_by};
 
 /// Labels of a retained copy: the kind, namespace, name and uid of the resource it was kept for
 /// (the name only when it fits in a label value; the annotation always has it).
@@ -180,7 +180,7 @@ pub async fn retain_secret(
     );
     kube.publish(&Target::of(&kept), &Note::normal(COPIED, message))
         .await;
-    kube.release_secret(owner, name).await?;
+    kube.let_go_secret(owner, name, LetGo::Ownership).await?;
     Ok(Retained::Copied { copy })
 }
 

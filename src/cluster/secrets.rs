@@ -19,8 +19,31 @@ use super::{KubeResult, Target};
 pub enum Hold {
     /// Nobody's cleanup reads it: it may go whenever it is deleted.
     No,
-    /// Cleanup reads it: it stays until [`Kube::unhold_secret`] or [`Kube::release_secret`].
+    /// Cleanup reads it: it stays until keeper lets go of it ([`Kube::let_go_secret`]).
     UntilReleased,
+}
+
+/// What keeper gives up of a Secret it created for an owner ([`Kube::let_go_secret`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LetGo {
+    /// Its [`CLEANUP_HOLD`], once nothing needs the Secret for cleanup any more: a Secret being
+    /// deleted goes then.
+    Hold,
+    /// The owner's reference and the hold (deletion policy Retain): the garbage collector keeps
+    /// the Secret when the owner goes, and the credentials in it stay usable; the hold goes too,
+    /// since nobody would ever remove it afterwards.
+    Ownership,
+}
+
+impl LetGo {
+    /// The JSON patch that lets go of `owner`'s `secret` so, or `None` when there is nothing of
+    /// it to let go of (not `owner`'s, or not held).
+    pub(super) fn patch(self, secret: &Secret, owner: &Target) -> Option<json_patch::Patch> {
+        match self {
+            LetGo::Hold => unhold_patch(secret, owner),
+            LetGo::Ownership => release_patch(secret, owner),
+        }
+    }
 }
 
 pub(super) fn held(secret: &Secret) -> bool {
@@ -72,7 +95,7 @@ pub async fn let_go_of_deleted(
         }
     }
     for name in &deleted {
-        kube.unhold_secret(owner, name).await?;
+        kube.let_go_secret(owner, name, LetGo::Hold).await?;
     }
     Ok(deleted)
 }
@@ -250,7 +273,7 @@ pub(super) async fn write_secret(api: &Api<Secret>, secret: &Secret) -> KubeResu
 /// The JSON patch that removes `owner`'s reference from `secret` and its [`CLEANUP_HOLD`] (each
 /// tested, so a concurrent change fails instead of removing another owner's reference or another
 /// finalizer), or `None` when `owner` holds none.
-pub(super) fn release_patch(secret: &Secret, owner: &Target) -> Option<json_patch::Patch> {
+fn release_patch(secret: &Secret, owner: &Target) -> Option<json_patch::Patch> {
     let references = secret.owner_references();
     let index = references.iter().position(|r| r.uid == owner.uid)?;
     let path = format!("/metadata/ownerReferences/{index}");
@@ -264,7 +287,7 @@ pub(super) fn release_patch(secret: &Secret, owner: &Target) -> Option<json_patc
 
 /// The JSON patch that removes [`CLEANUP_HOLD`] from `owner`'s `secret`, or `None` when it is
 /// not `owner`'s or not held.
-pub(super) fn unhold_patch(secret: &Secret, owner: &Target) -> Option<json_patch::Patch> {
+fn unhold_patch(secret: &Secret, owner: &Target) -> Option<json_patch::Patch> {
     let ops = unhold_ops(secret);
     if ops.is_empty() || !owned_by(secret, owner) {
         return None;

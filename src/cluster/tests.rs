@@ -136,15 +136,30 @@ async fn a_released_secret_stays_with_its_data_and_no_longer_belongs_to_the_owne
     kube.apply_secret(&owner(), "s", data.clone(), Hold::No)
         .await
         .unwrap();
-    assert!(kube.release_secret(&owner(), "s").await.unwrap());
+    assert!(
+        kube.let_go_secret(&owner(), "s", LetGo::Ownership)
+            .await
+            .unwrap()
+    );
     let kept = kube.secret("ns", "s").await.unwrap().expect("kept");
     assert!(
         !owned_by(&kept, &owner()),
         "the garbage collector no longer deletes it"
     );
     assert_eq!(secret_data(&kept), data);
-    assert!(!kube.release_secret(&owner(), "s").await.unwrap(), "once");
-    assert!(!kube.release_secret(&owner(), "missing").await.unwrap());
+    assert!(
+        !kube
+            .let_go_secret(&owner(), "s", LetGo::Ownership)
+            .await
+            .unwrap(),
+        "once"
+    );
+    assert!(
+        !kube
+            .let_go_secret(&owner(), "missing", LetGo::Ownership)
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test]
@@ -173,12 +188,21 @@ async fn a_held_secret_outlives_its_deletion_and_stays_readable_until_unheld() {
             .unwrap()
     );
 
-    assert!(kube.unhold_secret(&owner(), "s").await.unwrap());
+    assert!(
+        kube.let_go_secret(&owner(), "s", LetGo::Hold)
+            .await
+            .unwrap()
+    );
     assert!(
         kube.secret("ns", "s").await.unwrap().is_none(),
         "gone once unheld"
     );
-    assert!(!kube.unhold_secret(&owner(), "s").await.unwrap());
+    assert!(
+        !kube
+            .let_go_secret(&owner(), "s", LetGo::Hold)
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test]
@@ -240,12 +264,19 @@ async fn releasing_a_held_secret_drops_the_hold_with_the_owner_reference() {
     kube.apply_secret(&owner(), "s", data.clone(), Hold::UntilReleased)
         .await
         .unwrap();
-    assert!(kube.release_secret(&owner(), "s").await.unwrap());
+    assert!(
+        kube.let_go_secret(&owner(), "s", LetGo::Ownership)
+            .await
+            .unwrap()
+    );
     let kept = kube.secret("ns", "s").await.unwrap().expect("kept");
     assert!(kept.finalizers().is_empty());
     assert!(!owned_by(&kept, &owner()));
     assert!(
-        !kube.unhold_secret(&owner(), "s").await.unwrap(),
+        !kube
+            .let_go_secret(&owner(), "s", LetGo::Hold)
+            .await
+            .unwrap(),
         "no longer the owner's to unhold"
     );
 }
@@ -254,9 +285,9 @@ async fn releasing_a_held_secret_drops_the_hold_with_the_owner_reference() {
 fn the_unhold_patch_removes_only_the_hold_and_tests_it() {
     let mut secret = Secret::default();
     secret.metadata.owner_references = Some(vec![owner().owner_reference()]);
-    assert!(unhold_patch(&secret, &owner()).is_none(), "not held");
+    assert!(LetGo::Hold.patch(&secret, &owner()).is_none(), "not held");
     secret.metadata.finalizers = Some(vec!["other".into(), CLEANUP_HOLD.into()]);
-    let patch = serde_json::to_value(unhold_patch(&secret, &owner()).unwrap()).unwrap();
+    let patch = serde_json::to_value(LetGo::Hold.patch(&secret, &owner()).unwrap()).unwrap();
     assert_eq!(
         patch,
         serde_json::json!([
@@ -268,8 +299,11 @@ fn the_unhold_patch_removes_only_the_hold_and_tests_it() {
         uid: "uid-9".into(),
         ..owner()
     };
-    assert!(unhold_patch(&secret, &stranger).is_none(), "not its owner");
-    let release = serde_json::to_value(release_patch(&secret, &owner()).unwrap()).unwrap();
+    assert!(
+        LetGo::Hold.patch(&secret, &stranger).is_none(),
+        "not its owner"
+    );
+    let release = serde_json::to_value(LetGo::Ownership.patch(&secret, &owner()).unwrap()).unwrap();
     assert_eq!(release.as_array().unwrap().len(), 4, "reference and hold");
 }
 
@@ -282,11 +316,15 @@ fn the_release_patch_removes_only_the_owners_reference_and_tests_it() {
     };
     secret.metadata.owner_references =
         Some(vec![other.owner_reference(), owner().owner_reference()]);
-    let patch = serde_json::to_value(release_patch(&secret, &owner()).unwrap()).unwrap();
+    let patch = serde_json::to_value(LetGo::Ownership.patch(&secret, &owner()).unwrap()).unwrap();
     assert_eq!(patch[0]["path"], "/metadata/ownerReferences/1/uid");
     assert_eq!(patch[0]["value"], "uid-1");
     assert_eq!(patch[1]["op"], "remove");
-    assert!(release_patch(&Secret::default(), &owner()).is_none());
+    assert!(
+        LetGo::Ownership
+            .patch(&Secret::default(), &owner())
+            .is_none()
+    );
 }
 
 #[test]

@@ -21,7 +21,7 @@ use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
 use crate::backends::identity;
 use crate::backends::rds::{FinalSnapshot, Modification, NewInstance, Password};
 use crate::cluster::retained::{Retained, retain_secret};
-use crate::cluster::{Swap, Target, let_go_of_deleted, owned_secret_object, secret_data};
+use crate::cluster::{LetGo, Swap, Target, let_go_of_deleted, owned_secret_object, secret_data};
 use crate::error::BackendError;
 use crate::runtime::conditions::DELETION_BLOCKED;
 use crate::runtime::{self, Context, Next, Note, Outcome};
@@ -356,7 +356,7 @@ pub async fn cleanup<C: Connector>(cx: &Cx<C>, db: &CloudDatabase) -> Result<DbO
         // A hold left on the connection Secret (Retain, or a policy changed since) goes with the
         // resource: nothing reads the Secret any more (a retained one was released already).
         cx.kube()
-            .unhold_secret(&Target::of(db), &connection_secret_name(db))
+            .let_go_secret(&Target::of(db), &connection_secret_name(db), LetGo::Hold)
             .await?;
         // The shared flow writes no status when keeper's finalizer is the object's last; with
         // another one left the object stays a while, and its status says it is going.

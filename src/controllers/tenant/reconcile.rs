@@ -20,7 +20,7 @@ use crate::backends::identity;
 use crate::backends::storagegrid::Login;
 use crate::cluster::retained::{Retained, retain_secret};
 use crate::cluster::{
-    Hold, Swap, Target, let_go_of_deleted, owned_secret, owned_secret_object, secret_data,
+    Hold, LetGo, Swap, Target, let_go_of_deleted, owned_secret, owned_secret_object, secret_data,
 };
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
@@ -364,7 +364,7 @@ async fn unhold_secrets<C: Connector>(cx: &Cx<C>, tenant: &S3Tenant) -> Result<(
         tenant_root_secret_name(&name),
     ] {
         cx.kube()
-            .unhold_secret(&Target::of(tenant), &secret)
+            .let_go_secret(&Target::of(tenant), &secret, LetGo::Hold)
             .await?;
     }
     Ok(())

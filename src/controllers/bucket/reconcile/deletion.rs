@@ -14,7 +14,7 @@ use crate::api::names::bucket_credentials_secret_name;
 use crate::api::{BucketPhase, DeletionPolicy, DrainMode, S3Bucket, S3BucketStatus};
 use crate::backends::identity::{self, OnMissing};
 use crate::backends::s3::DeleteOutcome;
-use crate::cluster::{Target, owned_secret_object, secret_data};
+use crate::cluster::{LetGo, Target, owned_secret_object, secret_data};
 use crate::runtime::{Context, Next, Note, Outcome, conditions};
 
 /// The runtime's one "deletion blocked" report, warned once per blocking reason: the message
@@ -313,7 +313,11 @@ async fn keep_credentials<C: Connector>(
     out: &mut Outcome<S3BucketStatus>,
 ) -> Result<(), Error> {
     let name = bucket_credentials_secret_name(&obj.name_any());
-    if cx.kube().release_secret(&Target::of(obj), &name).await? {
+    if cx
+        .kube()
+        .let_go_secret(&Target::of(obj), &name, LetGo::Ownership)
+        .await?
+    {
         out.note(Note::normal(
             "CredentialsKept",
             format!(
