@@ -14,8 +14,9 @@ mod reconcile;
 // What the admission webhook decides from, as the controller does: one rule in one place.
 pub use plan::{BUCKET_REMOVAL_GUIDANCE, DeletionGate, deletion_gate, deletion_protection_message};
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
@@ -23,6 +24,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio_util::sync::CancellationToken;
 
 use self::backend::{BackendError, Connector, Live, is_bad_credentials};
+use self::plan::account_check::AccountInputs;
 use crate::api::names::TENANT_FINALIZER;
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus};
 use crate::backends::identity;
@@ -31,7 +33,7 @@ use crate::cluster::{Kube, SecretError};
 use crate::config::ControllerKind;
 use crate::error::{ErrorClass, classify_kube};
 use crate::providers::ProviderError;
-use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
+use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared, Uid};
 use crate::server::Readiness;
 
 /// How often a blocked deletion looks again for buckets that live only on the backend (deleted
@@ -128,11 +130,44 @@ impl ReconcileError for Error {
 /// tests).
 pub struct S3TenantReconciler<C: Connector = Live> {
     connector: C,
+    /// The last full look at each StorageGRID tenant's account (by uid) in this process: when,
+    /// and what it depended on ([`plan::account_check`]).
+    account_looks: Mutex<HashMap<Uid, (Instant, AccountInputs)>>,
 }
 
 impl<C: Connector> S3TenantReconciler<C> {
     pub fn new(connector: C) -> Self {
-        S3TenantReconciler { connector }
+        S3TenantReconciler {
+            connector,
+            account_looks: Mutex::default(),
+        }
+    }
+
+    /// Whether this process looked at `uid`'s account fully (and has not forgotten it).
+    fn account_looked_at(&self, uid: Uid) -> bool {
+        let looks = self.account_looks.lock().expect("account looks lock");
+        looks.contains_key(&uid)
+    }
+
+    /// How long the last full look at `uid`'s account still stands for the tenant, Ready for its
+    /// generation, as it is `now`; `None`: look now.
+    fn account_look_stands(&self, uid: Uid, now: &AccountInputs) -> Option<Duration> {
+        let looks = self.account_looks.lock().expect("account looks lock");
+        let last = looks.get(&uid).map(|(at, inputs)| (at.elapsed(), inputs));
+        plan::account_check::look_stands(last, now, runtime::RESYNC)
+    }
+
+    fn account_looked(&self, uid: Uid, inputs: AccountInputs) {
+        let mut looks = self.account_looks.lock().expect("account looks lock");
+        looks.insert(uid, (Instant::now(), inputs));
+    }
+
+    /// A tenant being deleted is looked at fully every time: what its last look found goes.
+    fn forget_account_look(&self, uid: Uid) {
+        self.account_looks
+            .lock()
+            .expect("account looks lock")
+            .remove(&uid);
     }
 }
 

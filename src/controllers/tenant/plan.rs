@@ -417,5 +417,6 @@ pub fn secrets_let_go_message(secrets: &[String], grid: bool) -> String {
     )
 }
 
+pub mod account_check;
 #[cfg(test)]
 mod tests;

@@ -11,6 +11,7 @@ use kube::ResourceExt;
 
 use self::provision::{Recorded, TenantStore};
 use super::backend::{AccountBackend, Connector, GridAdmin, StoreLogin};
+use super::plan::account_check::{AccountInputs, SecretVersion};
 use super::plan::{self, DeletionGate, DeletionStep, RemainingBuckets};
 use super::{BLOCKED_RECHECK, DELETE_CONFIRM, Error, LET_GO_RECHECK, S3TenantReconciler};
 use crate::api::names::{tenant_credentials_secret_name, tenant_root_secret_name};
@@ -25,7 +26,7 @@ use crate::cluster::{
 use crate::config::{BucketKeys, Provider, unconfigured_keys_message};
 use crate::namespaces::{self, Access};
 use crate::providers::ProviderClients;
-use crate::runtime::{self, Connect, Context, Next, Note, Outcome, conditions};
+use crate::runtime::{self, Connect, Context, Next, Note, Outcome, Uid, conditions};
 
 type Cx<C> = Context<S3TenantReconciler<C>>;
 
@@ -45,16 +46,36 @@ pub async fn apply<C: Connector>(
     // existing tenant whose namespace stopped being allowed is no longer changed (its deletion
     // still cleans up what keeper created: `cleanup` does not ask).
     namespace_allowed(cx, tenant, &provider).await?;
+    let mut recheck = runtime::RESYNC;
+    let mut account_looked = None;
     match &provider.config {
         Provider::StorageGrid(_) => {
             let desired =
                 plan::desired_settings(&name, &tenant.spec).map_err(Error::InvalidSpec)?;
-            let grid = grid(cx, &provider).await?;
-            let store = KubeStore::new(cx, tenant, &status, &provider);
-            let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
-            let id = provision::ensure(&grid, &store, &marker, &desired).await?;
-            status = store.status.into_inner().expect("status lock");
-            status.account_id = Some(id);
+            let uid = Uid::of(tenant);
+            let ready = plan::account_check::ready_for_its_generation(tenant);
+            let stands = match cx.reconciler.account_looked_at(uid) && ready {
+                true => {
+                    let inputs = account_inputs(cx, tenant, status.account_id.clone()).await?;
+                    cx.reconciler.account_look_stands(uid, &inputs)
+                }
+                false => None,
+            };
+            match stands {
+                // Nothing the last look depended on changed (a bucket's change set this
+                // reconcile off): the account is as it left it.
+                Some(left) => recheck = left,
+                None => {
+                    let grid = grid(cx, &provider).await?;
+                    let store = KubeStore::new(cx, tenant, &status, &provider);
+                    let marker = plan::ownership_marker(&tenant.uid().unwrap_or_default());
+                    let id = provision::ensure(&grid, &store, &marker, &desired).await?;
+                    status = store.status.into_inner().expect("status lock");
+                    status.account_id = Some(id);
+                    let after = account_inputs(cx, tenant, status.account_id.clone()).await?;
+                    account_looked = Some((uid, after));
+                }
+            }
         }
         Provider::S3Compatible(p) => {
             let keys = provider
@@ -89,7 +110,7 @@ pub async fn apply<C: Connector>(
     status.credentials_secret = tenant_wide_keys.then(|| tenant_credentials_secret_name(&name));
     status.bucket_count = Some(bucket_resources(cx, tenant).await?.len() as i64);
     status.phase = Some(TenantPhase::Ready);
-    let mut outcome = Outcome::new(status, Next::Requeue(runtime::RESYNC));
+    let mut outcome = Outcome::new(status, Next::Requeue(recheck));
     // Last (see `let_go_of_deleted`).
     let secrets = [
         tenant_root_secret_name(&name),
@@ -122,7 +143,39 @@ pub async fn apply<C: Connector>(
     ) {
         outcome.note(Note::normal("Ready", message));
     }
+    // Kept only for a look whose reconcile succeeded: its Ready status is what lets it stand.
+    if let Some((uid, inputs)) = account_looked {
+        cx.reconciler.account_looked(uid, inputs);
+    }
     Ok(outcome)
+}
+
+/// What a look at the tenant's account depends on: its generation, `account_id` and its Secrets
+/// as the seam reads them (its cache).
+async fn account_inputs<C: Connector>(
+    cx: &Cx<C>,
+    tenant: &S3Tenant,
+    account_id: Option<String>,
+) -> Result<AccountInputs, Error> {
+    let name = tenant.name_any();
+    let namespace = tenant.namespace().unwrap_or_default();
+    let mut secrets = Vec::new();
+    for secret in [
+        tenant_root_secret_name(&name),
+        tenant_credentials_secret_name(&name),
+    ] {
+        let read = cx.kube().secret(&namespace, &secret).await?;
+        secrets.push(read.map(|s| SecretVersion {
+            uid: s.metadata.uid.clone(),
+            resource_version: s.metadata.resource_version.clone(),
+            deleting: s.metadata.deletion_timestamp.is_some(),
+        }));
+    }
+    Ok(AccountInputs {
+        generation: tenant.metadata.generation,
+        account_id,
+        secrets,
+    })
 }
 
 /// Whether the provider's `allowedNamespaces` admits the tenant's namespace (its labels are read
@@ -171,6 +224,7 @@ pub async fn cleanup<C: Connector>(
     cx: &Cx<C>,
     tenant: &S3Tenant,
 ) -> Result<Outcome<S3TenantStatus>, Error> {
+    cx.reconciler.forget_account_look(Uid::of(tenant));
     let name = tenant.name_any();
     let generation = tenant.metadata.generation;
     let status = tenant.status.clone().unwrap_or_default();

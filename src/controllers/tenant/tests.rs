@@ -21,7 +21,7 @@ use crate::backends::{s3, storagegrid};
 use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
 use crate::runtime::policy::PERMANENT_RETRY;
-use crate::runtime::{Keeper, Note, conditions, testing};
+use crate::runtime::{Keeper, Next, Note, conditions, testing};
 use crate::test_support;
 
 /// The shared test providers (`default` grid, `store` with shared keys) plus an S3-compatible
@@ -274,10 +274,65 @@ async fn a_second_writer_never_stores_a_root_password_of_its_own_over_the_first(
 async fn a_ready_tenant_writes_nothing_on_the_next_look() {
     let h = harness();
     let t = h.ready(grid_tenant()).await;
-    let action = h.reconcile(&t).await.unwrap();
-    assert_eq!(action, Action::requeue(runtime::RESYNC));
+    let outcome = super::reconcile::apply(&h.cx, &t).await.unwrap();
+    // Looked at again when the last full look's interval ends.
+    let Next::Requeue(after) = outcome.next else {
+        panic!("{:?}", outcome.next)
+    };
+    assert!(after <= runtime::RESYNC && after > runtime::RESYNC - Duration::from_secs(5));
+    h.reconcile(&t).await.unwrap();
     assert_eq!(h.kube.calls(), [], "steady state writes nothing");
     assert_eq!(h.accounts(), 1);
+}
+
+/// The grid is down: a reconcile that looks at the account fails, one that does not succeeds.
+fn grid_down(h: &Harness, down: bool) {
+    h.backends.grid.state.lock().unwrap().fail_lookups_with = down.then_some(503);
+}
+
+#[tokio::test]
+async fn a_ready_tenant_reconciled_for_its_buckets_does_not_look_at_its_account_again() {
+    let h = harness();
+    let t = h.ready(grid_tenant()).await;
+    grid_down(&h, true);
+    // A bucket made or deleted: the count changes, the account is as the last look left it.
+    h.kube.buckets.lock().unwrap().push(bucket("alpha", "t"));
+    h.reconcile(&t).await.unwrap();
+    assert_eq!(status(&h.written(&t)).bucket_count, Some(1));
+    assert_eq!(h.backends.grid.state.lock().unwrap().identity_lookups, 1);
+
+    // A spec change is looked at.
+    let mut changed = t.clone();
+    changed.metadata.generation = Some(2);
+    assert!(transient(h.reconcile(&changed).await));
+    // So is a tenant whose last outcome was not written (it does not read Ready for its
+    // generation), and one whose Secret changed.
+    let mut unwritten = t.clone();
+    unwritten.status.as_mut().unwrap().observed_generation = None;
+    assert!(transient(h.reconcile(&unwritten).await));
+    h.kube
+        .secrets
+        .lock()
+        .unwrap()
+        .get_mut(&("ns".to_string(), "t-s3-credentials".to_string()))
+        .unwrap()
+        .metadata
+        .resource_version = Some("edited".into());
+    assert!(transient(h.reconcile(&t).await));
+    grid_down(&h, false);
+    h.reconcile(&t).await.unwrap();
+    grid_down(&h, true);
+    h.reconcile(&t).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_tenant_being_deleted_looks_at_its_account_and_forgets_the_last_look() {
+    let h = harness();
+    let t = h.ready(grid_tenant()).await;
+    grid_down(&h, true);
+    assert!(transient(h.reconcile(&deleting(t.clone())).await));
+    // Had it come back (a deletion cannot), nothing of the look before would stand.
+    assert!(transient(h.reconcile(&t).await));
 }
 
 /// A tenant whose root password was stored by an earlier reconcile (which may have sent the
@@ -751,6 +806,8 @@ async fn a_root_secret_written_without_the_hold_gets_it_while_the_tenant_lives()
             .get_mut(&("ns".to_string(), "t-root-credentials".to_string()))
             .unwrap();
         root.metadata.finalizers = None;
+        // A write: the API gives the Secret a new resourceVersion.
+        root.metadata.resource_version = Some("unheld".into());
     };
     unheld(&h);
     let password = h.kube.secret_data("ns", "t-root-credentials").unwrap();
