@@ -54,12 +54,11 @@ pub async fn apply<C: Connector>(
                 plan::desired_settings(&name, &tenant.spec).map_err(Error::InvalidSpec)?;
             let uid = Uid::of(tenant);
             let ready = plan::account_check::ready_for_its_generation(tenant);
-            let stands = match cx.reconciler.account_looked_at(uid) && ready {
-                true => {
-                    let inputs = account_inputs(cx, tenant, status.account_id.clone()).await?;
-                    cx.reconciler.account_look_stands(uid, &inputs)
-                }
-                false => None,
+            let stands = if ready && cx.reconciler.account_looked_at(uid) {
+                let inputs = account_inputs(cx, tenant, status.account_id.clone()).await?;
+                cx.reconciler.account_look_stands(uid, &inputs)
+            } else {
+                None
             };
             match stands {
                 // Nothing the last look depended on changed (a bucket's change set this
