@@ -137,6 +137,19 @@ impl FakeKube {
             .insert((namespace.to_string(), name.to_string()), secret);
     }
 
+    /// Changes a stored Secret in place, as someone else's write would (the test says what the
+    /// write changed, its resourceVersion included).
+    pub fn edit_secret(&self, namespace: &str, name: &str, edit: impl FnOnce(&mut Secret)) {
+        let key = (namespace.to_string(), name.to_string());
+        edit(
+            self.secrets
+                .lock()
+                .expect("lock")
+                .get_mut(&key)
+                .expect("stored"),
+        );
+    }
+
     /// Stores a Secret as keeper would have created it for `owner`.
     pub fn put_owned_secret(&self, owner: &Target, name: &str, data: BTreeMap<String, String>) {
         self.put_secret(&owner.namespace, name, data);

@@ -11,6 +11,11 @@ use crate::api::names::{CLEANUP_HOLD, MANAGED_BY};
 use super::secrets::*;
 use super::*;
 
+/// Lets go of `owner()`'s Secret `name` as `what` says; whether there was anything to let go of.
+async fn let_go(kube: &FakeKube, name: &str, what: LetGo) -> bool {
+    kube.let_go_secret(&owner(), name, what).await.unwrap()
+}
+
 fn owner() -> Target {
     Target {
         resource: ApiResource::erase::<S3Bucket>(&()),
@@ -136,30 +141,15 @@ async fn a_released_secret_stays_with_its_data_and_no_longer_belongs_to_the_owne
     kube.apply_secret(&owner(), "s", data.clone(), Hold::No)
         .await
         .unwrap();
-    assert!(
-        kube.let_go_secret(&owner(), "s", LetGo::Ownership)
-            .await
-            .unwrap()
-    );
+    assert!(let_go(&kube, "s", LetGo::Ownership).await);
     let kept = kube.secret("ns", "s").await.unwrap().expect("kept");
     assert!(
         !owned_by(&kept, &owner()),
         "the garbage collector no longer deletes it"
     );
     assert_eq!(secret_data(&kept), data);
-    assert!(
-        !kube
-            .let_go_secret(&owner(), "s", LetGo::Ownership)
-            .await
-            .unwrap(),
-        "once"
-    );
-    assert!(
-        !kube
-            .let_go_secret(&owner(), "missing", LetGo::Ownership)
-            .await
-            .unwrap()
-    );
+    assert!(!let_go(&kube, "s", LetGo::Ownership).await, "once");
+    assert!(!let_go(&kube, "missing", LetGo::Ownership).await);
 }
 
 #[tokio::test]
@@ -188,21 +178,12 @@ async fn a_held_secret_outlives_its_deletion_and_stays_readable_until_unheld() {
             .unwrap()
     );
 
-    assert!(
-        kube.let_go_secret(&owner(), "s", LetGo::Hold)
-            .await
-            .unwrap()
-    );
+    assert!(let_go(&kube, "s", LetGo::Hold).await);
     assert!(
         kube.secret("ns", "s").await.unwrap().is_none(),
         "gone once unheld"
     );
-    assert!(
-        !kube
-            .let_go_secret(&owner(), "s", LetGo::Hold)
-            .await
-            .unwrap()
-    );
+    assert!(!let_go(&kube, "s", LetGo::Hold).await);
 }
 
 #[tokio::test]
@@ -264,19 +245,12 @@ async fn releasing_a_held_secret_drops_the_hold_with_the_owner_reference() {
     kube.apply_secret(&owner(), "s", data.clone(), Hold::UntilReleased)
         .await
         .unwrap();
-    assert!(
-        kube.let_go_secret(&owner(), "s", LetGo::Ownership)
-            .await
-            .unwrap()
-    );
+    assert!(let_go(&kube, "s", LetGo::Ownership).await);
     let kept = kube.secret("ns", "s").await.unwrap().expect("kept");
     assert!(kept.finalizers().is_empty());
     assert!(!owned_by(&kept, &owner()));
     assert!(
-        !kube
-            .let_go_secret(&owner(), "s", LetGo::Hold)
-            .await
-            .unwrap(),
+        !let_go(&kube, "s", LetGo::Hold).await,
         "no longer the owner's to unhold"
     );
 }

@@ -310,14 +310,9 @@ async fn a_ready_tenant_reconciled_for_its_buckets_does_not_look_at_its_account_
     let mut unwritten = t.clone();
     unwritten.status.as_mut().unwrap().observed_generation = None;
     assert!(transient(h.reconcile(&unwritten).await));
-    h.kube
-        .secrets
-        .lock()
-        .unwrap()
-        .get_mut(&("ns".to_string(), "t-s3-credentials".to_string()))
-        .unwrap()
-        .metadata
-        .resource_version = Some("edited".into());
+    h.kube.edit_secret("ns", "t-s3-credentials", |s| {
+        s.metadata.resource_version = Some("edited".into())
+    });
     assert!(transient(h.reconcile(&t).await));
     grid_down(&h, false);
     h.reconcile(&t).await.unwrap();
@@ -345,14 +340,9 @@ fn grid_tenant_with_a_stored_password(h: &Harness) -> S3Tenant {
         data(&[("password", &"p".repeat(32))]),
     );
     // Held for cleanup, as keeper stores it.
-    h.kube
-        .secrets
-        .lock()
-        .unwrap()
-        .get_mut(&("ns".to_string(), "t-root-credentials".to_string()))
-        .unwrap()
-        .metadata
-        .finalizers = Some(vec![CLEANUP_HOLD.to_string()]);
+    h.kube.edit_secret("ns", "t-root-credentials", |s| {
+        s.metadata.finalizers = Some(vec![CLEANUP_HOLD.to_string()])
+    });
     t
 }
 
@@ -801,13 +791,11 @@ async fn a_root_secret_written_without_the_hold_gets_it_while_the_tenant_lives()
     let t = h.ready(grid_tenant()).await;
     // As an older release wrote it, or as `keeper release-finalizers` left it.
     let unheld = |h: &Harness| {
-        let mut secrets = h.kube.secrets.lock().unwrap();
-        let root = secrets
-            .get_mut(&("ns".to_string(), "t-root-credentials".to_string()))
-            .unwrap();
-        root.metadata.finalizers = None;
-        // A write: the API gives the Secret a new resourceVersion.
-        root.metadata.resource_version = Some("unheld".into());
+        h.kube.edit_secret("ns", "t-root-credentials", |root| {
+            root.metadata.finalizers = None;
+            // A write: the API gives the Secret a new resourceVersion.
+            root.metadata.resource_version = Some("unheld".into());
+        })
     };
     unheld(&h);
     let password = h.kube.secret_data("ns", "t-root-credentials").unwrap();
