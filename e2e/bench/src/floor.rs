@@ -56,7 +56,9 @@ pub enum Calls {
 /// DeleteAccessKey, DeleteUserPolicy, DeleteUser, DeleteBucket. With [`Calls::Safe`], keeper's
 /// looks too: GetBucketTagging twice before the create (the ownership look before the create
 /// intent is recorded and again right before the create), ListObjectsV2 with the new keys
-/// (checked before they are published), and GetBucketTagging before the deletion.
+/// (checked before they are published), GetBucketTagging before the deletion, and again once
+/// the bucket is gone, before its user goes (a bucket of that name made since by another
+/// S3Bucket keeps the user named after it).
 pub async fn s3_buckets(lab: &Lab, n: usize, calls: Calls) -> anyhow::Result<Timing> {
     let (key, secret) = lab.env.admin_keys.clone().context("admin keys")?;
     let endpoint = lab.env.s3_endpoint.clone().context("s3 endpoint")?;
@@ -127,6 +129,10 @@ pub async fn s3_buckets(lab: &Lab, n: usize, calls: Calls) -> anyhow::Result<Tim
             .await?;
         iam.delete_user().user_name(name).send().await?;
         s3.delete_bucket().bucket(name).send().await?;
+        if safe {
+            let look = s3.get_bucket_tagging().bucket(name).send().await;
+            anyhow::ensure!(look.is_err(), "bucket {name} exists after its deletion");
+        }
     }
     let delete = started.elapsed();
     Ok(Timing {

@@ -664,7 +664,9 @@ impl BucketBackend for StorageGrid {
         // A group and user another S3Bucket made under this name (for its bucket, made after this
         // one's went) are that S3Bucket's, and so are their keys.
         let whose = |group: Option<&storagegrid::Group>| match Self::taken(desired, group) {
-            Some(Owner::Taken(why)) => Some(why),
+            Some(Owner::Taken(why)) => Some(format!(
+                "{why}: the group and user named after the bucket and their keys were left alone"
+            )),
             _ => None,
         };
         // The group the deletion's ownership check found, when it found one; a bucket found

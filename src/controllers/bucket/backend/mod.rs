@@ -220,9 +220,9 @@ pub trait BucketBackend: Send + Sync {
 
     /// Deletes the bucket's own credentials (user, group, keys) when the bucket goes.
     /// `only_key`: the one key the bucket's user is known to have (it may have others all the
-    /// same: a backend that skips listing them must find out and delete them too). `Some(why)`:
-    /// they were left alone, being another S3Bucket's (whose bucket of the same name was made
-    /// after this one's went).
+    /// same: a backend that skips listing them must find out and delete them too). `Some(what)`:
+    /// what was left alone and why, being another S3Bucket's (whose bucket of the same name was
+    /// made after this one's went).
     fn delete_credentials(
         &self,
         desired: &DesiredBucket,

@@ -60,8 +60,11 @@ const CREATION_LOCKS: usize = 64;
 /// (`spec.bucketName`): both would find it missing and both creates succeed where the store
 /// answers the create of a bucket its account already owns with success (AWS S3 in us-east-1),
 /// each then marking the bucket its own, and both would be handed keys to it. One after the
-/// other, the second finds the first's mark. Names share [`CREATION_LOCKS`] locks by hash: no
-/// lock per name to keep or forget, and two names rarely wait for each other.
+/// other, the second finds the first's mark. The deletion of a gone bucket's IAM user holds the
+/// same lock from its last look at the name to the user's deletion (see
+/// [`S3Compatible::delete_credentials`](BucketBackend::delete_credentials)). Names share
+/// [`CREATION_LOCKS`] locks by hash: no lock per name to keep or forget, and two names rarely
+/// wait for each other.
 pub struct Creations([tokio::sync::Mutex<()>; CREATION_LOCKS]);
 
 impl Default for Creations {
@@ -319,15 +322,32 @@ impl BucketBackend for S3Compatible {
         self.users()?.delete_key(bucket, id).await
     }
 
+    /// A bucket's user is named after the bucket alone: once this S3Bucket's bucket went, another
+    /// S3Bucket (of any namespace, or of another keeper on the same account) may have made a
+    /// bucket of the same name, and found or made the user for it. The key this S3Bucket published
+    /// is its own whoever has the name now, and goes first. Then, under the name's lock (no create
+    /// of the bucket by this keeper runs meanwhile, and none can follow before the user is gone),
+    /// the bucket is looked at once more: a bucket of that name marked by another S3Bucket keeps
+    /// the user and its other keys (that S3Bucket retires the keys it did not publish).
     async fn delete_credentials(
         &self,
         desired: &DesiredBucket,
         only_key: Option<&str>,
     ) -> Result<Option<String>, BackendError> {
-        match &self.credentials {
-            Credentials::PerBucketUser(users) => users.delete(&desired.name, only_key).await?,
-            Credentials::Shared(_) => {}
+        let Credentials::PerBucketUser(users) = &self.credentials else {
+            return Ok(None);
+        };
+        let name = &desired.name;
+        if let Some(id) = only_key {
+            users.delete_key(name, id).await?;
         }
+        let _alone = self.creations.one_at_a_time(&self.identity.1, name).await;
+        if let Owner::Taken(whose) = self.owner(desired).await? {
+            return Ok(Some(format!(
+                "{whose}: the IAM user named after the bucket and its keys were left alone (the key this S3Bucket published aside)"
+            )));
+        }
+        users.delete(name, only_key.is_some()).await?;
         Ok(None)
     }
 

@@ -156,16 +156,16 @@ impl<I: Identity> BucketUsers<I> {
             .await
     }
 
-    /// Deletes the bucket's keys, policy and user. `only_key`: the user's one key as the
-    /// bucket's Secret carries it, deleted without listing the user's keys; IAM refuses to delete
-    /// a user that still has a key (`DeleteConflict`), and then the keys are listed after all.
-    pub async fn delete(&self, bucket: &str, only_key: Option<&str>) -> Result<(), BackendError> {
+    /// Deletes the bucket's keys, policy and user. `only_key_deleted`: the user's one key, as the
+    /// bucket's Secret carries it, was deleted already ([`Self::delete_key`]), so the user is
+    /// deleted without listing its keys; IAM refuses to delete a user that still has a key
+    /// (`DeleteConflict`), and then the keys are listed after all.
+    pub async fn delete(&self, bucket: &str, only_key_deleted: bool) -> Result<(), BackendError> {
         let user = plan::user_name(bucket);
-        let Some(id) = only_key else {
+        if !only_key_deleted {
             self.delete_keys(&user).await?;
             return self.identity.delete_user(&user).await;
-        };
-        self.identity.delete_access_key(&user, id).await?;
+        }
         match self.identity.delete_user(&user).await {
             Err(e) if e.code == "DeleteConflict" => {
                 self.delete_keys(&user).await?;

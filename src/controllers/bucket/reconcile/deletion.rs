@@ -223,18 +223,15 @@ async fn delete_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result
 
 /// Deletes the bucket's own credentials once the bucket is gone, unless they are another
 /// S3Bucket's (made for its bucket of the same name since this one's went): those stay, and an
-/// event says whose they are.
+/// event says what was left and whose it is.
 async fn delete_credentials<B: BucketBackend>(
     backend: &B,
     view: &View<'_>,
     out: &mut Report,
 ) -> Result<(), Error> {
     let only_key = view.only_key.as_deref();
-    if let Some(whose) = backend.delete_credentials(&view.desired, only_key).await? {
-        out.note(Note::normal(
-            "CredentialsLeft",
-            format!("{whose}: its user, group and keys were left alone"),
-        ));
+    if let Some(left) = backend.delete_credentials(&view.desired, only_key).await? {
+        out.note(Note::normal("CredentialsLeft", left));
     }
     Ok(())
 }

@@ -354,10 +354,10 @@ async fn deletion_removes_keys_then_the_user_and_a_missing_user_is_success() {
     // A rotation in flight: two keys.
     users.create_key(BUCKET).await.unwrap();
     users.create_key(BUCKET).await.unwrap();
-    users.delete(BUCKET, None).await.unwrap();
+    users.delete(BUCKET, false).await.unwrap();
     assert!(users.identity.users.lock().unwrap().is_empty());
     // Already gone: nothing to do, no error.
-    users.delete(BUCKET, None).await.unwrap();
+    users.delete(BUCKET, false).await.unwrap();
 }
 
 #[tokio::test]
@@ -366,7 +366,8 @@ async fn the_published_key_is_deleted_without_a_listing_unless_iam_finds_another
     users.user_keys(BUCKET, None).await.unwrap();
     let published = users.create_key(BUCKET).await.unwrap().access_key_id;
     users.identity.calls.lock().unwrap().clear();
-    users.delete(BUCKET, Some(&published)).await.unwrap();
+    users.delete_key(BUCKET, &published).await.unwrap();
+    users.delete(BUCKET, true).await.unwrap();
     assert_eq!(
         *users.identity.calls.lock().unwrap(),
         [
@@ -382,7 +383,8 @@ async fn the_published_key_is_deleted_without_a_listing_unless_iam_finds_another
     let published = users.create_key(BUCKET).await.unwrap().access_key_id;
     let unpublished = users.create_key(BUCKET).await.unwrap().access_key_id;
     users.identity.calls.lock().unwrap().clear();
-    users.delete(BUCKET, Some(&published)).await.unwrap();
+    users.delete_key(BUCKET, &published).await.unwrap();
+    users.delete(BUCKET, true).await.unwrap();
     assert_eq!(
         *users.identity.calls.lock().unwrap(),
         [
@@ -395,7 +397,8 @@ async fn the_published_key_is_deleted_without_a_listing_unless_iam_finds_another
     );
     assert!(users.identity.users.lock().unwrap().is_empty());
     // Already gone: the published key and the user count as deleted.
-    users.delete(BUCKET, Some(&published)).await.unwrap();
+    users.delete_key(BUCKET, &published).await.unwrap();
+    users.delete(BUCKET, true).await.unwrap();
 }
 
 /// How many times `operation` was called on IAM, whatever the outcome.
@@ -558,9 +561,10 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
     );
     // The published key, deleted without a listing.
     users
-        .delete("keeper-mine", Some(&retried.access_key_id))
+        .delete_key("keeper-mine", &retried.access_key_id)
         .await
         .unwrap();
+    users.delete("keeper-mine", true).await.unwrap();
     assert_eq!(
         users.check("keeper-mine", &retried).await.unwrap(),
         KeyCheck::NotYet("InvalidAccessKeyId".into())
@@ -576,10 +580,11 @@ async fn issued_keys_reach_only_their_bucket_on_a_store_that_enforces_iam() {
     );
     // Already gone: success, with or without the published key.
     users
-        .delete("keeper-mine", Some(&retried.access_key_id))
+        .delete_key("keeper-mine", &retried.access_key_id)
         .await
         .unwrap();
-    users.delete("keeper-mine", None).await.unwrap();
+    users.delete("keeper-mine", true).await.unwrap();
+    users.delete("keeper-mine", false).await.unwrap();
 }
 
 /// A key check, a client of its own per bucket, gives up after `runtime.backendTimeouts` like
