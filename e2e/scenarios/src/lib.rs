@@ -1315,6 +1315,42 @@ pub fn debug_call(method: &str, url: String, body: Option<Value>) -> anyhow::Res
     })
 }
 
+/// Rules on the local control plane's AWS proxy (`PUT /_awsproxy/faults`: faults and latency per
+/// service and action, see e2e/awsproxy) until dropped, so that a failing scenario leaves none to
+/// the next. Setting them starts the proxy's call log afresh.
+pub struct AwsProxyRules {
+    proxy: String,
+}
+
+impl AwsProxyRules {
+    pub fn set(env: &Env, rules: Value) -> anyhow::Result<AwsProxyRules> {
+        let proxy = env
+            .aws_proxy_url
+            .clone()
+            .context("AWS proxy rules need the local control plane's AWS proxy")?;
+        debug_call(
+            "PUT",
+            format!("{proxy}/_awsproxy/faults"),
+            Some(serde_json::json!({ "rules": rules })),
+        )?;
+        debug_call("DELETE", format!("{proxy}/_awsproxy/calls"), None)?;
+        Ok(AwsProxyRules { proxy })
+    }
+
+    /// The calls the proxy saw since the rules were set, as they arrived: `{"atMs": ...,
+    /// "service": "iam", "action": "CreateUser", "fault": null}`.
+    pub fn calls(&self) -> anyhow::Result<Vec<Value>> {
+        let log = debug_call("GET", format!("{}/_awsproxy/calls/log", self.proxy), None)?;
+        Ok(log["log"].as_array().cloned().unwrap_or_default())
+    }
+}
+
+impl Drop for AwsProxyRules {
+    fn drop(&mut self) {
+        let _ = debug_call("DELETE", format!("{}/_awsproxy/faults", self.proxy), None);
+    }
+}
+
 /// A pseudo-random delay below `max_ms`, from the clock: enough to spread crashes over a sequence.
 pub fn jitter(max_ms: u64) -> Duration {
     let nanos = std::time::SystemTime::now()

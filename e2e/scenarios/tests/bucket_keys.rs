@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
 use keeper_e2e_scenarios::{
-    Env, Keeper, client_for, condition, condition_is, iam_client, iam_users_of, s3_client,
-    secret_data, wait_for, wait_until,
+    AwsProxyRules, Env, Keeper, client_for, condition, condition_is, iam_client, iam_users_of,
+    s3_client, secret_data, wait_for, wait_until,
 };
+use serde_json::json;
 
 fn manifest(kind: &str, name: &str, spec: &str) -> String {
     format!(
@@ -173,6 +174,126 @@ async fn bucket_keys_reach_their_own_bucket_only_and_their_user_goes_with_the_bu
         s3.list_buckets().send().await,
     );
     assert_eq!(code, "InvalidAccessKeyId", "the key itself is gone");
+}
+
+/// A bucket's IAM user is named after the bucket alone. An S3Bucket whose bucket was deleted
+/// behind keeper's back is deleted; while its deletion deletes its key (which the AWS proxy
+/// holds for a few seconds), an S3Bucket of another namespace makes a bucket of the same name and
+/// gets its key from that user. The first deletion then leaves the user to the second S3Bucket
+/// (event `CredentialsLeft`), whose keys keep working. keeper used to delete the user once the
+/// first bucket was gone, and the second S3Bucket's key with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_deletion_leaves_the_iam_user_of_a_bucket_another_namespace_made_since_under_its_name() {
+    let env = Env::from_env().unwrap();
+    let first_ns = env.namespace("e2e-reused-a").unwrap();
+    let second_ns = env.namespace("e2e-reused-b").unwrap();
+    let _keeper = Keeper::start(&env).unwrap();
+    let name = format!("{}-shared", first_ns.name);
+    let bucket = format!("  tenantRef: {{name: t}}\n  bucketName: {name}\n");
+    for ns in [&first_ns.name, &second_ns.name] {
+        env.apply(ns, &manifest("S3Tenant", "t", "  provider: s3\n"))
+            .unwrap();
+    }
+    env.apply(&first_ns.name, &manifest("S3Bucket", "data", &bucket))
+        .unwrap();
+    wait_for(
+        &env,
+        &first_ns.name,
+        "s3bucket/data",
+        "Ready",
+        Duration::from_secs(90),
+        |b| condition_is(b, "Ready", "True"),
+    );
+    let first = secret_data(&env, &first_ns.name, "data-credentials").unwrap();
+
+    // The bucket goes behind keeper's back (it is empty).
+    let direct = env.past_the_aws_proxy().unwrap();
+    let (id, secret) = direct.admin_keys.clone().unwrap();
+    let admin = s3_client(
+        direct.s3_endpoint.as_ref().unwrap(),
+        &id,
+        &secret,
+        "us-east-1",
+    );
+    admin.delete_bucket().bucket(&name).send().await.unwrap();
+
+    // The first S3Bucket's deletion reaches its key; the proxy holds that call a while.
+    let held = AwsProxyRules::set(
+        &env,
+        json!([{"service": "iam", "actions": ["DeleteAccessKey"], "latencyMs": 6000}]),
+    )
+    .unwrap();
+    env.kubectl(&[
+        "delete",
+        "-n",
+        &first_ns.name,
+        "s3bucket/data",
+        "--wait=false",
+    ])
+    .unwrap();
+    wait_until(
+        Duration::from_secs(60),
+        "the first deletion's DeleteAccessKey",
+        || {
+            Ok(held
+                .calls()?
+                .iter()
+                .any(|c| c["action"] == "DeleteAccessKey"))
+        },
+    )
+    .unwrap();
+    // Meanwhile the other namespace's S3Bucket makes a bucket of the same name.
+    env.apply(&second_ns.name, &manifest("S3Bucket", "data", &bucket))
+        .unwrap();
+
+    wait_until(Duration::from_secs(90), "the first S3Bucket gone", || {
+        Ok(env.get_json(&first_ns.name, "s3bucket/data")?.is_none())
+    })
+    .unwrap();
+    let ready = wait_for(
+        &env,
+        &second_ns.name,
+        "s3bucket/data",
+        "Ready",
+        Duration::from_secs(90),
+        |b| condition_is(b, "Ready", "True"),
+    );
+    drop(held);
+    assert_eq!(ready["status"]["bucketName"], name.as_str(), "{ready:#}");
+    let events = env.events_of(&first_ns.name, "S3Bucket", "data").unwrap();
+    let left: Vec<_> = events
+        .iter()
+        .filter(|e| e["reason"] == "CredentialsLeft")
+        .collect();
+    assert_eq!(left.len(), 1, "{events:#?}");
+    assert!(
+        left[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains(&second_ns.name)),
+        "{left:#?}"
+    );
+
+    // The user stays, with the second S3Bucket's key only, which works.
+    let iam = iam_client(&direct).await;
+    assert_eq!(iam_users_of(&iam, &name).await.len(), 1);
+    let second = secret_data(&env, &second_ns.name, "data-credentials").unwrap();
+    assert_ne!(second["accessKeyId"], first["accessKeyId"]);
+    let s3 = client_for(&second);
+    s3.put_object()
+        .bucket(&name)
+        .key("still-mine")
+        .body(ByteStream::from_static(b"ok"))
+        .send()
+        .await
+        .expect("the second S3Bucket's keys work after the first one's deletion");
+    let code = refused(
+        "ListBuckets with the first S3Bucket's key",
+        client_for(&first).list_buckets().send().await,
+    );
+    assert_eq!(
+        code, "InvalidAccessKeyId",
+        "the first S3Bucket's key is gone"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -14,7 +14,7 @@
 use std::time::Duration;
 
 use keeper_e2e_scenarios::{
-    Env, Keeper, condition, condition_is, debug_call, iam_client, iam_users_of, ready_tenant,
+    AwsProxyRules, Env, Keeper, condition, condition_is, iam_client, iam_users_of, ready_tenant,
     wait_for, wait_until,
 };
 use serde_json::{Value, json};
@@ -34,41 +34,31 @@ fn bucket(env: &Env, ns: &str) {
 /// One IAM action answered with an IAM error code by the AWS proxy until [`IamFault::remove`]
 /// (or until dropped, so that a failing scenario leaves no fault to the next).
 struct IamFault {
-    proxy: String,
+    rules: Option<AwsProxyRules>,
     action: &'static str,
-    on: bool,
 }
 
 impl IamFault {
     /// Every call of `action` answers 409 `code` with `message`, as IAM does; the proxy's call
     /// log starts afresh.
     fn inject(env: &Env, action: &'static str, code: &str, message: &str) -> IamFault {
-        let proxy = env
-            .aws_proxy_url
-            .clone()
-            .expect("IAM faults need the local control plane's AWS proxy");
-        debug_call(
-            "PUT",
-            format!("{proxy}/_awsproxy/faults"),
-            Some(
-                json!({"rules": [{"service": "iam", "actions": [action], "share": 1.0,
-                "faults": [{"code": code, "status": 409, "message": message}]}]}),
-            ),
+        let rules = AwsProxyRules::set(
+            env,
+            json!([{"service": "iam", "actions": [action], "share": 1.0,
+                "faults": [{"code": code, "status": 409, "message": message}]}]),
         )
         .unwrap();
-        debug_call("DELETE", format!("{proxy}/_awsproxy/calls"), None).unwrap();
         IamFault {
-            proxy,
+            rules: Some(rules),
             action,
-            on: true,
         }
     }
 
     /// The calls of the action so far: when each arrived (ms since the epoch) and its fault.
     fn calls(&self) -> Vec<(u64, Value)> {
-        let log = debug_call("GET", format!("{}/_awsproxy/calls/log", self.proxy), None).unwrap();
-        log["log"]
-            .as_array()
+        let rules = self.rules.as_ref().expect("the fault is still set");
+        rules
+            .calls()
             .unwrap()
             .iter()
             .filter(|c| c["service"] == "iam" && c["action"] == self.action)
@@ -77,16 +67,7 @@ impl IamFault {
     }
 
     fn remove(&mut self) {
-        self.on = false;
-        debug_call("DELETE", format!("{}/_awsproxy/faults", self.proxy), None).unwrap();
-    }
-}
-
-impl Drop for IamFault {
-    fn drop(&mut self) {
-        if self.on {
-            let _ = debug_call("DELETE", format!("{}/_awsproxy/faults", self.proxy), None);
-        }
+        self.rules = None;
     }
 }
 
