@@ -217,10 +217,11 @@ async fn a_deletion_leaves_the_iam_user_of_a_bucket_another_namespace_made_since
     );
     admin.delete_bucket().bucket(&name).send().await.unwrap();
 
-    // The first S3Bucket's deletion reaches its key; the proxy holds that call a while.
+    // The first S3Bucket's deletion reaches its key; the proxy holds that call for 10 s, ample
+    // time for the second S3Bucket below to make its bucket (well under a second here).
     let held = AwsProxyRules::set(
         &env,
-        json!([{"service": "iam", "actions": ["DeleteAccessKey"], "latencyMs": 6000}]),
+        json!([{"service": "iam", "actions": ["DeleteAccessKey"], "latencyMs": 10000}]),
     )
     .unwrap();
     env.kubectl(&[
