@@ -187,3 +187,30 @@ async fn a_user_named_after_a_bucket_another_s3bucket_made_since_stays_with_its_
     );
     assert_eq!(keys_of_the_user().await, None);
 }
+
+/// The look and the user's deletion run under the name's lock, the one a create of the name
+/// holds: while a convergence of the name runs, the deletion waits for it.
+#[tokio::test]
+async fn a_users_deletion_waits_for_a_convergence_of_its_bucket_name() {
+    let moto = Moto::start();
+    let creations = Arc::new(Creations::default());
+    let backend = backend_with_users(&moto, &creations);
+    let team_a = desired("team-a", "uid-a");
+    backend.ensure(&team_a).await.unwrap();
+    backend.user_keys("shared-name", None).await.unwrap();
+    backend.delete("shared-name").await.unwrap();
+
+    let converging = creations
+        .one_at_a_time(&backend.identity.1, "shared-name")
+        .await;
+    let deletion = backend.delete_credentials(&team_a, None);
+    tokio::pin!(deletion);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(500), &mut deletion)
+            .await
+            .is_err(),
+        "the deletion went ahead while the name converged"
+    );
+    drop(converging);
+    assert_eq!(deletion.await.unwrap(), None);
+}
