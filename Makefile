@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(CURDIR)/target
 CARGO ?= cargo
 NEXTEST := $(shell $(CARGO) nextest --version >/dev/null 2>&1 && echo yes)
 
-.PHONY: all build crds fmt fmt-check clippy chart unit e2e e2e-compat chaos bench bench-smoke test deps deps-moto kube dev-up dev-down demo image image-test
+.PHONY: all build crds fmt fmt-check clippy doc chart unit e2e e2e-compat chaos bench bench-smoke test deps deps-moto kube dev-up dev-down demo image image-test
 
 all: build
 
@@ -25,6 +25,10 @@ fmt-check:
 
 clippy:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+## doc: the operator's developer docs (private items included) build without a broken link
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p keeper --no-deps --document-private-items
 
 ## unit: unit tests and the emulators' own suites (no stack needed: moto, no Prometheus)
 unit: deps-moto
@@ -100,7 +104,7 @@ image-test: image
 	e2e/image.sh test
 
 ## test: everything CI runs
-test: fmt-check clippy chart unit image-test e2e
+test: fmt-check clippy doc chart unit image-test e2e
 
 ## deps: install what the local stack needs (moto in a Python venv, Debian's prometheus, curl, openssl)
 ## and build its Kubernetes control plane from Go modules once (see kube)

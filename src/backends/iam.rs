@@ -141,7 +141,7 @@ impl IamStore {
 
     /// Sends one IAM request at the provider's request rate, counted in the backend metrics and
     /// classified. Not an async fn: it hands the request on at once, to be boxed (see
-    /// [`measured`](crate::backends::call::measured)).
+    /// [`measured`]).
     fn call<'a, T: 'a, E>(
         &'a self,
         metrics: &'a Metrics,

@@ -101,7 +101,7 @@ pub enum FinalSnapshot {
 
 const BACKEND: &str = "rds";
 
-/// The RDS client. Every call goes through [`measured`](crate::backends::call::measured) under its snake_case
+/// The RDS client. Every call goes through [`measured`] under its snake_case
 /// operation name and returns a [`BackendError`] carrying that name. Cheap to clone (the SDK
 /// client is shared).
 #[derive(Clone)]
@@ -245,7 +245,7 @@ impl RdsBackend {
 
     /// Runs one call at `rds.requestsPerSecond` with its metrics and names the operation in its
     /// error. Not an async fn: it hands the call on at once, to be boxed (see
-    /// [`measured`](crate::backends::call::measured)).
+    /// [`measured`]).
     fn call<'a, T: 'a>(
         &'a self,
         operation: &'static str,

@@ -1,5 +1,5 @@
 //! One watch per kind for the whole process, shared by every reader: the controllers (their own
-//! kind and the kinds they watch), the [`super::cluster::Kube`] seam and the gauges.
+//! kind and the kinds they watch), the [`super::Kube`] seam and the gauges.
 //!
 //! kube's `Controller::new` and `watches` open a watch and a cache each: with the seam's own
 //! caches, keeper watched buckets and tenants three times and cached every bucket twice, and a

@@ -129,7 +129,8 @@ pub trait Kube: Send + Sync + 'static {
     ) -> BoxFuture<'a, KubeResult<Option<Secret>>>;
 
     /// Creates or updates Secret `name` in the owner's namespace holding exactly `data`, owned by
-    /// `owner`, labelled as keeper's and, with [`Hold::UntilReleased`], held by [`CLEANUP_HOLD`].
+    /// `owner`, labelled as keeper's and, with [`Hold::UntilReleased`], held by
+    /// [`CLEANUP_HOLD`](crate::api::names::CLEANUP_HOLD).
     /// Writes nothing when it already is so. A Secret being deleted gets its data but no hold
     /// (the API refuses new finalizers then; asking again would fail forever). A Secret of that
     /// name that keeper did not create for `owner` is never touched: a conflict. Returns whether

@@ -232,7 +232,7 @@ impl S3Store {
         Self::with_timeouts(settings, &BackendTimeouts::default())
     }
 
-    /// As [`S3Store::new`], with the configured connect and per-attempt timeouts.
+    /// As `S3Store::new` (tests), with the configured connect and per-attempt timeouts.
     pub fn with_timeouts(
         settings: &S3Settings,
         timeouts: &BackendTimeouts,
@@ -245,7 +245,7 @@ impl S3Store {
     }
 
     /// Runs one S3 call at the provider's request rate, counted in the backend metrics. Not an
-    /// async fn: it hands the call on at once, to be boxed (see [`measured`](crate::backends::call::measured)).
+    /// async fn: it hands the call on at once, to be boxed (see [`measured`]).
     fn call<'a, T: 'a>(
         &'a self,
         metrics: &'a Metrics,

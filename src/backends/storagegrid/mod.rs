@@ -4,7 +4,7 @@
 //! One [`Client`] serves one grid. It signs in on demand with the [`Login`] each call is given
 //! (the grid administrator, or a tenant's root user), keeps one token per login until it
 //! expires, and signs in again once when a token is refused with 401. Every call goes through
-//! [`measured`](crate::backends::call::measured) and fails with an [`Error`] whose class tells the controllers what
+//! [`measured`] and fails with an [`Error`] whose class tells the controllers what
 //! to do: only [`Error::NotFound`] means "gone".
 //!
 //! This module is the client core (construction, tokens, request plumbing, error

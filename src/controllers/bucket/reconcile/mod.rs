@@ -4,7 +4,7 @@
 //!
 //! A live bucket's reconcile ([`apply`]) has two halves: the storage ([`apply_bucket`]: create or
 //! converge the bucket, refresh usage, run the drain machine, in [`drain`]) and its credentials
-//! ([`credentials`]); whether it is Ready is decided once, from both, by [`plan::ready`].
+//! ([`credentials`]); whether it is Ready is decided once, from both, by [`plan::ready`](ready).
 //! A deleted bucket's ([`deletion`]) drains if asked, refuses while objects remain and deletes
 //! the bucket once empty. [`intent`] records a create in status before it happens.
 //!
@@ -117,8 +117,8 @@ pub struct View<'a> {
     /// What the bucket looks at if it is idle (no drain asked for or running), and when next.
     pub idle: IdleCheck,
     /// For a cleanup: the access key id the bucket's credentials Secret carries, when the last
-    /// reconcile ended Ready (it left that key the bucket user's only one, see [`settle_keys`]).
-    /// It is deleted without listing the user's keys.
+    /// reconcile ended Ready (it left that key the bucket user's only one, see
+    /// `credentials::settle_keys`). It is deleted without listing the user's keys.
     pub only_key: Option<String>,
     /// Why an adoption asked for is refused (the provider's `adoption` setting), if it is.
     pub adoption_refused: Option<String>,
@@ -506,7 +506,7 @@ async fn record_storage<C: Connector>(
 }
 
 /// Decides Ready once, from what the storage half and the credentials half found
-/// ([`plan::ready`]).
+/// ([`plan::ready`](ready)).
 pub fn decide_ready(
     out: &mut Outcome<S3BucketStatus>,
     view: &View<'_>,
