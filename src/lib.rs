@@ -4,7 +4,7 @@
 //! that share one kube client, one Prometheus registry and the mechanics in [`runtime`].
 //!
 //! These docs are for keeper's developers (`cargo doc --document-private-items`, checked by
-//! `make lint`): a module's doc may name its private parts.
+//! `make doc`): a module's doc may name its private parts.
 #![allow(rustdoc::private_intra_doc_links)]
 
 pub mod api;

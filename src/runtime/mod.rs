@@ -71,7 +71,8 @@ pub struct Shared {
 pub trait ReconcileError: std::error::Error + Send + Sync + 'static {
     /// A short, low-cardinality label for `keeper_reconcile_errors_total{reason}`.
     fn reason(&self) -> &'static str;
-    /// What the error means; [`policy`](mod@policy) turns it into backoff, a requeue or a Failed condition.
+    /// What the error means; [`policy`](mod@policy) turns it into backoff, a requeue or a Failed
+    /// condition.
     fn class(&self) -> ErrorClass;
     /// The `Ready=False` condition reason (and event reason) a permanent error shows.
     fn condition_reason(&self) -> &'static str;
