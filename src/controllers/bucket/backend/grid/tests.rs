@@ -7,6 +7,7 @@ use wiremock::{Mock, MockServer, ResponseTemplate};
 use std::sync::Arc;
 
 use super::*;
+use crate::backends::s3::OwnerMark;
 use crate::config::TlsConfig;
 use crate::metrics::Metrics;
 
