@@ -7,6 +7,8 @@
 //! - no controller imports another (`controllers::bucket` never names `controllers::tenant`);
 //! - at every level of the module tree, sibling modules import each other without a cycle.
 //!
+//! It also holds every file of `src/` to at most [`MOST_LINES`] lines outside its tests.
+//!
 //! Test code (`#[cfg(test)]` modules, files and items) may use any floor: a fake of a low floor
 //! builds what a test of a high floor needs.
 
@@ -524,6 +526,54 @@ fn src_keeps_its_floors_its_controllers_apart_and_no_cycle() {
         "src/ breaks its layers (see tests/layers.rs):\n{}",
         found.join("\n")
     );
+}
+
+/// The most lines a file of `src/` may hold outside its tests (issue 25: "no file in `src/` over
+/// ~600 lines apart from tests"). A file that grows past it is split by concern, as
+/// `controllers/bucket/backend/grid.rs` was when it reached 715.
+const MOST_LINES: usize = 600;
+
+/// Lines of `text` outside its `#[cfg(test)]` items (a literal inside a test item that spans
+/// lines counts as one line of the test, so a file is never counted short).
+fn lines_outside_tests(text: &str) -> usize {
+    let code = code_only(text);
+    let in_tests = code.lines().count() - without_test_items(&code).lines().count();
+    text.lines().count() - in_tests
+}
+
+#[test]
+fn no_file_of_src_outside_tests_is_longer_than_the_limit() {
+    let src = Path::new(&std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo")).join("src");
+    let modules = modules(&src);
+    let tests = test_only(&modules);
+    let mut long: Vec<String> = modules
+        .iter()
+        .filter(|(module, _)| !tests.contains(*module))
+        .filter_map(|(_, file)| {
+            let text = std::fs::read_to_string(file).expect("readable source");
+            let lines = lines_outside_tests(&text);
+            (lines > MOST_LINES).then(|| format!("{} ({lines} lines)", file.display()))
+        })
+        .collect();
+    long.sort();
+    assert!(
+        long.is_empty(),
+        "files of src/ longer than {MOST_LINES} lines outside their tests; split them by concern:\n{}",
+        long.join("\n")
+    );
+}
+
+#[test]
+fn a_test_item_does_not_count_toward_a_files_length() {
+    let plain = "fn f() {}\n\nfn g() {}\n";
+    assert_eq!(lines_outside_tests(plain), 3);
+    // The line the test item stood on still counts, its other lines do not.
+    let with_tests = "fn f() {}\n#[cfg(test)]\nmod tests {\n    #[test]\n    fn t() {}\n}\n";
+    assert_eq!(lines_outside_tests(with_tests), 2);
+    // A literal that spans lines in a test counts as one line of it: the file counts long,
+    // never short.
+    let literal = "fn f() {}\n#[cfg(test)]\nmod tests {\n    const S: &str = \"a\nb\";\n}\n";
+    assert_eq!(lines_outside_tests(literal), 3);
 }
 
 /// A throwaway source tree: each `(path, text)` written under a fresh directory.
