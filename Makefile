@@ -82,7 +82,8 @@ bench-smoke: deps
 ## the Argo CD health check (charts/keeper/health/) on its samples under Lua 5.1 (check-health.py;
 ## lupa, from PyPI, is installed by deps into keeper's venv), and check the documentation's links:
 ## relative links and anchors of README.md, CHANGELOG.md and docs/, and that every alert's
-## runbook_url names a heading (check-docs.py)
+## runbook_url names a heading, and that every repository path a tracked file names exists
+## (check-docs.py)
 chart: deps
 	HELM=$$(e2e/stack.sh helm-path) && $$HELM lint --strict charts/keeper \
 	  && $$HELM lint --strict charts/keeper -f charts/keeper/ci/monitoring-values.yaml \

@@ -7,11 +7,17 @@
 - Every runbook_url of the chart's alerts (templates/_alerts.tpl, files/alerts.yaml and the
   expectations in ci/alerts-test.yaml) points at this repository's main branch on GitHub, at a
   Markdown file that exists here, and at a heading of that file named after the alert.
+- Every path of the repository named in a tracked text file (docs, comments, scripts, the chart:
+  `src/cluster/api.rs`, `e2e/kube/build.sh`) exists: relative to the repository, to `src/`, or to
+  a directory above the file that names it (a crate's README naming its own `src/lib.rs`). A file
+  that moves leaves no reference to its old place. CHANGELOG.md and bench/results.md are history
+  and keep the paths of their day.
 
     charts/keeper/ci/check-docs.py          no arguments; exits 1 and lists every broken link
 """
 
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +29,13 @@ ALERT_FILES = [
     "charts/keeper/ci/alerts-test.yaml",
 ]
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# A path of the repository as prose and comments name it: a top-level directory, then a file.
+REPO_PATH = re.compile(
+    r"(?<![\w/.$-])((?:src|e2e|charts|config|docs|crds|tests|bench)/[\w./-]*?\w"
+    r"\.(?:rs|py|sh|yaml|yml|md|toml|txt|json|tpl))(?![\w/-])"
+)
+HISTORY = {"CHANGELOG.md", "bench/results.md"}
+TEXT = (".rs", ".md", ".py", ".sh", ".yaml", ".yml", ".toml", ".txt", ".tpl", "Makefile", "run")
 
 
 def slug(heading):
@@ -111,14 +124,45 @@ def check_runbooks(errors):
     return count
 
 
+def tracked_files():
+    listed = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, check=True
+    ).stdout
+    return [name for name in listed.split("\n") if name.endswith(TEXT)]
+
+
+def check_paths(errors):
+    """Every repository path named in a tracked text file exists (see the module's doc)."""
+    count = 0
+    for name in tracked_files():
+        if name in HISTORY:
+            continue
+        source = ROOT / name
+        if not source.is_file():
+            continue
+        places = [ROOT, ROOT / "src", *[d for d in source.parents if ROOT in d.parents]]
+        for number, line in enumerate(source.read_text(encoding="utf-8", errors="replace").split("\n"), 1):
+            for path in REPO_PATH.findall(line):
+                count += 1
+                if not any((place / path).exists() for place in places):
+                    errors.append(f"{name}:{number}: {path}: no such file")
+    if count < 100:
+        errors.append(f"only {count} repository paths found in tracked files: the check reads too little")
+    return count
+
+
 def main():
     errors = []
     links = check_docs(errors)
     runbooks = check_runbooks(errors)
+    paths = check_paths(errors)
     if errors:
         print("check-docs: broken links:", *errors, sep="\n  ", file=sys.stderr)
         return 1
-    print(f"docs: {links} relative links and anchors resolve; {runbooks} runbook_url point at headings")
+    print(
+        f"docs: {links} relative links and anchors resolve; {runbooks} runbook_url point at headings;"
+        f" {paths} repository paths named in tracked files exist"
+    )
     return 0
 
 
