@@ -59,11 +59,10 @@ e2e-compat:
 ## of `make e2e`.
 chaos: deps
 	KEEPER_CHAOS_OBJECTS=200 KEEPER_CHAOS_KILL_MS=2000-10000 KEEPER_CHAOS_MIN_KILLS=50 \
-	  KEEPER_CHAOS_FAULT_ROUNDS=3 NEXTEST_SUCCESS_OUTPUT=immediate \
-	  e2e/run-e2e.sh crash_chaos two_managers fault_chaos
+	  KEEPER_CHAOS_FAULT_ROUNDS=3 e2e/run-e2e.sh crash_chaos two_managers fault_chaos --nocapture
 	KEEPER_CHAOS_OBJECTS=54 KEEPER_CHAOS_KILL_MS=1000-4000 KEEPER_CHAOS_MIN_KILLS=40 \
-	  KEEPER_CHAOS_API_FAULTS=20 KEEPER_CHAOS_BACKEND_FAULTS=15 NEXTEST_SUCCESS_OUTPUT=immediate \
-	  e2e/run-e2e.sh kills_and_faults
+	  KEEPER_CHAOS_API_FAULTS=20 KEEPER_CHAOS_BACKEND_FAULTS=15 \
+	  e2e/run-e2e.sh kills_and_faults --nocapture
 
 ## bench: keeper beside the sequential floor of the same backend work, in release mode on a private
 ## stack (.keeper-dev/bench): buckets, tenants, databases, memory and start, drains, and at 200 ms
