@@ -1,8 +1,11 @@
 //! A tenant on StorageGRID, through the grid's management API.
 
+mod principals;
+
 use std::sync::Arc;
 use std::time::Duration;
 
+use self::principals::{LastLook, found};
 use super::shared::Shared;
 use super::{
     BucketBackend, DesiredBucket, DrainProgress, Ensured, KeyCheck, Observed, Owner, Purpose,
@@ -13,9 +16,6 @@ use crate::backends::s3::DeleteOutcome;
 use crate::backends::storagegrid;
 use crate::controllers::bucket::plan::keys::KeySource;
 use crate::error::{BackendError, ErrorClass};
-
-mod principals;
-use principals::{LastLook, found};
 
 /// A tenant on StorageGRID, managed as the tenant's root user: the grid drains server-side,
 /// and each bucket gets its own group (S3 policy on this bucket only), user and access keys.

@@ -11,11 +11,14 @@ use crate::controllers::bucket::backend::{DesiredBucket, Owner};
 use crate::error::{BackendError, ErrorClass};
 
 /// One of a bucket's principals (its group or its user) as a backend last read or wrote it. A
-/// backend serves one reconcile, which converges the bucket ([`BucketBackend::ensure`](crate::controllers::bucket::backend::BucketBackend::ensure)) and then
-/// lists the user's keys ([`BucketBackend::user_keys`](crate::controllers::bucket::backend::BucketBackend::user_keys)) before it deletes or creates one, or
+/// backend serves one reconcile, which converges the bucket ([`BucketBackend::ensure`]) and then
+/// lists the user's keys ([`BucketBackend::user_keys`]) before it deletes or creates one, or
 /// checks whose the bucket is before it deletes the bucket and its credentials: each step after
 /// the first acts on the principal as the step before left it instead of reading it again. What
 /// decides ownership ([`StorageGrid::looked_owner`]) always reads afresh.
+///
+/// [`BucketBackend::ensure`]: crate::controllers::bucket::backend::BucketBackend::ensure
+/// [`BucketBackend::user_keys`]: crate::controllers::bucket::backend::BucketBackend::user_keys
 pub(super) struct LastLook<T>(Mutex<Option<Box<T>>>);
 
 impl<T: Principal> LastLook<T> {
