@@ -125,10 +125,20 @@ def check_runbooks(errors):
 
 
 def tracked_files():
-    listed = subprocess.run(
-        ["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, check=True
-    ).stdout
-    return [name for name in listed.split("\n") if name.endswith(TEXT)]
+    """The text files git tracks; outside a git checkout (an unpacked archive), every text file
+    of the tree but build output and local stacks."""
+    try:
+        listed = subprocess.run(
+            ["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True, check=True
+        ).stdout.split("\n")
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", "target", ".keeper-dev", "node_modules"}
+        listed = [
+            str(path.relative_to(ROOT))
+            for path in ROOT.rglob("*")
+            if path.is_file() and not skip & set(path.relative_to(ROOT).parts)
+        ]
+    return [name for name in listed if name.endswith(TEXT)]
 
 
 def check_paths(errors):
