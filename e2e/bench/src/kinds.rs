@@ -291,11 +291,15 @@ pub async fn buckets(
     {
         let growth = large.0 as f64 / small.0 as f64;
         let goal = Goal::AtMost(growth * 1.1);
+        // The floor's own growth beside keeper's: when the backend itself slows as buckets
+        // accumulate, the floor grows faster than linearly too, and the two tell keeper's part
+        // from the backend's.
+        let (floor_small, floor_large) = (floors[0].total(), floors[floors.len() - 1].total());
         report.add(
             section,
             format!("{} vs {} to Ready (time ratio)", large.0, small.0),
             large.1.as_secs_f64() / small.1.as_secs_f64(),
-            None,
+            Some(floor_large.create.as_secs_f64() / floor_small.create.as_secs_f64()),
             "",
             goal,
         );
@@ -303,7 +307,7 @@ pub async fn buckets(
             section,
             format!("{} vs {} deleted (time ratio)", large.0, small.0),
             large.2.as_secs_f64() / small.2.as_secs_f64(),
-            None,
+            Some(floor_large.delete.as_secs_f64() / floor_small.delete.as_secs_f64()),
             "",
             goal,
         );
