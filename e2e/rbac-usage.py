@@ -16,8 +16,11 @@ as a request. No request of keeper's may have been denied by the authorizer (a 4
 `authorization.k8s.io/decision` annotation is `forbid`; other 403s, such as creating in a
 terminating namespace or an admission plugin's refusal, are answers kube gives whatever the rules).
 Prints both lists; exits 1 when a grant is unused and not allowlisted, or keeper was denied
-anything.
+anything. A log kube-apiserver rotated (a backup `audit-<time>.log` beside it) holds only the
+requests since the rotation, and judging from it would call grants unused that were used: the
+check refuses it (exit 1) instead.
 """
+import glob
 import json
 import os
 import sys
@@ -73,6 +76,11 @@ def main():
         entry, _, why = line.partition("#")
         if entry.strip():
             allowed[" ".join(entry.split())] = why.strip()
+    stem, ext = os.path.splitext(sys.argv[2])
+    rotated = sorted(glob.glob(f"{glob.escape(stem)}-*{ext}"))
+    if rotated:
+        sys.exit(f"{sys.argv[2]} was rotated ({', '.join(rotated)}): it does not hold every request "
+                 "of the run, so which grants were used cannot be told from it")
     used = set()
     denied = {}
     with open(sys.argv[2]) as log:

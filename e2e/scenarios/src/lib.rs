@@ -1112,16 +1112,21 @@ impl ApiRequest {
 }
 
 /// kube-apiserver's audit log (`--audit-log-path`, JSON lines) on the local control plane: every
-/// API request of every user, never rotated, so a scenario marks where it starts and reads what
-/// came after.
+/// API request of every user, never rotated (e2e/stack.sh), so a scenario marks where it starts
+/// and reads what came after. Should it be rotated all the same, reading it fails: what a window
+/// that spans a rotation holds is not in the file any more, and counting what is left would read
+/// as fewer requests than keeper made.
 #[derive(Clone, Debug)]
 pub struct AuditLog {
     path: PathBuf,
 }
 
-/// A place in the audit log.
+/// A place in the audit log: the file (its inode) and the offset in it.
 #[derive(Clone, Copy, Debug)]
-pub struct AuditMark(u64);
+pub struct AuditMark {
+    file: u64,
+    offset: u64,
+}
 
 impl AuditLog {
     pub fn new(path: impl Into<PathBuf>) -> AuditLog {
@@ -1138,11 +1143,13 @@ impl AuditLog {
 
     /// The end of the log now: requests made from here on come after it.
     pub fn mark(&self) -> anyhow::Result<AuditMark> {
-        Ok(AuditMark(
-            std::fs::metadata(&self.path)
-                .with_context(|| format!("audit log {}", self.path.display()))?
-                .len(),
-        ))
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(&self.path)
+            .with_context(|| format!("audit log {}", self.path.display()))?;
+        Ok(AuditMark {
+            file: meta.ino(),
+            offset: meta.len(),
+        })
     }
 
     /// The requests logged between two marks (`to`: `None` for the end of the log), once each:
@@ -1155,13 +1162,26 @@ impl AuditLog {
         to: Option<AuditMark>,
     ) -> anyhow::Result<Vec<ApiRequest>> {
         use std::io::{Read, Seek, SeekFrom};
+        use std::os::unix::fs::MetadataExt;
         let mut file = std::fs::File::open(&self.path)
             .with_context(|| format!("audit log {}", self.path.display()))?;
-        file.seek(SeekFrom::Start(from.0))?;
+        let now = file.metadata()?.ino();
+        if let Some(rotated) = [Some(from), to]
+            .into_iter()
+            .flatten()
+            .find(|m| m.file != now)
+        {
+            anyhow::bail!(
+                "audit log {} was rotated after {rotated:?}: the requests of this window are not all \
+                 in it (kube-apiserver rotates at --audit-log-maxsize)",
+                self.path.display()
+            );
+        }
+        file.seek(SeekFrom::Start(from.offset))?;
         let mut text = String::new();
         match to {
             Some(to) => file
-                .take(to.0.saturating_sub(from.0))
+                .take(to.offset.saturating_sub(from.offset))
                 .read_to_string(&mut text)?,
             None => file.read_to_string(&mut text)?,
         };
@@ -1370,4 +1390,47 @@ pub fn http_get(url: &str) -> Option<(u16, String)> {
         Ok((status, response.text().await?))
     })
     .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request_line(id: &str) -> String {
+        serde_json::json!({"auditID": id, "verb": "get", "user": {"username": "u"},
+               "objectRef": {"resource": "secrets", "namespace": "n", "name": id},
+               "responseStatus": {"code": 200}})
+        .to_string()
+            + "\n"
+    }
+
+    #[test]
+    fn an_audit_window_is_read_from_its_mark_and_refused_once_the_log_was_rotated() {
+        let dir = std::env::temp_dir().join(format!("keeper-audit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("audit.log");
+        std::fs::write(&path, request_line("before")).unwrap();
+        let log = AuditLog::new(&path);
+        let mark = log.mark().unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut file, request_line("after").as_bytes()).unwrap();
+        let names: Vec<String> = log
+            .since(mark)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
+        assert_eq!(names, ["after"]);
+
+        // kube-apiserver renames the full log and starts a new one; the new one may already be
+        // longer than the mark.
+        std::fs::rename(&path, dir.join("audit-2026-01-01T00-00-00.000.log")).unwrap();
+        std::fs::write(&path, request_line("x").repeat(4)).unwrap();
+        let refused = log.since(mark).unwrap_err().to_string();
+        assert!(refused.contains("was rotated"), "{refused}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
