@@ -282,7 +282,7 @@ pub async fn buckets(
         )
         .await?;
         report_run(report, section, &run, floor, n >= 1000);
-        times.push((n, run.to_ready, run.deleted));
+        times.push((n, run.to_ready, run.deleted, floor.total()));
         lab.delete_namespace(&namespace, Duration::from_secs(120))
             .await?;
     }
@@ -294,7 +294,7 @@ pub async fn buckets(
         // The floor's own growth beside keeper's: when the backend itself slows as buckets
         // accumulate, the floor grows faster than linearly too, and the two tell keeper's part
         // from the backend's.
-        let (floor_small, floor_large) = (floors[0].total(), floors[floors.len() - 1].total());
+        let (floor_small, floor_large) = (small.3, large.3);
         report.add(
             section,
             format!("{} vs {} to Ready (time ratio)", large.0, small.0),
