@@ -13,6 +13,7 @@ use std::hash::{Hash, Hasher};
 
 use futures::{Stream, StreamExt, future};
 use kube::Resource;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 
 use super::informer::{Change, Watched};
@@ -35,6 +36,17 @@ pub fn edited<K: Watched>(
     key: fn(&K) -> u64,
 ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
     passed(changes, key, Sightings::Record)
+}
+
+/// The cached objects `reads` picks: those a change of another kind maps to (the buckets of a
+/// tenant, the tenants of a namespace).
+pub fn cached_where<K: Watched>(store: &Store<K>, reads: impl Fn(&K) -> bool) -> Vec<ObjectRef<K>> {
+    store
+        .state()
+        .iter()
+        .filter(|obj| reads(obj))
+        .map(|obj| ObjectRef::from_obj(obj.as_ref()))
+        .collect()
 }
 
 /// Whether an object seen for the first time passes.

@@ -22,12 +22,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::names::BUCKET_FINALIZER;
 use crate::api::{S3Bucket, S3BucketStatus, S3Tenant};
-use crate::cluster::{SecretError, triggers};
+use crate::cluster::triggers;
 use crate::config::{ControllerKind, OperatorConfig};
-use crate::error::{BackendError, ErrorClass, classify_kube};
+use crate::error::ErrorClass;
 use crate::metrics::Metrics;
 use crate::runtime::gauges::StoreGauge;
-use crate::runtime::{self, Context, Lane, Outcome, ReconcileError, Reconciler, Shared, Uid};
+use crate::runtime::{
+    self, Context, ControllerFailure, Failure, Lane, Outcome, Reconciler, Shared, Uid,
+};
 use crate::server::Readiness;
 
 use backend::{Connector, Live, Observed};
@@ -55,14 +57,12 @@ const CLIENT_DRAIN_CONTINUE: Duration = Duration::ZERO;
 /// Retry delay for conditions that fix themselves shortly (usage lag after a drain).
 const SHORT_RETRY: Duration = Duration::from_secs(10);
 
+/// What an S3Bucket reconcile fails with.
+pub type Error = Failure<BucketFailure>;
+
+/// The failures only the S3Bucket controller meets.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API error: {0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Backend(#[from] BackendError),
-    #[error(transparent)]
-    Secret(#[from] SecretError),
+pub enum BucketFailure {
     /// A spec or configuration problem that only a change fixes.
     #[error("{message}")]
     Invalid {
@@ -74,46 +74,25 @@ pub enum Error {
     Retry(String),
 }
 
-impl Error {
-    /// Whether the API refused a write because the namespace is being deleted.
-    fn namespace_terminating(&self) -> bool {
-        match self {
-            Error::Kube(e) | Error::Secret(SecretError::Kube(e)) => {
-                crate::error::namespace_terminating(e)
-            }
-            _ => false,
-        }
-    }
-}
-
-impl ReconcileError for Error {
+impl ControllerFailure for BucketFailure {
     fn reason(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "kube",
-            Error::Backend(_) => "backend",
-            Error::Secret(_) => "secret",
-            Error::Invalid { .. } => "invalid_spec",
-            Error::Retry(_) => "retry",
+            BucketFailure::Invalid { .. } => "invalid_spec",
+            BucketFailure::Retry(_) => "retry",
         }
     }
 
     fn class(&self) -> ErrorClass {
         match self {
-            Error::Kube(e) => classify_kube(e),
-            Error::Backend(e) => e.class,
-            Error::Secret(e) => e.class(),
-            Error::Invalid { .. } => ErrorClass::Permanent,
-            Error::Retry(_) => ErrorClass::Transient,
+            BucketFailure::Invalid { .. } => ErrorClass::Permanent,
+            BucketFailure::Retry(_) => ErrorClass::Transient,
         }
     }
 
     fn condition_reason(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "KubernetesError",
-            Error::Backend(_) => "BackendError",
-            Error::Secret(e) => e.condition_reason(),
-            Error::Invalid { reason, .. } => reason,
-            Error::Retry(_) => "Retrying",
+            BucketFailure::Invalid { reason, .. } => reason,
+            BucketFailure::Retry(_) => "Retrying",
         }
     }
 }
@@ -262,12 +241,9 @@ impl<C: Connector> Reconciler for S3BucketReconciler<C> {
 fn buckets_of(store: &Store<S3Bucket>, tenant: &S3Tenant) -> Vec<ObjectRef<S3Bucket>> {
     let namespace = tenant.namespace();
     let name = tenant.name_any();
-    store
-        .state()
-        .iter()
-        .filter(|b| b.namespace() == namespace && b.spec.tenant_ref.name == name)
-        .map(|b| ObjectRef::from_obj(b.as_ref()))
-        .collect()
+    triggers::cached_where(store, |b| {
+        b.namespace() == namespace && b.spec.tenant_ref.name == name
+    })
 }
 
 pub async fn run(

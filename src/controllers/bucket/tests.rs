@@ -706,7 +706,7 @@ async fn a_vanished_bucket_is_recreated_only_on_its_own_store_or_a_confirmed_one
     assert_eq!(out.status.phase, Some(BucketPhase::Pending));
     write_back(&mut obj, &out);
     let err = applied(&fake, &recorded(&obj, 20)).await.unwrap_err();
-    let Error::Invalid { reason, message } = &err else {
+    let Failure::Own(BucketFailure::Invalid { reason, message }) = &err else {
         panic!("{err:?}")
     };
     assert_eq!(*reason, "BackendIdentityChanged");
@@ -758,7 +758,7 @@ async fn a_bucket_missing_on_another_store_is_not_counted_as_deleted() {
     let err = cleanup_bucket(&fake, &view(&obj, at(0), None))
         .await
         .unwrap_err();
-    let Error::Invalid { reason, message } = &err else {
+    let Failure::Own(BucketFailure::Invalid { reason, message }) = &err else {
         panic!("{err:?}")
     };
     assert_eq!(*reason, "BackendIdentityChanged");
@@ -1420,4 +1420,28 @@ fn a_tenants_bucket_count_does_not_wake_its_buckets_what_they_read_does() {
     let mut deleting = tenant;
     deleting.metadata.deletion_timestamp = Some(Time(at(0)));
     assert_ne!(tenant_trigger_key(&deleting), key);
+}
+
+/// A tenant's change wakes the buckets that name it in its namespace, and no other.
+#[test]
+fn a_tenant_maps_to_the_buckets_that_name_it_in_its_namespace() {
+    use kube::runtime::watcher::Event;
+    let (store, mut writer) = kube::runtime::reflector::store();
+    let named = |name: &str, namespace: &str, tenant: &str| {
+        let mut b = crate::test_support::bucket_with(
+            name,
+            serde_json::json!({"tenantRef": {"name": tenant}}),
+        );
+        b.metadata.namespace = Some(namespace.into());
+        b
+    };
+    writer.apply_watcher_event(&Event::Apply(named("b", "ns", "t")));
+    writer.apply_watcher_event(&Event::Apply(named("c", "ns", "u")));
+    writer.apply_watcher_event(&Event::Apply(named("d", "other", "t")));
+    let tenant = crate::test_support::tenant("t", serde_json::json!({}));
+    assert_eq!(tenant.namespace().as_deref(), Some("ns"));
+    assert_eq!(
+        buckets_of(&store, &tenant),
+        vec![ObjectRef::new("b").within("ns")]
+    );
 }

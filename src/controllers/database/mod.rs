@@ -27,10 +27,9 @@ use self::backend::{Connector, Live};
 use crate::api::names::DATABASE_FINALIZER;
 use crate::api::{CloudDatabase, CloudDatabaseStatus};
 use crate::backends::rds;
-use crate::cluster::SecretError;
 use crate::config::ControllerKind;
-use crate::error::{BackendError, ErrorClass, classify_kube};
-use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared};
+use crate::error::{BackendError, ErrorClass};
+use crate::runtime::{self, Context, ControllerFailure, Failure, Outcome, Reconciler, Shared};
 use crate::server::Readiness;
 
 /// Tags keeper puts on every instance it creates. The owner UID is what makes an instance ours.
@@ -44,45 +43,41 @@ const POLL: Duration = Duration::from_secs(15);
 /// this is never reached unless RDS contradicts itself, and then we simply look again later.
 const MAX_STEPS: usize = 8;
 
+/// What a CloudDatabase reconcile fails with.
+pub type Error = Failure<DatabaseFailure>;
+
+/// The failures only the CloudDatabase controller meets.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API error: {0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Rds(#[from] BackendError),
-    #[error(transparent)]
-    Secret(#[from] SecretError),
+pub enum DatabaseFailure {
     /// The spec asks for something the configuration does not offer (an unconfigured size).
     #[error("{0}")]
     InvalidSpec(String),
 }
 
-impl ReconcileError for Error {
+impl ControllerFailure for DatabaseFailure {
     fn reason(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "kube",
-            Error::Rds(_) => "rds",
-            Error::Secret(_) => "secret",
-            Error::InvalidSpec(_) => "invalid_spec",
+            DatabaseFailure::InvalidSpec(_) => "invalid_spec",
         }
     }
 
     fn class(&self) -> ErrorClass {
         match self {
-            Error::Kube(e) => classify_kube(e),
-            Error::Rds(e) => e.class,
-            Error::Secret(e) => e.class(),
-            Error::InvalidSpec(_) => ErrorClass::Permanent,
+            DatabaseFailure::InvalidSpec(_) => ErrorClass::Permanent,
         }
     }
 
     fn condition_reason(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "KubernetesError",
-            Error::Rds(e) if rds::is_access_denied(e) => "AccessDenied",
-            Error::Rds(_) => "BackendError",
-            Error::Secret(e) => e.condition_reason(),
-            Error::InvalidSpec(_) => "InvalidSpec",
+            DatabaseFailure::InvalidSpec(_) => "InvalidSpec",
+        }
+    }
+
+    fn backend_condition_reason(e: &BackendError) -> &'static str {
+        if rds::is_access_denied(e) {
+            "AccessDenied"
+        } else {
+            "BackendError"
         }
     }
 }

@@ -15,7 +15,8 @@ use super::plan::{
     instance_identifier, ownership_tags, plan_apply, plan_cleanup, summarize,
 };
 use super::{
-    CloudDatabaseReconciler, Error, MAX_STEPS, POLL, TAG_NAME, TAG_NAMESPACE, TAG_OWNER_UID,
+    CloudDatabaseReconciler, DatabaseFailure, Error, MAX_STEPS, POLL, TAG_NAME, TAG_NAMESPACE,
+    TAG_OWNER_UID,
 };
 use crate::api::{CloudDatabase, CloudDatabaseStatus, DatabasePhase};
 use crate::backends::identity;
@@ -68,7 +69,8 @@ fn busy(
 
 /// Brings RDS and the connection Secret in line with a live CloudDatabase.
 pub async fn apply<C: Connector>(cx: &Cx<C>, db: &CloudDatabase) -> Result<DbOutcome, Error> {
-    let desired = plan::desired(&db.spec, &cx.shared.config.rds).map_err(Error::InvalidSpec)?;
+    let desired =
+        plan::desired(&db.spec, &cx.shared.config.rds).map_err(DatabaseFailure::InvalidSpec)?;
     let backend = cx.reconciler.connector.connect(&cx.shared, db).await?;
     let mut out = Outcome::new(db.status.clone().unwrap_or_default(), Next::AwaitChange);
     out.next = apply_steps(db, cx, &backend, &desired, &mut out).await?;

@@ -346,7 +346,7 @@ async fn a_crash_after_storing_the_password_reuses_it_for_the_create() {
     );
     assert!(matches!(
         cluster.apply(&db).await,
-        Err(runtime::Error::Reconciler(Error::Rds(_)))
+        Err(runtime::Error::Reconciler(Error::Backend(_)))
     ));
     let stored = cluster.secret("orders-connection")["password"].clone();
     assert!(rds.state.lock().unwrap().instances.is_empty());
@@ -521,7 +521,7 @@ async fn permanent_errors_fail_with_the_message_and_transient_ones_back_off() {
     );
     assert!(matches!(
         cluster.apply(&db).await,
-        Err(runtime::Error::Reconciler(Error::Rds(e))) if e.is_transient()
+        Err(runtime::Error::Reconciler(Error::Backend(e))) if e.is_transient()
     ));
     rds.fail_next(
         "describe",

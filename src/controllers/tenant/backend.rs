@@ -8,8 +8,8 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use super::Error;
 use super::plan::{AccountSettings, ObservedAccount};
+use super::{Error, TenantFailure};
 use crate::backends::Keys;
 use crate::backends::identity::{self, IdentityCache};
 use crate::backends::storagegrid::{
@@ -139,10 +139,12 @@ impl Connect<GridAdmin> for Live {
 
     async fn connect(&self, _shared: &Shared, grid: &GridAdmin) -> Result<GridAccounts, Error> {
         let provider = &grid.provider;
-        let client = provider.grid().ok_or_else(|| Error::ProviderClient {
-            provider: provider.name.clone(),
-            message: "not a StorageGRID provider".to_string(),
-        })?;
+        let client = provider
+            .grid()
+            .ok_or_else(|| TenantFailure::ProviderClient {
+                provider: provider.name.clone(),
+                message: "not a StorageGRID provider".to_string(),
+            })?;
         Ok(GridAccounts {
             client: client.clone(),
             admin: grid.login.clone(),
@@ -393,6 +395,7 @@ mod tests {
     use crate::cluster::fake::FakeKube;
     use crate::config::OperatorConfig;
     use crate::error::ErrorClass;
+    use crate::runtime::Failure;
     use crate::runtime::testing;
 
     /// An S3-compatible provider whose endpoint is a mock server.
@@ -507,7 +510,7 @@ mod tests {
         assert_eq!(grid.admin, Login::grid("admin", "pw"));
         let refused = Live.connect(&shared, &admin("store")).await.err().unwrap();
         assert!(
-            matches!(&refused, Error::ProviderClient { provider, .. } if provider == "store"),
+            matches!(&refused, Failure::Own(TenantFailure::ProviderClient { provider, .. }) if provider == "store"),
             "{refused:?}"
         );
     }

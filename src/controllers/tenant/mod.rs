@@ -28,12 +28,12 @@ use self::plan::account_check::AccountInputs;
 use crate::api::names::TENANT_FINALIZER;
 use crate::api::{S3Bucket, S3Tenant, S3TenantStatus};
 use crate::backends::identity;
+use crate::cluster::Kube;
 use crate::cluster::triggers;
-use crate::cluster::{Kube, SecretError};
 use crate::config::ControllerKind;
-use crate::error::{ErrorClass, classify_kube};
+use crate::error::ErrorClass;
 use crate::providers::ProviderError;
-use crate::runtime::{self, Context, Outcome, ReconcileError, Reconciler, Shared, Uid};
+use crate::runtime::{self, Context, ControllerFailure, Failure, Outcome, Reconciler, Shared, Uid};
 use crate::server::Readiness;
 
 /// How often a blocked deletion looks again for buckets that live only on the backend (deleted
@@ -45,14 +45,12 @@ const DELETE_CONFIRM: Duration = Duration::from_secs(5);
 /// removal not wake it.
 const LET_GO_RECHECK: Duration = Duration::from_secs(5);
 
+/// What an S3Tenant reconcile fails with.
+pub type Error = Failure<TenantFailure>;
+
+/// The failures only the S3Tenant controller meets.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("kubernetes API error: {0}")]
-    Kube(#[from] kube::Error),
-    #[error(transparent)]
-    Backend(#[from] BackendError),
-    #[error(transparent)]
-    Secret(#[from] SecretError),
+pub enum TenantFailure {
     #[error("provider {0:?} is not in keeper's configuration")]
     UnknownProvider(String),
     #[error("invalid spec: {0}")]
@@ -72,56 +70,57 @@ pub enum Error {
 
 impl From<ProviderError> for Error {
     fn from(e: ProviderError) -> Self {
-        match e {
-            ProviderError::Unknown(name) => Error::UnknownProvider(name),
-            ProviderError::Secret(message) => Error::ProviderSecret(message),
+        Failure::Own(match e {
+            ProviderError::Unknown(name) => TenantFailure::UnknownProvider(name),
+            ProviderError::Secret(message) => TenantFailure::ProviderSecret(message),
             ProviderError::Unavailable { secret, message } => {
-                Error::ProviderUnavailable { secret, message }
+                TenantFailure::ProviderUnavailable { secret, message }
             }
-        }
+        })
     }
 }
 
-impl ReconcileError for Error {
+impl ControllerFailure for TenantFailure {
     fn reason(&self) -> &'static str {
         match self {
-            Error::Kube(_) => "kube",
-            Error::Backend(_) => "backend",
-            Error::Secret(_) => "secret",
-            Error::UnknownProvider(_) | Error::ProviderClient { .. } => "config",
-            Error::NamespaceNotAllowed(_) => "namespace_not_allowed",
-            Error::InvalidSpec(_) => "invalid_spec",
-            Error::ProviderSecret(_) | Error::ProviderUnavailable { .. } => "secret",
+            TenantFailure::UnknownProvider(_) | TenantFailure::ProviderClient { .. } => "config",
+            TenantFailure::NamespaceNotAllowed(_) => "namespace_not_allowed",
+            TenantFailure::InvalidSpec(_) => "invalid_spec",
+            TenantFailure::ProviderSecret(_) | TenantFailure::ProviderUnavailable { .. } => {
+                "secret"
+            }
         }
     }
 
     fn class(&self) -> ErrorClass {
         match self {
-            Error::Kube(e) => classify_kube(e),
-            Error::Backend(e) => e.class,
-            Error::Secret(e) => e.class(),
-            Error::ProviderUnavailable { .. } => ErrorClass::Transient,
-            Error::UnknownProvider(_)
-            | Error::InvalidSpec(_)
-            | Error::ProviderSecret(_)
-            | Error::ProviderClient { .. }
-            | Error::NamespaceNotAllowed(_) => ErrorClass::Permanent,
+            TenantFailure::ProviderUnavailable { .. } => ErrorClass::Transient,
+            TenantFailure::UnknownProvider(_)
+            | TenantFailure::InvalidSpec(_)
+            | TenantFailure::ProviderSecret(_)
+            | TenantFailure::ProviderClient { .. }
+            | TenantFailure::NamespaceNotAllowed(_) => ErrorClass::Permanent,
         }
     }
 
     fn condition_reason(&self) -> &'static str {
         match self {
-            Error::Backend(e) if is_bad_credentials(e) => "BackendCredentialsRefused",
-            Error::Backend(e) if identity::is_changed(e) => identity::IDENTITY_CHANGED,
-            Error::Backend(_) => "BackendError",
-            Error::Secret(e) => e.condition_reason(),
-            Error::UnknownProvider(_) => "ProviderNotConfigured",
-            Error::InvalidSpec(_) => "InvalidSpec",
-            Error::ProviderSecret(_) => "ProviderSecretInvalid",
-            Error::ProviderUnavailable { .. } => "ProviderSecretUnavailable",
-            Error::ProviderClient { .. } => "ProviderConfigInvalid",
-            Error::NamespaceNotAllowed(_) => "NamespaceNotAllowed",
-            Error::Kube(_) => "KubernetesError",
+            TenantFailure::UnknownProvider(_) => "ProviderNotConfigured",
+            TenantFailure::InvalidSpec(_) => "InvalidSpec",
+            TenantFailure::ProviderSecret(_) => "ProviderSecretInvalid",
+            TenantFailure::ProviderUnavailable { .. } => "ProviderSecretUnavailable",
+            TenantFailure::ProviderClient { .. } => "ProviderConfigInvalid",
+            TenantFailure::NamespaceNotAllowed(_) => "NamespaceNotAllowed",
+        }
+    }
+
+    fn backend_condition_reason(e: &BackendError) -> &'static str {
+        if is_bad_credentials(e) {
+            "BackendCredentialsRefused"
+        } else if identity::is_changed(e) {
+            identity::IDENTITY_CHANGED
+        } else {
+            "BackendError"
         }
     }
 }
@@ -222,12 +221,7 @@ impl<C: Connector> Reconciler for S3TenantReconciler<C> {
 /// The tenants of a namespace: a change of its labels may allow or deny their provider.
 fn tenants_in(store: &Store<S3Tenant>, namespace: &Namespace) -> Vec<ObjectRef<S3Tenant>> {
     let name = namespace.name_any();
-    store
-        .state()
-        .iter()
-        .filter(|t| t.namespace().as_deref() == Some(name.as_str()))
-        .map(|t| ObjectRef::from_obj(t.as_ref()))
-        .collect()
+    triggers::cached_where(store, |t| t.namespace().as_deref() == Some(name.as_str()))
 }
 
 pub async fn run(

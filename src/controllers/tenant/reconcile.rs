@@ -14,7 +14,9 @@ use self::store::KubeStore;
 use super::backend::{AccountBackend, Connector, GridAdmin, StoreLogin};
 use super::plan::account_check::{AccountInputs, SecretVersion};
 use super::plan::{self, DeletionGate, DeletionStep, RemainingBuckets};
-use super::{BLOCKED_RECHECK, DELETE_CONFIRM, Error, LET_GO_RECHECK, S3TenantReconciler};
+use super::{
+    BLOCKED_RECHECK, DELETE_CONFIRM, Error, LET_GO_RECHECK, S3TenantReconciler, TenantFailure,
+};
 use crate::api::names::{tenant_credentials_secret_name, tenant_root_secret_name};
 use crate::api::{S3Tenant, S3TenantStatus, TenantPhase};
 use crate::backends::Keys;
@@ -49,7 +51,7 @@ pub async fn apply<C: Connector>(
     match &provider.config {
         Provider::StorageGrid(_) => {
             let desired =
-                plan::desired_settings(&name, &tenant.spec).map_err(Error::InvalidSpec)?;
+                plan::desired_settings(&name, &tenant.spec).map_err(TenantFailure::InvalidSpec)?;
             let uid = Uid::of(tenant);
             let ready = plan::account_check::ready_for_its_generation(tenant);
             let stands = if ready && cx.reconciler.account_looked_at(uid) {
@@ -93,10 +95,11 @@ pub async fn apply<C: Connector>(
                         .await?;
                 }
                 BucketKeys::Unconfigured => {
-                    return Err(Error::ProviderClient {
+                    return Err(TenantFailure::ProviderClient {
                         provider: provider.name.clone(),
                         message: unconfigured_keys_message(&provider.name),
-                    });
+                    }
+                    .into());
                 }
             }
             status.account_id = None;
@@ -192,7 +195,7 @@ async fn namespace_allowed<C: Connector>(
     };
     match namespaces::access(&provider.name, Some(allowed), &namespace, labels.as_ref()) {
         Access::Allowed => Ok(()),
-        Access::Denied(message) => Err(Error::NamespaceNotAllowed(message)),
+        Access::Denied(message) => Err(TenantFailure::NamespaceNotAllowed(message).into()),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::backends::{s3, storagegrid};
 use crate::cluster::fake::{Call, FakeKube};
 use crate::config::OperatorConfig;
 use crate::runtime::policy::PERMANENT_RETRY;
-use crate::runtime::{Keeper, Next, Note, conditions, testing};
+use crate::runtime::{Keeper, Next, Note, ReconcileError, conditions, testing};
 use crate::test_support;
 
 /// The shared test providers (`default` grid, `store` with shared keys) plus an S3-compatible

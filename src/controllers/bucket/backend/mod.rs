@@ -14,8 +14,8 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::Error;
 use super::plan::keys::KeySource;
+use super::{BucketFailure, Error};
 use crate::api::names::tenant_root_secret_name;
 use crate::api::{DrainMode, S3Tenant};
 use crate::backends::Keys;
@@ -271,6 +271,12 @@ impl From<Error> for NotConnected {
     }
 }
 
+impl From<BucketFailure> for NotConnected {
+    fn from(e: BucketFailure) -> Self {
+        NotConnected::Failed(e.into())
+    }
+}
+
 impl From<SecretError> for NotConnected {
     fn from(e: SecretError) -> Self {
         NotConnected::Failed(e.into())
@@ -316,9 +322,9 @@ impl Connect<TenantStorage> for Live {
                     .await
                     .map_err(|e| match e {
                         crate::providers::ProviderError::Unavailable { .. } => {
-                            Error::Retry(e.to_string())
+                            BucketFailure::Retry(e.to_string())
                         }
-                        _ => Error::Invalid {
+                        _ => BucketFailure::Invalid {
                             reason: "ProviderSecretInvalid",
                             message: e.to_string(),
                         },
@@ -343,7 +349,7 @@ impl Connect<TenantStorage> for Live {
                         })
                     }
                     BucketKeys::Unconfigured => {
-                        return Err(Error::Invalid {
+                        return Err(BucketFailure::Invalid {
                             reason: "ProviderKeysUnconfigured",
                             message: unconfigured_keys_message(&clients.name),
                         }

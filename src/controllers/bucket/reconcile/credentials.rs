@@ -13,7 +13,7 @@ use super::super::plan::keys::{self as key_plan, FirstLook, KeySource, Publicati
 use super::super::plan::lifecycle::{self};
 use super::super::plan::ready::KeysVerdict;
 use super::super::plan::requests::{Kind, Request};
-use super::super::{Error, S3BucketReconciler};
+use super::super::{BucketFailure, Error, S3BucketReconciler};
 use super::{View, record_handled, request};
 use crate::api::names::bucket_credentials_secret_name;
 use crate::api::{S3Bucket, S3BucketStatus};
@@ -184,10 +184,11 @@ async fn settle_keys<B: BucketBackend, C: Connector>(
             if let Err(e) = deletions {
                 tracing::warn!(error = %e, bucket, "cannot delete the key issued here (another writer published first); it stays on the bucket's user until its keys are next listed");
             }
-            Err(Error::Retry(format!(
+            Err(BucketFailure::Retry(format!(
                 "Secret {:?} was changed by another writer while keys were issued here; they were not published",
                 secret.name
-            )))
+            ))
+            .into())
         }
         (Err(e), _) => Err(e.into()),
     }

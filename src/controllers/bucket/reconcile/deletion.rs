@@ -7,7 +7,7 @@ use super::super::backend::{BucketBackend, Connector, Owner};
 use super::super::plan::drain::{self, LettingGo};
 use super::super::plan::lifecycle::{self};
 use super::super::plan::requests::{self, Kind};
-use super::super::{Error, RECHECK, S3BucketReconciler, SHORT_RETRY};
+use super::super::{BucketFailure, Error, RECHECK, S3BucketReconciler, SHORT_RETRY};
 use super::drain::{Drained, ownership_lost, run_drain, stop_drain_before_letting_go};
 use super::{Cache, Report, View, request, resolve, waiting};
 use crate::api::names::bucket_credentials_secret_name;
@@ -15,7 +15,7 @@ use crate::api::{BucketPhase, DeletionPolicy, DrainMode, S3Bucket, S3BucketStatu
 use crate::backends::identity::{self, OnMissing};
 use crate::backends::s3::DeleteOutcome;
 use crate::cluster::{LetGo, Target, owned_secret_object, secret_data};
-use crate::runtime::{Context, Next, Note, Outcome, conditions};
+use crate::runtime::{Context, Failure, Next, Note, Outcome, conditions};
 
 /// The runtime's one "deletion blocked" report, warned once per blocking reason: the message
 /// follows the object count, and a moving count is no news worth another warning.
@@ -79,9 +79,12 @@ async fn gone_gate<B: BucketBackend>(backend: &B, view: &View<'_>) -> Result<(),
             &obj.name_any(),
         ),
     )
-    .map_err(|message| Error::Invalid {
-        reason: identity::IDENTITY_CHANGED,
-        message,
+    .map_err(|message| {
+        BucketFailure::Invalid {
+            reason: identity::IDENTITY_CHANGED,
+            message,
+        }
+        .into()
     })
 }
 
@@ -256,7 +259,9 @@ pub async fn cleanup<C: Connector>(
     let mut resolved = match resolve(cx, obj).await {
         Ok(Ok(resolved)) => resolved,
         // Nothing was ever created without a recorded bucket name and a reachable tenant.
-        Ok(Err(_)) | Err(Error::Invalid { .. }) if lifecycle::never_created(obj) => {
+        Ok(Err(_)) | Err(Failure::Own(BucketFailure::Invalid { .. }))
+            if lifecycle::never_created(obj) =>
+        {
             return Ok(Outcome::new(
                 obj.status.clone().unwrap_or_default(),
                 Next::Release,

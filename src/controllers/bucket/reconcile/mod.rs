@@ -33,7 +33,7 @@ use super::plan::lifecycle::{self, Adoption, TenantGate};
 use super::plan::ready::{self, KeysVerdict, Usable};
 use super::plan::requests::{self, Kind, Request};
 use super::plan::usage::{self, IdleCheck, Look, Looks};
-use super::{ADOPT_ANNOTATION, Error, RECHECK, S3BucketReconciler};
+use super::{ADOPT_ANNOTATION, BucketFailure, Error, RECHECK, S3BucketReconciler};
 use crate::api::names::{bucket_credentials_secret_name, validate_bucket_name};
 use crate::api::{BucketPhase, S3Bucket, S3BucketStatus};
 use crate::backends::identity;
@@ -205,10 +205,11 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
             // Only a missing bucket would be created; one found is converged as before.
             && backend.owner(&view.desired).await? == Owner::Missing
         {
-            return Err(Error::Invalid {
+            return Err(BucketFailure::Invalid {
                 reason: identity::IDENTITY_CHANGED,
                 message: refusal,
-            });
+            }
+            .into());
         }
         let Ensured { owner, created } = backend.ensure(&view.desired).await?;
         if created {
@@ -254,10 +255,11 @@ pub async fn apply_bucket<B: BucketBackend>(backend: &B, view: &View<'_>) -> Res
             return Ok(out);
         }
         if owner == Owner::Missing {
-            return Err(Error::Retry(format!(
+            return Err(BucketFailure::Retry(format!(
                 "bucket {:?} disappeared while it was created",
                 view.desired.name
-            )));
+            ))
+            .into());
         }
         // The intent has done its job (dropped with the next write that converges the bucket;
         // a stale one is harmless: it only counts for a bucket not recorded in bucketName).
@@ -333,7 +335,7 @@ async fn resolve<'a, C: Connector>(
         .shared
         .providers
         .get(&tenant.spec.provider)
-        .map_err(|_| Error::Invalid {
+        .map_err(|_| BucketFailure::Invalid {
             reason: "ProviderNotConfigured",
             message: format!(
                 "tenant {:?} uses provider {:?}, which keeper's configuration does not define",
@@ -342,13 +344,13 @@ async fn resolve<'a, C: Connector>(
             ),
         })?;
     let bucket = obj.backend_name();
-    validate_bucket_name(&bucket).map_err(|e| Error::Invalid {
+    validate_bucket_name(&bucket).map_err(|e| BucketFailure::Invalid {
         reason: "InvalidBucketName",
         message: e.to_string(),
     })?;
     let drain =
         drain_plan::settings(obj.spec.drain.as_ref(), clients.config.drain()).map_err(|e| {
-            Error::Invalid {
+            BucketFailure::Invalid {
                 reason: "InvalidDrainSettings",
                 message: e.to_string(),
             }

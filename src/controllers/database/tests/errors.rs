@@ -25,7 +25,7 @@ async fn an_unavailable_rds_backs_off_and_writes_nothing() {
     );
     assert!(matches!(
         cluster.apply(&postgres()).await,
-        Err(runtime::Error::Reconciler(Error::Rds(e))) if e.is_transient()
+        Err(runtime::Error::Reconciler(Error::Backend(e))) if e.is_transient()
     ));
     assert_eq!(cluster.writes(), (0, 0));
     assert!(cluster.events().is_empty());
