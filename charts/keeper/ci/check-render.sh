@@ -275,7 +275,7 @@ block '^      volumes:$' 3 '      volumes:
         - name: config
           configMap: {name: keeper-config}
       # Replicas on different nodes where possible, so a node failure leaves a standby.'
-# Kubernetes versions: Chart.yaml's kubeVersion (keeper is tested on v1.33 and v1.37).
+# Kubernetes versions: Chart.yaml's kubeVersion (keeper is tested on v1.33 to v1.37).
 render --kube-version 1.33.0 >/dev/null || fail "refused Kubernetes v1.33"
 if out=$(render --kube-version 1.32.9 2>&1); then fail "accepted Kubernetes v1.32"; fi
 has 'chart requires kubeVersion: >=1.33.0-0'
